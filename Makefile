@@ -1,0 +1,122 @@
+# Lethe — erasure operator. `make help` lists the targets.
+#
+# Every tool and service version is pinned here, in one place. Tools are built
+# once per machine into a per-user cache ($(LETHE_CACHE)) keyed by version and
+# linked into ./bin, so a fresh clone (as CI makes) reuses them.
+
+SHELL := /usr/bin/env bash -o pipefail
+.SHELLFLAGS := -ec
+.DEFAULT_GOAL := help
+
+# --- pinned versions ---------------------------------------------------------
+CONTROLLER_GEN_VERSION ?= v0.23.0
+GOLANGCI_LINT_VERSION  ?= v2.15.0
+KUBE_VERSION           ?= 1.37.2
+ETCD_VERSION           ?= 3.6.16
+PG_MAJOR               ?= 15
+PGVECTOR_VERSION       ?= 0.8.0
+FALKORDB_NPM           ?= @falkordblite/linux-x64@8.2.3-falkordb.4.16.3
+FALKORDB_SHA256        ?= 7e9e39ce69780fbae2cf7a31c28e05a51b4e9177b73e755384de0c3cf9f812e5
+export KUBE_VERSION ETCD_VERSION PG_MAJOR PGVECTOR_VERSION FALKORDB_NPM FALKORDB_SHA256
+
+LETHE_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/lethe
+export LETHE_CACHE
+LOCALBIN := $(CURDIR)/bin
+CONTROLLER_GEN := $(LOCALBIN)/controller-gen
+GOLANGCI_LINT  := $(LOCALBIN)/golangci-lint
+
+# What the tests need to find the real services (see internal/testenv).
+export KUBEBUILDER_ASSETS      := $(LOCALBIN)/k8s
+export LETHE_PG_BIN            := /usr/lib/postgresql/$(PG_MAJOR)/bin
+export LETHE_FALKORDB_MODULE   := $(LOCALBIN)/falkordb.so
+
+GO_TEST_FLAGS ?= -count=1 -timeout 30m
+
+##@ General
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+##@ Development
+.PHONY: manifests
+manifests: controller-gen ## Generate the CRDs and RBAC from the markers.
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./api/..." paths="./controllers/..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+
+.PHONY: generate
+generate: controller-gen ## Generate deepcopy code from the markers.
+	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
+
+.PHONY: verify-gen
+verify-gen: generate manifests ## Fail when generated files differ from what is committed.
+	@if [ -n "$$(git status --porcelain -- api config)" ]; then \
+		echo "generated files are out of date; run 'make generate manifests' and commit:"; \
+		git status --porcelain -- api config; git --no-pager diff --stat -- api config; exit 1; fi
+
+.PHONY: fmt
+fmt: ## go fmt.
+	go fmt ./...
+
+.PHONY: vet
+vet: ## go vet.
+	go vet ./...
+
+.PHONY: lint
+lint: golangci-lint ## Run golangci-lint.
+	$(GOLANGCI_LINT) run ./...
+
+##@ Test
+.PHONY: test-deps
+test-deps: envtest-assets postgres falkordb ## Install and cache every service the tests start.
+
+.PHONY: test
+test: test-deps manifests generate ## Install what the tests need, then run every test against real services.
+	go test $(GO_TEST_FLAGS) ./...
+
+.PHONY: bench
+bench: test-deps ## Run the benchmarks (ratios against a baseline in the same run).
+	go test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 60m ./...
+
+##@ Build
+.PHONY: build
+build: ## Build the manager into ./bin.
+	go build -o $(LOCALBIN)/manager ./cmd/manager
+
+.PHONY: run
+run: build ## Run the manager against the dev stack (.dev/env).
+	source .dev/env && $(LOCALBIN)/manager --kubeconfig "$$KUBECONFIG" --metrics-bind-address 127.0.0.1:0 --health-probe-bind-address 127.0.0.1:0
+
+##@ Local stack
+.PHONY: dev-up
+dev-up: test-deps build ## Start the local dev stack (control plane, Postgres, FalkorDB) and write .dev/env.
+	hack/dev-stack.sh up
+
+.PHONY: dev-down
+dev-down: ## Stop the local dev stack.
+	hack/dev-stack.sh down
+
+.PHONY: demo
+demo: dev-up ## Run the demo on the local dev stack.
+	hack/demo.sh
+
+##@ Dependencies
+.PHONY: envtest-assets
+envtest-assets: ## Build and cache kube-apiserver and etcd (minutes the first time).
+	@hack/install-control-plane.sh >/dev/null
+
+.PHONY: postgres
+postgres: ## Install PostgreSQL and build pgvector (needs root for apt).
+	@hack/install-postgres.sh
+
+.PHONY: falkordb
+falkordb: ## Install Valkey and the FalkorDB module.
+	@hack/install-falkordb.sh
+
+.PHONY: controller-gen
+controller-gen: $(CONTROLLER_GEN)
+$(CONTROLLER_GEN):
+	@hack/go-install-tool.sh controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen $(CONTROLLER_GEN_VERSION)
+
+.PHONY: golangci-lint
+golangci-lint: $(GOLANGCI_LINT)
+$(GOLANGCI_LINT):
+	@hack/go-install-tool.sh golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint $(GOLANGCI_LINT_VERSION)

@@ -1,0 +1,349 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// SessionID is a memory session's UUID in canonical lowercase form. Postgres
+// compares UUIDs case-insensitively, so only one spelling is admitted; that
+// keeps the set's uniqueness check meaningful.
+// +kubebuilder:validation:MinLength=36
+// +kubebuilder:validation:MaxLength=36
+// +kubebuilder:validation:XValidation:rule="self.matches('^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$')",message="each session ID must be a UUID in lowercase canonical form, such as 0b5c1f5e-3d2a-4c8e-9f10-2a6b7c8d9e0f"
+type SessionID string
+
+// StoreReference names a MemoryStore in the request's own namespace.
+// +kubebuilder:validation:XValidation:rule="!has(self.__namespace__)",message="storeRef may not name a namespace: a request can only use a MemoryStore in its own namespace"
+type StoreReference struct {
+	// name of the MemoryStore.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+
+	// namespace is not allowed. It exists only so that a cross-namespace
+	// reference is refused with a clear message instead of silently pruned.
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// ErasureRequestSpec is one request to erase a set of sessions. It is
+// immutable once created, except cancel, which may only go from false to true.
+//
+// +kubebuilder:validation:XValidation:rule="!self.immediate || (has(self.reason) && self.reason.trim().size() > 0)",message="spec.reason is required when spec.immediate is true: say why the grace period is skipped"
+// +kubebuilder:validation:XValidation:rule="self.storeRef == oldSelf.storeRef && self.sessionIDs == oldSelf.sessionIDs && self.?requestedAt == oldSelf.?requestedAt && self.gracePeriod == oldSelf.gracePeriod && self.immediate == oldSelf.immediate && self.?reason == oldSelf.?reason && self.dryRun == oldSelf.dryRun",message="spec is immutable after creation; only spec.cancel may change, from false to true"
+// +kubebuilder:validation:XValidation:rule="!oldSelf.cancel || self.cancel",message="spec.cancel can only change from false to true"
+type ErasureRequestSpec struct {
+	// storeRef names the MemoryStore, in the same namespace, to erase from.
+	// +required
+	StoreRef StoreReference `json:"storeRef"`
+
+	// sessionIDs are the sessions to erase: 1 to 1000 unique UUIDs.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=1000
+	// +listType=set
+	// +required
+	SessionIDs []SessionID `json:"sessionIDs"`
+
+	// requestedAt is when the data subject asked; it defaults to the
+	// request's creation. status.deadline is one calendar month later.
+	// +optional
+	RequestedAt *metav1.Time `json:"requestedAt,omitempty"`
+
+	// gracePeriod is how long the sessions stay tombstoned (and the request
+	// can be cancelled) before they are deleted, by the database's clock.
+	// +kubebuilder:default="168h"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('0s')",message="gracePeriod must be a non-negative Go duration such as 168h or 30m"
+	// +optional
+	GracePeriod metav1.Duration `json:"gracePeriod"`
+
+	// immediate skips the grace period (for deadline-bound requests); it needs a reason.
+	// +kubebuilder:default=false
+	// +optional
+	Immediate bool `json:"immediate"`
+
+	// reason is free text kept in the evidence. Never put personal data here.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Reason string `json:"reason,omitempty"`
+
+	// dryRun computes the plan and changes nothing at all.
+	// +kubebuilder:default=false
+	// +optional
+	DryRun bool `json:"dryRun"`
+
+	// cancel lifts the tombstone; honoured only before deletion starts.
+	// +kubebuilder:default=false
+	// +optional
+	Cancel bool `json:"cancel"`
+}
+
+// Phase is the last milestone an ErasureRequest reached. It is derived from
+// the conditions, never the other way round.
+// +kubebuilder:validation:Enum=Pending;Planned;Tombstoned;GracePeriod;Deleted;GraphReconciled;BackupsRotated;Cancelled;Failed
+type Phase string
+
+// Phases, in the order a request moves through them.
+const (
+	PhasePending         Phase = "Pending"
+	PhasePlanned         Phase = "Planned"
+	PhaseTombstoned      Phase = "Tombstoned"
+	PhaseGracePeriod     Phase = "GracePeriod"
+	PhaseDeleted         Phase = "Deleted"
+	PhaseGraphReconciled Phase = "GraphReconciled"
+	PhaseBackupsRotated  Phase = "BackupsRotated"
+	PhaseCancelled       Phase = "Cancelled"
+	PhaseFailed          Phase = "Failed"
+)
+
+// ErasureRequest condition types: one per step, plus Ready and Stalled.
+const (
+	ConditionTombstoned         = "Tombstoned"
+	ConditionGracePeriodElapsed = "GracePeriodElapsed"
+	ConditionDeleted            = "Deleted"
+	ConditionGraphReconciled    = "GraphReconciled"
+	ConditionBackupsRotated     = "BackupsRotated"
+	ConditionReady              = "Ready"
+	ConditionStalled            = "Stalled"
+)
+
+// ErasureRequest condition reasons.
+const (
+	ReasonPending             = "Pending"
+	ReasonStoreNotFound       = "StoreNotFound"
+	ReasonStoreNotReady       = "StoreNotReady"
+	ReasonDatabaseUnavailable = "DatabaseUnavailable"
+	ReasonSessionsTombstoned  = "SessionsTombstoned"
+	ReasonNoSessionsFound     = "NoSessionsFound"
+	ReasonWaitingForGrace     = "WaitingForGracePeriod"
+	ReasonGraceElapsed        = "GracePeriodElapsed"
+	ReasonImmediate           = "Immediate"
+	ReasonCancelled           = "Cancelled"
+	ReasonDryRun              = "DryRun"
+	ReasonDeleting            = "Deleting"
+	ReasonSessionsDeleted     = "SessionsDeleted"
+	ReasonResidueFound        = "ResidueFound"
+	ReasonReplicaLagging      = "ReplicaLagging"
+	ReasonVerificationFailed  = "VerificationFailed"
+	ReasonGraphUnavailable    = "GraphUnavailable"
+	ReasonGraphPruned         = "GraphPruned"
+	ReasonBackupsExpiring     = "BackupsExpiring"
+	ReasonBackupsGone         = "BackupsGone"
+	ReasonCompleted           = "Completed"
+	ReasonInProgress          = "InProgress"
+	ReasonFailed              = "Failed"
+	ReasonResurrected         = "Resurrected"
+)
+
+// TableCount is a row count for one table.
+type TableCount struct {
+	// table, schema-qualified.
+	// +kubebuilder:validation:MaxLength=256
+	Table string `json:"table"`
+	// rows counted.
+	Rows int64 `json:"rows"`
+}
+
+// ErasurePlan is what an erasure will remove, taken when the sessions are tombstoned.
+type ErasurePlan struct {
+	// sessionsFound is the number of requested sessions that exist for the store's tenant.
+	SessionsFound int32 `json:"sessionsFound"`
+	// notFoundSessionIDs are requested IDs with no session of this tenant. They are never touched.
+	// +kubebuilder:validation:MaxItems=1000
+	// +listType=atomic
+	// +optional
+	NotFoundSessionIDs []SessionID `json:"notFoundSessionIDs,omitempty"`
+	// rows per table that cascades from sessions (the sessions table included).
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	Rows []TableCount `json:"rows,omitempty"`
+	// embeddings is the number of non-null vectors on the rows above.
+	Embeddings int64 `json:"embeddings"`
+	// contentIndexEntries is the number of content-keyed cache entries of the sessions' content.
+	ContentIndexEntries int64 `json:"contentIndexEntries"`
+	// derivedRecords is the number of derived records whose lineage names a session.
+	DerivedRecords int64 `json:"derivedRecords"`
+	// graphNodes and graphRelationships derived only from the sessions.
+	// +optional
+	GraphNodes int64 `json:"graphNodes,omitempty"`
+	// +optional
+	GraphRelationships int64 `json:"graphRelationships,omitempty"`
+	// backups that may hold the data.
+	// +optional
+	Backups int32 `json:"backups,omitempty"`
+	// plannedAt is the database's clock when the plan was taken.
+	// +optional
+	PlannedAt *metav1.Time `json:"plannedAt,omitempty"`
+}
+
+// StepEvidence is what one step actually did.
+type StepEvidence struct {
+	// step is the condition type of the step.
+	// +kubebuilder:validation:MaxLength=64
+	Step string `json:"step"`
+	// startedAt and completedAt are read from the database's clock where the step ran there.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// +optional
+	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+	// counts of what was removed or changed, by table, label or kind.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	Counts []TableCount `json:"counts,omitempty"`
+	// verification says what was looked for afterwards and found absent.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	Verification []Verification `json:"verification,omitempty"`
+	// note is a short statement without personal data, e.g. "probed 50 of 4000 embeddings".
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Note string `json:"note,omitempty"`
+}
+
+// Verification is one check run after a step.
+type Verification struct {
+	// check names what was looked for, e.g. "rows referencing sessions in memory.facts".
+	// +kubebuilder:validation:MaxLength=256
+	Check string `json:"check"`
+	// found is how many were found; 0 means verified absent.
+	Found int64 `json:"found"`
+}
+
+// ErasureEvidence is what the steps did, one entry per step that ran.
+type ErasureEvidence struct {
+	// steps in the order they ran.
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	// +optional
+	Steps []StepEvidence `json:"steps,omitempty"`
+}
+
+// HistoryEntry is one transition of the request. Entries form a hash chain:
+// digest = sha256(previousDigest, phase, event, time, evidenceDigest).
+type HistoryEntry struct {
+	// phase reached.
+	Phase Phase `json:"phase"`
+	// event names what happened when it is not a plain transition (Immediate, Resurrected, ...).
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Event string `json:"event,omitempty"`
+	// time of the transition.
+	Time metav1.Time `json:"time"`
+	// evidenceDigest is the sha256 of the evidence recorded with this entry.
+	// +kubebuilder:validation:MaxLength=71
+	EvidenceDigest string `json:"evidenceDigest"`
+	// previousDigest is the digest of the entry before (empty for the first).
+	// +kubebuilder:validation:MaxLength=71
+	// +optional
+	PreviousDigest string `json:"previousDigest,omitempty"`
+	// digest of this entry.
+	// +kubebuilder:validation:MaxLength=71
+	Digest string `json:"digest"`
+}
+
+// Receipt is the signed statement over the final history digest.
+type Receipt struct {
+	// digest is the final history digest the receipt covers.
+	// +kubebuilder:validation:MaxLength=71
+	Digest string `json:"digest"`
+	// envelope is the DSSE envelope (JSON) around the in-toto statement.
+	// +kubebuilder:validation:MaxLength=16384
+	// +optional
+	Envelope string `json:"envelope,omitempty"`
+	// keyID of the signing key; empty when the receipt is unsigned.
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	KeyID string `json:"keyID,omitempty"`
+	// issuedAt is when the receipt was made.
+	// +optional
+	IssuedAt *metav1.Time `json:"issuedAt,omitempty"`
+}
+
+// ErasureRequestStatus is what Lethe did and found. history is append-only.
+type ErasureRequestStatus struct {
+	// observedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// phase is the last milestone reached, derived from the conditions.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+
+	// conditions: Tombstoned, GracePeriodElapsed, Deleted, GraphReconciled, BackupsRotated, Ready, Stalled.
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// sessions is the number of session IDs in the request.
+	// +optional
+	Sessions int32 `json:"sessions,omitempty"`
+
+	// deadline is one calendar month after requestedAt (GDPR Art. 12(3)).
+	// +optional
+	Deadline *metav1.Time `json:"deadline,omitempty"`
+
+	// graceEndsAt is when deletion may start, by the database's clock.
+	// +optional
+	GraceEndsAt *metav1.Time `json:"graceEndsAt,omitempty"`
+
+	// plan is what the erasure will remove.
+	// +optional
+	Plan *ErasurePlan `json:"plan,omitempty"`
+
+	// evidence is what each step actually did.
+	// +optional
+	Evidence *ErasureEvidence `json:"evidence,omitempty"`
+
+	// history is the append-only hash chain of transitions.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	History []HistoryEntry `json:"history,omitempty"`
+
+	// receipt is the signed statement made at completion.
+	// +optional
+	Receipt *Receipt `json:"receipt,omitempty"`
+}
+
+// ErasureRequest asks Lethe to erase a set of sessions from a MemoryStore:
+// tombstone, wait out the grace period, delete, prune the graph, rotate backups.
+//
+// The root rule keeps status.history append-only. It sits on the root, not on
+// the list or on status, because a rule there is bypassed by removing the
+// field or the whole status.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=erasure;er,categories=lethe
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.history) || (has(self.status) && has(self.status.history) && self.status.history.size() >= oldSelf.status.history.size() && oldSelf.status.history.all(e, e in self.status.history))",message="status.history is append-only: entries may not be edited or removed"
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Sessions",type=integer,JSONPath=`.status.sessions`
+// +kubebuilder:printcolumn:name="Deadline",type=date,JSONPath=`.status.deadline`
+// +kubebuilder:printcolumn:name="Grace ends",type=date,JSONPath=`.status.graceEndsAt`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ErasureRequest struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ErasureRequestSpec   `json:"spec"`
+	Status ErasureRequestStatus `json:"status,omitempty"`
+}
+
+// ErasureRequestList is a list of ErasureRequests.
+//
+// +kubebuilder:object:root=true
+type ErasureRequestList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ErasureRequest `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ErasureRequest{}, &ErasureRequestList{})
+}

@@ -1,0 +1,234 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// MemoryStore condition types.
+const (
+	// MemoryStorePostgresReady: the primary (and every configured replica) accepts connections.
+	MemoryStorePostgresReady = "PostgresReady"
+	// MemoryStoreSchemaCompliant: the decision record's validation queries found no violation.
+	MemoryStoreSchemaCompliant = "SchemaCompliant"
+	// MemoryStoreGraphReady: FalkorDB answers and the graph is reachable (or not configured).
+	MemoryStoreGraphReady = "GraphReady"
+	// MemoryStoreBackupsReady: Velero's CRDs are installed (or Velero is not configured).
+	MemoryStoreBackupsReady = "BackupsReady"
+	// MemoryStoreReady summarises the others.
+	MemoryStoreReady = "Ready"
+)
+
+// MemoryStore condition reasons.
+const (
+	ReasonConnected          = "Connected"
+	ReasonConnectionFailed   = "ConnectionFailed"
+	ReasonSecretNotFound     = "SecretNotFound"
+	ReasonSecretKeyMissing   = "SecretKeyMissing"
+	ReasonInvalidSecret      = "InvalidSecret"
+	ReasonCompliant          = "Compliant"
+	ReasonViolationsFound    = "ViolationsFound"
+	ReasonSchemaCheckFailed  = "SchemaCheckFailed"
+	ReasonPostgresNotReady   = "PostgresNotReady"
+	ReasonNotConfigured      = "NotConfigured"
+	ReasonVeleroNotInstalled = "VeleroNotInstalled"
+	ReasonVeleroInstalled    = "VeleroInstalled"
+	ReasonAllReady           = "AllReady"
+	ReasonNotReady           = "NotReady"
+)
+
+// Schema violation rules, named after the decision record's validation queries.
+const (
+	// RuleMissingTable: an expected table of the memory schema does not exist.
+	RuleMissingTable = "MissingTable"
+	// RuleNoCascade: a table with a session_id column has no ON DELETE CASCADE foreign key to sessions.
+	RuleNoCascade = "NoCascade"
+	// RuleVectorOffCascade: a vector column sits on a table that does not cascade from sessions.
+	RuleVectorOffCascade = "VectorOffCascade"
+	// RuleForeignTable: a table in the memory schema that the decision record does not list.
+	RuleForeignTable = "UnexpectedTable"
+)
+
+// PostgresSpec says how to reach the memory database.
+type PostgresSpec struct {
+	// dsnSecretRef names the Secret key holding the primary's DSN
+	// (postgres://user:pass@host:port/db?sslmode=...).
+	// +required
+	DSNSecretRef SecretKeyRef `json:"dsnSecretRef"`
+
+	// schema is the Postgres schema of the memory tables.
+	// +kubebuilder:default=memory
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]*$`
+	// +optional
+	Schema string `json:"schema,omitempty"`
+
+	// replicas are read replicas that must have replayed an erasure before it counts as done.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	Replicas []PostgresReplica `json:"replicas,omitempty"`
+}
+
+// PostgresReplica is one read replica of the memory database.
+type PostgresReplica struct {
+	// dsnSecretRef names the Secret key holding the replica's DSN.
+	// +required
+	DSNSecretRef SecretKeyRef `json:"dsnSecretRef"`
+}
+
+// FalkorDBSpec says how to reach the knowledge graph derived from the memory.
+type FalkorDBSpec struct {
+	// urlSecretRef names the Secret key holding falkor://[user:pass@]host:port.
+	// +required
+	URLSecretRef SecretKeyRef `json:"urlSecretRef"`
+
+	// graph is the name of the graph key.
+	// +kubebuilder:default=memory
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_:.-]+$`
+	// +optional
+	Graph string `json:"graph,omitempty"`
+
+	// sweepInterval is how often the full reconciliation from Postgres runs.
+	// +kubebuilder:default="168h"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1m')",message="sweepInterval must be a Go duration of at least 1m, such as 168h"
+	// +optional
+	SweepInterval *metav1.Duration `json:"sweepInterval,omitempty"`
+}
+
+// VeleroSpec says which Velero backups may hold this store's data.
+type VeleroSpec struct {
+	// namespace where Velero keeps its Backup objects.
+	// +kubebuilder:default=velero
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+
+	// backupSelector selects the Backups that may hold this store's data.
+	// An empty selector matches every Backup in the namespace.
+	// +required
+	BackupSelector metav1.LabelSelector `json:"backupSelector"`
+
+	// rotationWindow is the longest a backup holding erased data may live after the deletion.
+	// +kubebuilder:default="720h"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('0s')",message="rotationWindow must be a non-negative Go duration such as 720h"
+	// +optional
+	RotationWindow *metav1.Duration `json:"rotationWindow,omitempty"`
+}
+
+// MemoryStoreSpec describes one memory system and how to reach its layers.
+type MemoryStoreSpec struct {
+	// tenantID, when set, restricts every statement Lethe runs to
+	// memory.sessions.tenant_id = tenantID.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9_.:-]*$`
+	// +optional
+	TenantID string `json:"tenantID,omitempty"`
+
+	// postgres is the memory database (required).
+	// +required
+	Postgres PostgresSpec `json:"postgres"`
+
+	// falkordb is the knowledge graph; omit it when the store has none.
+	// +optional
+	FalkorDB *FalkorDBSpec `json:"falkordb,omitempty"`
+
+	// velero describes the backups of the store; omit it when none are taken with Velero.
+	// +optional
+	Velero *VeleroSpec `json:"velero,omitempty"`
+}
+
+// SchemaViolation is one finding of the schema audit.
+type SchemaViolation struct {
+	// rule that was broken (MissingTable, NoCascade, VectorOffCascade, UnexpectedTable).
+	// +kubebuilder:validation:MaxLength=64
+	Rule string `json:"rule"`
+	// table the finding is about (schema-qualified).
+	// +kubebuilder:validation:MaxLength=256
+	Table string `json:"table"`
+	// column, when the finding is about one.
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	Column string `json:"column,omitempty"`
+	// message says what is wrong in words.
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message"`
+}
+
+// SchemaStatus is what the schema audit found.
+type SchemaStatus struct {
+	// cascadingTables are the tables with an ON DELETE CASCADE foreign key to sessions.
+	// +listType=atomic
+	// +optional
+	CascadingTables []string `json:"cascadingTables,omitempty"`
+	// vectorColumns are the pgvector columns of the memory schema, as table.column.
+	// +listType=atomic
+	// +optional
+	VectorColumns []string `json:"vectorColumns,omitempty"`
+	// violations found; empty when the schema is compliant.
+	// +listType=atomic
+	// +optional
+	Violations []SchemaViolation `json:"violations,omitempty"`
+	// checkedAt is when the audit last ran.
+	// +optional
+	CheckedAt *metav1.Time `json:"checkedAt,omitempty"`
+}
+
+// MemoryStoreStatus is what Lethe observed of the store.
+type MemoryStoreStatus struct {
+	// observedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions: PostgresReady, SchemaCompliant, GraphReady, BackupsReady, Ready.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// schema is the result of the schema audit.
+	// +optional
+	Schema *SchemaStatus `json:"schema,omitempty"`
+
+	// lastSweep is when the full graph reconciliation last completed.
+	// +optional
+	LastSweep *metav1.Time `json:"lastSweep,omitempty"`
+}
+
+// MemoryStore describes one LLM memory system (Postgres, FalkorDB, Velero) that
+// ErasureRequests in this namespace act on.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=mstore,categories=lethe
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Postgres",type=string,JSONPath=`.status.conditions[?(@.type=="PostgresReady")].status`
+// +kubebuilder:printcolumn:name="Schema",type=string,JSONPath=`.status.conditions[?(@.type=="SchemaCompliant")].reason`
+// +kubebuilder:printcolumn:name="Graph",type=string,JSONPath=`.status.conditions[?(@.type=="GraphReady")].reason`
+// +kubebuilder:printcolumn:name="Backups",type=string,JSONPath=`.status.conditions[?(@.type=="BackupsReady")].reason`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type MemoryStore struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   MemoryStoreSpec   `json:"spec"`
+	Status MemoryStoreStatus `json:"status,omitempty"`
+}
+
+// MemoryStoreList is a list of MemoryStores.
+//
+// +kubebuilder:object:root=true
+type MemoryStoreList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []MemoryStore `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&MemoryStore{}, &MemoryStoreList{})
+}

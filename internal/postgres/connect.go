@@ -1,0 +1,56 @@
+// Package postgres is Lethe's adapter to the memory database: connections,
+// the embedded migrations, and the schema audit. SQL lives next to the code
+// that runs it; identifiers are quoted with pgx.Identifier, values are always
+// parameters.
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	pgxvec "github.com/pgvector/pgvector-go/pgx"
+)
+
+// Options tune a connection pool.
+type Options struct {
+	// MaxConns bounds the pool; 0 keeps pgx's default.
+	MaxConns int32
+	// Vector registers pgvector's types on every connection. It needs the
+	// vector extension to exist in the database.
+	Vector bool
+	// ApplicationName shows up in pg_stat_activity.
+	ApplicationName string
+}
+
+// Connect opens a pool to dsn and checks that the server answers.
+func Connect(ctx context.Context, dsn string, opts Options) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		// pgx's parse errors can echo the DSN, password included; do not wrap them.
+		return nil, fmt.Errorf("invalid postgres DSN: it must be a URL or key=value string that pgx can parse")
+	}
+	if opts.MaxConns > 0 {
+		cfg.MaxConns = opts.MaxConns
+	}
+	name := opts.ApplicationName
+	if name == "" {
+		name = "lethe"
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = name
+	if opts.Vector {
+		cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+			return pgxvec.RegisterTypes(ctx, conn)
+		}
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres pool: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres %s:%d does not answer: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+	}
+	return pool, nil
+}

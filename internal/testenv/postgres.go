@@ -1,0 +1,195 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Postgres is a throw-away PostgreSQL cluster on a loopback port.
+type Postgres struct {
+	// Port the server listens on (127.0.0.1 only).
+	Port int
+	// Dir holds the data folder and the unix socket.
+	Dir  string
+	proc *process
+
+	mu       sync.Mutex
+	template string
+	seq      atomic.Int64
+}
+
+// PostgresBin is where initdb and postgres are looked for ($LETHE_PG_BIN).
+func PostgresBin() string { return envOr("LETHE_PG_BIN", "/usr/lib/postgresql/15/bin") }
+
+// StartPostgres initialises a cluster in a temp folder and starts it. As root
+// (CI), initdb and postgres run as the postgres system user, since both refuse
+// to run as root.
+func StartPostgres() (*Postgres, error) {
+	bin := PostgresBin()
+	for _, b := range []string{"initdb", "postgres"} {
+		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
+			return nil, missing("PostgreSQL "+b, filepath.Join(bin, b), "postgres")
+		}
+	}
+	if err := checkPgvector(bin); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "lethe-pg-")
+	if err != nil {
+		return nil, err
+	}
+	cred, err := postgresCredential(dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	data := filepath.Join(dir, "data")
+	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := initdb.CombinedOutput(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("initdb: %w\n%s", err, out)
+	}
+	port, err := FreePort()
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", itoa(port), "-k", dir,
+		"-c", "listen_addresses=127.0.0.1",
+		// Speed over durability: the cluster is thrown away after the tests.
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		"-c", "wal_level=replica", "-c", "max_wal_senders=4", "-c", "max_connections=200",
+		"-c", "autovacuum=off")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	// SIGQUIT is PostgreSQL's immediate shutdown, should the test binary die.
+	proc, err := start("postgres", cmd, syscall.SIGQUIT)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	pg := &Postgres{Port: port, Dir: dir, proc: proc}
+	err = proc.waitFor(30*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, pg.DSN("postgres"))
+		if err != nil {
+			return err
+		}
+		return conn.Close(ctx)
+	})
+	if err != nil {
+		pg.Stop()
+		return nil, err
+	}
+	return pg, nil
+}
+
+// checkPgvector fails with the install command when vector.control is missing.
+func checkPgvector(bin string) error {
+	out, err := exec.Command(filepath.Join(bin, "pg_config"), "--sharedir").Output()
+	if err != nil {
+		return missing("pg_config", filepath.Join(bin, "pg_config"), "postgres")
+	}
+	control := filepath.Join(string(trimNL(out)), "extension", "vector.control")
+	if _, err := os.Stat(control); err != nil {
+		return missing("the pgvector extension", control, "postgres")
+	}
+	return nil
+}
+
+func trimNL(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// postgresCredential returns the postgres user's credential when running as
+// root (after handing dir to it), and nil otherwise.
+func postgresCredential(dir string) (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("running as root needs the postgres system user to start PostgreSQL: run `make postgres`")
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if err := os.Chown(dir, uid, gid); err != nil {
+		return nil, err
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+// DSN returns a superuser DSN for database db.
+func (p *Postgres) DSN(db string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", p.Port, db)
+}
+
+// Exec runs statements on database db as the superuser.
+func (p *Postgres) Exec(ctx context.Context, db, sql string, args ...any) error {
+	conn, err := pgx.Connect(ctx, p.DSN(db))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	_, err = conn.Exec(ctx, sql, args...)
+	return err
+}
+
+// NewDatabase creates an empty database with a unique name and returns its name.
+func (p *Postgres) NewDatabase(ctx context.Context) (string, error) {
+	name := fmt.Sprintf("t%d_%d", os.Getpid(), p.seq.Add(1))
+	if err := p.Exec(ctx, "postgres", "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", fmt.Errorf("create database: %w", err)
+	}
+	return name, nil
+}
+
+// NewDatabaseFrom creates a database as a copy of a template prepared once by
+// prepare (for example: apply the migrations). Copies are cheap, so each test
+// gets its own.
+func (p *Postgres) NewDatabaseFrom(ctx context.Context, prepare func(dsn string) error) (string, error) {
+	p.mu.Lock()
+	if p.template == "" {
+		tmpl, err := p.NewDatabase(ctx)
+		if err == nil {
+			err = prepare(p.DSN(tmpl))
+		}
+		if err != nil {
+			p.mu.Unlock()
+			return "", fmt.Errorf("prepare template database: %w", err)
+		}
+		p.template = tmpl
+	}
+	tmpl := p.template
+	p.mu.Unlock()
+	name := fmt.Sprintf("t%d_%d", os.Getpid(), p.seq.Add(1))
+	if err := p.Exec(ctx, "postgres", fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s",
+		pgx.Identifier{name}.Sanitize(), pgx.Identifier{tmpl}.Sanitize())); err != nil {
+		return "", fmt.Errorf("copy template database: %w", err)
+	}
+	return name, nil
+}
+
+// Stop shuts the server down (fast shutdown, by PID) and removes its folder.
+func (p *Postgres) Stop() {
+	if p == nil {
+		return
+	}
+	p.proc.stop(syscall.SIGINT, 20*time.Second)
+	_ = os.RemoveAll(p.Dir)
+}

@@ -1,0 +1,11 @@
+// Package migrations embeds the goose SQL migrations: the reference memory
+// schema (00001), the erasure-support objects Lethe needs in any memory
+// database (00002), and the wiring of the two (00003).
+package migrations
+
+import "embed"
+
+// FS holds the migration files.
+//
+//go:embed *.sql
+var FS embed.FS
