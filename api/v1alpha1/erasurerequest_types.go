@@ -32,11 +32,12 @@ type StoreReference struct {
 // immutable once created, except cancel, which may only go from false to true.
 //
 // +kubebuilder:validation:XValidation:rule="!self.immediate || (has(self.reason) && self.reason.trim().size() > 0)",message="spec.reason is required when spec.immediate is true: say why the grace period is skipped"
-// +kubebuilder:validation:XValidation:rule="self.storeRef == oldSelf.storeRef && self.sessionIDs == oldSelf.sessionIDs && self.?requestedAt == oldSelf.?requestedAt && self.gracePeriod == oldSelf.gracePeriod && self.immediate == oldSelf.immediate && self.?reason == oldSelf.?reason && self.dryRun == oldSelf.dryRun",message="spec is immutable after creation; only spec.cancel may change, from false to true"
+// +kubebuilder:validation:XValidation:rule="has(self.requestedAt) == has(oldSelf.requestedAt) && (!has(self.requestedAt) || self.requestedAt == oldSelf.requestedAt) && has(self.reason) == has(oldSelf.reason) && (!has(self.reason) || self.reason == oldSelf.reason)",message="spec is immutable after creation; only spec.cancel may change, from false to true"
 // +kubebuilder:validation:XValidation:rule="!oldSelf.cancel || self.cancel",message="spec.cancel can only change from false to true"
 type ErasureRequestSpec struct {
 	// storeRef names the MemoryStore, in the same namespace, to erase from.
 	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable after creation; only spec.cancel may change, from false to true"
 	StoreRef StoreReference `json:"storeRef"`
 
 	// sessionIDs are the sessions to erase: 1 to 1000 unique UUIDs.
@@ -44,6 +45,7 @@ type ErasureRequestSpec struct {
 	// +kubebuilder:validation:MaxItems=1000
 	// +listType=set
 	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable after creation; only spec.cancel may change, from false to true"
 	SessionIDs []SessionID `json:"sessionIDs"`
 
 	// requestedAt is when the data subject asked; it defaults to the
@@ -54,13 +56,18 @@ type ErasureRequestSpec struct {
 	// gracePeriod is how long the sessions stay tombstoned (and the request
 	// can be cancelled) before they are deleted, by the database's clock.
 	// +kubebuilder:default="168h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('0s')",message="gracePeriod must be a non-negative Go duration such as 168h or 30m"
 	// +optional
-	GracePeriod metav1.Duration `json:"gracePeriod"`
+	// Compared as durations: clients re-serialise "168h" as "168h0m0s".
+	// +kubebuilder:validation:XValidation:rule="duration(self) == duration(oldSelf)",message="spec is immutable after creation; only spec.cancel may change, from false to true"
+	GracePeriod *metav1.Duration `json:"gracePeriod,omitempty"`
 
 	// immediate skips the grace period (for deadline-bound requests); it needs a reason.
 	// +kubebuilder:default=false
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable after creation; only spec.cancel may change, from false to true"
 	Immediate bool `json:"immediate"`
 
 	// reason is free text kept in the evidence. Never put personal data here.
@@ -71,6 +78,7 @@ type ErasureRequestSpec struct {
 	// dryRun computes the plan and changes nothing at all.
 	// +kubebuilder:default=false
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable after creation; only spec.cancel may change, from false to true"
 	DryRun bool `json:"dryRun"`
 
 	// cancel lifts the tombstone; honoured only before deletion starts.

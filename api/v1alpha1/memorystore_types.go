@@ -93,6 +93,8 @@ type FalkorDBSpec struct {
 
 	// sweepInterval is how often the full reconciliation from Postgres runs.
 	// +kubebuilder:default="168h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1m')",message="sweepInterval must be a Go duration of at least 1m, such as 168h"
 	// +optional
 	SweepInterval *metav1.Duration `json:"sweepInterval,omitempty"`
@@ -115,6 +117,8 @@ type VeleroSpec struct {
 
 	// rotationWindow is the longest a backup holding erased data may live after the deletion.
 	// +kubebuilder:default="720h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('0s')",message="rotationWindow must be a non-negative Go duration such as 720h"
 	// +optional
 	RotationWindow *metav1.Duration `json:"rotationWindow,omitempty"`
