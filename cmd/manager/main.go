@@ -1,0 +1,200 @@
+// Command manager runs the Lethe operator, or applies Lethe's migrations with
+// `manager migrate --dsn DSN` (the operator itself never migrates).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	corev1 "k8s.io/api/core/v1"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/controllers"
+	"github.com/lethe-dev/lethe/internal/backups"
+	"github.com/lethe-dev/lethe/internal/graph"
+	"github.com/lethe-dev/lethe/internal/postgres"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "migrate" {
+		os.Exit(runMigrate(os.Args[2:]))
+	}
+	os.Exit(runManager(os.Args[1:]))
+}
+
+// runMigrate applies the embedded migrations to one database and reports the version.
+func runMigrate(args []string) int {
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	dsn := fs.String("dsn", "", "PostgreSQL DSN of the memory database (or set LETHE_PG_DSN, which keeps it out of the process list)")
+	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: manager migrate --dsn DSN\n\nApplies Lethe's migrations (the reference memory schema and the erasure-support objects) and prints the version.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "migrate: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if *dsn == "" {
+		*dsn = os.Getenv("LETHE_PG_DSN")
+	}
+	if *dsn == "" {
+		fmt.Fprintln(os.Stderr, "migrate: --dsn (or LETHE_PG_DSN) is required")
+		return 2
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	ctx, cancelTimeout := context.WithTimeout(ctx, *timeout)
+	defer cancelTimeout()
+	res, err := postgres.Migrate(ctx, *dsn)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "migrate:", err)
+		return 1
+	}
+	fmt.Printf("migrated: database at version %d (applied %d migration(s) now: %v)\n", res.Version, len(res.Applied), res.Applied)
+	return 0
+}
+
+type managerFlags struct {
+	metricsAddr, probeAddr string
+	leaderElect            bool
+	leaderElectionNS       string
+	storeRecheck           time.Duration
+	probeTimeout           time.Duration
+	pgMaxConns             int
+}
+
+func runManager(args []string) int {
+	var f managerFlags
+	fs := flag.CommandLine
+	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address the metrics endpoint binds to; 0 disables it")
+	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "address the health and readiness probes bind to")
+	fs.BoolVar(&f.leaderElect, "leader-elect", false, "elect a leader so that only one manager acts at a time")
+	fs.StringVar(&f.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader election lease (default: the manager's own)")
+	fs.DurationVar(&f.storeRecheck, "store-recheck-interval", 5*time.Minute, "how often a Ready MemoryStore is probed and audited again")
+	fs.DurationVar(&f.probeTimeout, "probe-timeout", 10*time.Second, "bound on each connectivity or audit check")
+	fs.IntVar(&f.pgMaxConns, "postgres-max-conns", 4, "connections per MemoryStore database pool")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: manager [flags]\n       manager migrate --dsn DSN\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := validateFlags(f); err != nil {
+		fmt.Fprintln(os.Stderr, "manager:", err)
+		return 2
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("setup")
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		log.Error(err, "register client-go types")
+		return 1
+	}
+	if err := lethev1.AddToScheme(scheme); err != nil {
+		log.Error(err, "register Lethe types")
+		return 1
+	}
+
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		log.Error(err, "no Kubernetes configuration: pass --kubeconfig or run in a cluster")
+		return 1
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsserver.Options{BindAddress: f.metricsAddr},
+		HealthProbeBindAddress:        f.probeAddr,
+		LeaderElection:                f.leaderElect,
+		LeaderElectionID:              "lethe-manager.erasure.lethe.dev",
+		LeaderElectionNamespace:       f.leaderElectionNS,
+		LeaderElectionReleaseOnCancel: true,
+		Client: client.Options{Cache: &client.CacheOptions{
+			// Secrets are read straight from the API server, never cached cluster-wide.
+			DisableFor: []client.Object{&corev1.Secret{}},
+		}},
+		Cache: cache.Options{},
+	})
+	if err != nil {
+		log.Error(err, "create manager")
+		return 1
+	}
+
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		log.Error(err, "create discovery client")
+		return 1
+	}
+	pools := &postgres.Pools{Options: postgres.Options{MaxConns: int32(f.pgMaxConns), ApplicationName: "lethe-manager"}}
+	defer pools.Close()
+	graphs := &graph.Clients{}
+	defer graphs.Close()
+
+	if err := (&controllers.MemoryStoreReconciler{
+		Client:          mgr.GetClient(),
+		SecretReader:    mgr.GetAPIReader(),
+		Recorder:        mgr.GetEventRecorder("lethe-memorystore"),
+		Pools:           pools,
+		Graphs:          graphs,
+		Velero:          backups.Detector{Discovery: disc},
+		RecheckInterval: f.storeRecheck,
+		ProbeTimeout:    f.probeTimeout,
+	}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "set up the MemoryStore controller")
+		return 1
+	}
+
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		log.Error(err, "add health check")
+		return 1
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		log.Error(err, "add readiness check")
+		return 1
+	}
+
+	log.Info("starting manager", "leaderElection", f.leaderElect, "storeRecheckInterval", f.storeRecheck.String())
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		log.Error(err, "manager stopped")
+		return 1
+	}
+	return 0
+}
+
+// validateFlags refuses nonsense before anything starts.
+func validateFlags(f managerFlags) error {
+	var errs []error
+	if f.storeRecheck < 10*time.Second {
+		errs = append(errs, fmt.Errorf("--store-recheck-interval must be at least 10s, got %s", f.storeRecheck))
+	}
+	if f.probeTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--probe-timeout must be positive, got %s", f.probeTimeout))
+	}
+	if f.pgMaxConns < 1 || f.pgMaxConns > 100 {
+		errs = append(errs, fmt.Errorf("--postgres-max-conns must be between 1 and 100, got %d", f.pgMaxConns))
+	}
+	return errors.Join(errs...)
+}

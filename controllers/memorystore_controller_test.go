@@ -1,0 +1,200 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/testenv"
+)
+
+func newStore(ns string, mutate func(*lethev1.MemoryStore)) *lethev1.MemoryStore {
+	s := &lethev1.MemoryStore{
+		ObjectMeta: metav1.ObjectMeta{Name: "memory", Namespace: ns},
+		Spec: lethev1.MemoryStoreSpec{
+			Postgres: lethev1.PostgresSpec{DSNSecretRef: lethev1.SecretKeyRef{Name: "pg", Key: "dsn"}},
+		},
+	}
+	if mutate != nil {
+		mutate(s)
+	}
+	return s
+}
+
+// waitCondition waits until the store's condition has the status and reason.
+func waitCondition(t *testing.T, store *lethev1.MemoryStore, condType string, status metav1.ConditionStatus, reason string) *metav1.Condition {
+	t.Helper()
+	var found *metav1.Condition
+	eventually(t, 30*time.Second, func() error {
+		got := &lethev1.MemoryStore{}
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(store), got); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, condType)
+		if c == nil {
+			return fmt.Errorf("no %s condition yet", condType)
+		}
+		if c.Status != status || c.Reason != reason {
+			return fmt.Errorf("%s is %s/%s (%s), want %s/%s", condType, c.Status, c.Reason, c.Message, status, reason)
+		}
+		if c.ObservedGeneration != got.Generation {
+			return fmt.Errorf("%s describes generation %d, object is at %d", condType, c.ObservedGeneration, got.Generation)
+		}
+		found = c
+		*store = *got
+		return nil
+	})
+	return found
+}
+
+// Velero's CRDs are absent when the store is created and installed while the
+// manager runs: the store waits, then becomes Ready without a restart (R4).
+// No other test installs them.
+func TestStoreWithEveryLayerBecomesReadyOnceVeleroIsInstalled(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t, "ready")
+	createSecret(t, ns, "pg", map[string]string{"dsn": migratedDatabase(t)})
+	createSecret(t, ns, "falkor", map[string]string{"url": fdb.URL()})
+	store := newStore(ns, func(s *lethev1.MemoryStore) {
+		s.Spec.FalkorDB = &lethev1.FalkorDBSpec{URLSecretRef: lethev1.SecretKeyRef{Name: "falkor", Key: "url"}}
+		s.Spec.Velero = &lethev1.VeleroSpec{BackupSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "memory"}}}
+	})
+	if err := k8s.Create(ctx, store); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, store, lethev1.MemoryStoreBackupsReady, metav1.ConditionFalse, lethev1.ReasonVeleroNotInstalled)
+	waitCondition(t, store, lethev1.MemoryStoreReady, metav1.ConditionFalse, lethev1.ReasonNotReady)
+
+	dir, err := testenv.VeleroCRDDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := envtest.InstallCRDs(cp.Config, envtest.CRDInstallOptions{Paths: []string{dir}, ErrorIfPathMissing: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, store, lethev1.MemoryStoreReady, metav1.ConditionTrue, lethev1.ReasonAllReady)
+	for typ, reason := range map[string]string{
+		lethev1.MemoryStorePostgresReady:   lethev1.ReasonConnected,
+		lethev1.MemoryStoreSchemaCompliant: lethev1.ReasonCompliant,
+		lethev1.MemoryStoreGraphReady:      lethev1.ReasonConnected,
+		lethev1.MemoryStoreBackupsReady:    lethev1.ReasonVeleroInstalled,
+	} {
+		c := meta.FindStatusCondition(store.Status.Conditions, typ)
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != reason {
+			t.Errorf("%s = %+v, want True/%s", typ, c, reason)
+		}
+	}
+	sch := store.Status.Schema
+	if sch == nil || len(sch.Violations) != 0 || sch.CheckedAt == nil {
+		t.Fatalf("schema status = %+v", sch)
+	}
+	wantTables := []string{"memory.artifacts", "memory.backfill_progress", "memory.fact_corrections", "memory.facts", "memory.file_snapshots", "memory.rounds"}
+	if !slices.Equal(sch.CascadingTables, wantTables) {
+		t.Errorf("cascading tables = %v, want %v", sch.CascadingTables, wantTables)
+	}
+	if want := []string{"memory.facts.embedding", "memory.rounds.embedding", "memory.sessions.summary_embedding"}; !slices.Equal(sch.VectorColumns, want) {
+		t.Errorf("vector columns = %v, want %v", sch.VectorColumns, want)
+	}
+}
+
+func TestBrokenSchemaMakesSchemaCompliantFalseNamingTheTable(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t, "broken")
+	dsn := migratedDatabase(t)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	if _, err := conn.Exec(ctx, `CREATE TABLE memory.session_notes (
+		id bigint PRIMARY KEY, session_id uuid NOT NULL REFERENCES memory.sessions (id), note text)`); err != nil {
+		t.Fatal(err)
+	}
+	createSecret(t, ns, "pg", map[string]string{"dsn": dsn})
+	store := newStore(ns, nil)
+	if err := k8s.Create(ctx, store); err != nil {
+		t.Fatal(err)
+	}
+	c := waitCondition(t, store, lethev1.MemoryStoreSchemaCompliant, metav1.ConditionFalse, lethev1.ReasonViolationsFound)
+	if !strings.Contains(c.Message, "NoCascade memory.session_notes.session_id") {
+		t.Errorf("SchemaCompliant message does not name the table: %q", c.Message)
+	}
+	waitCondition(t, store, lethev1.MemoryStoreReady, metav1.ConditionFalse, lethev1.ReasonNotReady)
+	if v := store.Status.Schema.Violations; len(v) != 1 || v[0].Table != "memory.session_notes" || v[0].Rule != lethev1.RuleNoCascade {
+		t.Errorf("violations = %+v", v)
+	}
+
+	// Fixing the schema is picked up by the periodic re-audit.
+	if _, err := conn.Exec(ctx, `ALTER TABLE memory.session_notes DROP CONSTRAINT session_notes_session_id_fkey,
+		ADD FOREIGN KEY (session_id) REFERENCES memory.sessions (id) ON DELETE CASCADE`); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, store, lethev1.MemoryStoreSchemaCompliant, metav1.ConditionTrue, lethev1.ReasonCompliant)
+}
+
+func TestMissingSecretThenCreated(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t, "secret")
+	store := newStore(ns, nil)
+	if err := k8s.Create(ctx, store); err != nil {
+		t.Fatal(err)
+	}
+	c := waitCondition(t, store, lethev1.MemoryStorePostgresReady, metav1.ConditionFalse, lethev1.ReasonSecretNotFound)
+	if !strings.Contains(c.Message, ns+"/pg") {
+		t.Errorf("message does not name the Secret: %q", c.Message)
+	}
+	waitCondition(t, store, lethev1.MemoryStoreSchemaCompliant, metav1.ConditionUnknown, lethev1.ReasonPostgresNotReady)
+
+	createSecret(t, ns, "pg", map[string]string{"wrong-key": "x"})
+	waitCondition(t, store, lethev1.MemoryStorePostgresReady, metav1.ConditionFalse, lethev1.ReasonSecretKeyMissing)
+}
+
+func TestSecretInAnotherNamespaceIsNotUsed(t *testing.T) {
+	ctx := context.Background()
+	other := newNamespace(t, "other")
+	createSecret(t, other, "pg", map[string]string{"dsn": migratedDatabase(t)})
+	ns := newNamespace(t, "mine")
+	store := newStore(ns, nil)
+	if err := k8s.Create(ctx, store); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, store, lethev1.MemoryStorePostgresReady, metav1.ConditionFalse, lethev1.ReasonSecretNotFound)
+}
+
+func TestUnreachableLayersAreReported(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t, "down")
+	deadPort, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	createSecret(t, ns, "pg", map[string]string{"dsn": fmt.Sprintf("postgres://lethe:pw-not-shown@127.0.0.1:%d/memory?sslmode=disable&connect_timeout=1", deadPort)})
+	createSecret(t, ns, "falkor", map[string]string{"url": fmt.Sprintf("falkor://:pw-not-shown@127.0.0.1:%d", deadPort)})
+	store := newStore(ns, func(s *lethev1.MemoryStore) {
+		s.Spec.FalkorDB = &lethev1.FalkorDBSpec{URLSecretRef: lethev1.SecretKeyRef{Name: "falkor", Key: "url"}}
+	})
+	if err := k8s.Create(ctx, store); err != nil {
+		t.Fatal(err)
+	}
+	pgCond := waitCondition(t, store, lethev1.MemoryStorePostgresReady, metav1.ConditionFalse, lethev1.ReasonConnectionFailed)
+	graphCond := waitCondition(t, store, lethev1.MemoryStoreGraphReady, metav1.ConditionFalse, lethev1.ReasonConnectionFailed)
+	for _, c := range []*metav1.Condition{pgCond, graphCond} {
+		if strings.Contains(c.Message, "pw-not-shown") {
+			t.Errorf("a condition message leaks a password: %q", c.Message)
+		}
+	}
+	ready := waitCondition(t, store, lethev1.MemoryStoreReady, metav1.ConditionFalse, lethev1.ReasonNotReady)
+	if !strings.Contains(ready.Message, "PostgresReady") || !strings.Contains(ready.Message, "GraphReady") {
+		t.Errorf("Ready message does not name what is not ready: %q", ready.Message)
+	}
+}

@@ -1,0 +1,151 @@
+package controllers
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/postgres"
+)
+
+// storeFacts is what one pass of the MemoryStore reconciler observed. The
+// conditions are computed from it by pure functions; nothing else decides them.
+type storeFacts struct {
+	// postgres is nil when the primary and every replica answered.
+	postgres *failure
+	// schema is the audit's report; nil when it could not run.
+	schema *postgres.SchemaReport
+	// schemaErr is set when the audit query itself failed.
+	schemaErr error
+
+	graphConfigured bool
+	graph           *failure
+
+	veleroConfigured bool
+	veleroInstalled  bool
+	velero           *failure
+}
+
+// failure is a reason and a stable message (no timestamps, no counts that change).
+type failure struct {
+	reason  string
+	message string
+}
+
+func fail(reason, format string, args ...any) *failure {
+	return &failure{reason: reason, message: fmt.Sprintf(format, args...)}
+}
+
+// storeConditions turns facts into the five MemoryStore conditions.
+func storeConditions(f storeFacts, generation int64) []metav1.Condition {
+	cond := func(t string, ok bool, reason, msg string) metav1.Condition {
+		s := metav1.ConditionFalse
+		if ok {
+			s = metav1.ConditionTrue
+		}
+		return metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: generation}
+	}
+	var out []metav1.Condition
+
+	if f.postgres != nil {
+		out = append(out, cond(lethev1.MemoryStorePostgresReady, false, f.postgres.reason, f.postgres.message))
+	} else {
+		out = append(out, cond(lethev1.MemoryStorePostgresReady, true, lethev1.ReasonConnected, "the primary and every configured replica accept connections"))
+	}
+
+	switch {
+	case f.postgres != nil:
+		c := cond(lethev1.MemoryStoreSchemaCompliant, false, lethev1.ReasonPostgresNotReady, "the schema cannot be audited until Postgres is reachable")
+		c.Status = metav1.ConditionUnknown
+		out = append(out, c)
+	case f.schemaErr != nil:
+		c := cond(lethev1.MemoryStoreSchemaCompliant, false, lethev1.ReasonSchemaCheckFailed, "the schema audit queries failed: "+f.schemaErr.Error())
+		c.Status = metav1.ConditionUnknown
+		out = append(out, c)
+	case f.schema != nil && !f.schema.Compliant():
+		out = append(out, cond(lethev1.MemoryStoreSchemaCompliant, false, lethev1.ReasonViolationsFound, violationsMessage(f.schema.Violations)))
+	default:
+		out = append(out, cond(lethev1.MemoryStoreSchemaCompliant, true, lethev1.ReasonCompliant,
+			"every table with session_id cascades from sessions, every vector column is on a cascading table, and the expected tables exist"))
+	}
+
+	switch {
+	case !f.graphConfigured:
+		out = append(out, cond(lethev1.MemoryStoreGraphReady, true, lethev1.ReasonNotConfigured, "no FalkorDB graph is configured"))
+	case f.graph != nil:
+		out = append(out, cond(lethev1.MemoryStoreGraphReady, false, f.graph.reason, f.graph.message))
+	default:
+		out = append(out, cond(lethev1.MemoryStoreGraphReady, true, lethev1.ReasonConnected, "FalkorDB answers with the graph module loaded"))
+	}
+
+	switch {
+	case !f.veleroConfigured:
+		out = append(out, cond(lethev1.MemoryStoreBackupsReady, true, lethev1.ReasonNotConfigured, "no Velero backups are configured"))
+	case f.velero != nil:
+		out = append(out, cond(lethev1.MemoryStoreBackupsReady, false, f.velero.reason, f.velero.message))
+	case !f.veleroInstalled:
+		out = append(out, cond(lethev1.MemoryStoreBackupsReady, false, lethev1.ReasonVeleroNotInstalled,
+			"the velero.io/v1 Backup and DeleteBackupRequest CRDs are not installed; Lethe picks them up once they are"))
+	default:
+		out = append(out, cond(lethev1.MemoryStoreBackupsReady, true, lethev1.ReasonVeleroInstalled, "Velero's Backup and DeleteBackupRequest APIs are served"))
+	}
+
+	var notReady []string
+	for _, c := range out {
+		if c.Status != metav1.ConditionTrue {
+			notReady = append(notReady, c.Type)
+		}
+	}
+	if len(notReady) == 0 {
+		out = append(out, cond(lethev1.MemoryStoreReady, true, lethev1.ReasonAllReady, "every configured layer is reachable and the schema is compliant"))
+	} else {
+		out = append(out, cond(lethev1.MemoryStoreReady, false, lethev1.ReasonNotReady, "not ready: "+strings.Join(notReady, ", ")))
+	}
+	return out
+}
+
+// violationsMessage names every violation, in a stable order.
+func violationsMessage(vs []postgres.Violation) string {
+	parts := make([]string, 0, len(vs))
+	for _, v := range vs {
+		where := v.Table
+		if v.Column != "" {
+			where += "." + v.Column
+		}
+		parts = append(parts, v.Rule+" "+where)
+	}
+	slices.Sort(parts)
+	return fmt.Sprintf("%d schema violation(s): %s", len(vs), strings.Join(parts, "; "))
+}
+
+// schemaStatus converts the audit report into the API's status shape.
+func schemaStatus(rep *postgres.SchemaReport, checkedAt metav1.Time) *lethev1.SchemaStatus {
+	if rep == nil {
+		return nil
+	}
+	s := &lethev1.SchemaStatus{
+		CascadingTables: rep.CascadingTables,
+		VectorColumns:   rep.VectorColumns,
+		CheckedAt:       &checkedAt,
+	}
+	for _, v := range rep.Violations {
+		s.Violations = append(s.Violations, lethev1.SchemaViolation{Rule: v.Rule, Table: v.Table, Column: v.Column, Message: v.Message})
+	}
+	return s
+}
+
+// setConditions applies conds to the status; it returns true when one changed
+// (LastTransitionTime moves only when the status itself changes).
+func setConditions(dst *[]metav1.Condition, conds []metav1.Condition) bool {
+	changed := false
+	for _, c := range conds {
+		if meta.SetStatusCondition(dst, c) {
+			changed = true
+		}
+	}
+	return changed
+}

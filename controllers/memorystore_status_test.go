@@ -1,0 +1,103 @@
+package controllers
+
+import (
+	"errors"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/postgres"
+)
+
+func TestStoreConditions(t *testing.T) {
+	compliant := &postgres.SchemaReport{}
+	broken := &postgres.SchemaReport{Violations: []postgres.Violation{
+		{Rule: "NoCascade", Table: "memory.b", Column: "session_id"},
+		{Rule: "MissingTable", Table: "memory.a"},
+	}}
+	type want struct{ status, reason string }
+	cases := map[string]struct {
+		facts storeFacts
+		want  map[string]want
+	}{
+		"all ready, nothing optional configured": {
+			facts: storeFacts{schema: compliant},
+			want: map[string]want{
+				lethev1.MemoryStorePostgresReady:   {"True", lethev1.ReasonConnected},
+				lethev1.MemoryStoreSchemaCompliant: {"True", lethev1.ReasonCompliant},
+				lethev1.MemoryStoreGraphReady:      {"True", lethev1.ReasonNotConfigured},
+				lethev1.MemoryStoreBackupsReady:    {"True", lethev1.ReasonNotConfigured},
+				lethev1.MemoryStoreReady:           {"True", lethev1.ReasonAllReady},
+			},
+		},
+		"postgres down makes the schema unknown": {
+			facts: storeFacts{postgres: fail(lethev1.ReasonConnectionFailed, "primary: refused")},
+			want: map[string]want{
+				lethev1.MemoryStorePostgresReady:   {"False", lethev1.ReasonConnectionFailed},
+				lethev1.MemoryStoreSchemaCompliant: {"Unknown", lethev1.ReasonPostgresNotReady},
+				lethev1.MemoryStoreReady:           {"False", lethev1.ReasonNotReady},
+			},
+		},
+		"audit query failed": {
+			facts: storeFacts{schemaErr: errors.New("permission denied")},
+			want: map[string]want{
+				lethev1.MemoryStoreSchemaCompliant: {"Unknown", lethev1.ReasonSchemaCheckFailed},
+				lethev1.MemoryStoreReady:           {"False", lethev1.ReasonNotReady},
+			},
+		},
+		"violations": {
+			facts: storeFacts{schema: broken},
+			want: map[string]want{
+				lethev1.MemoryStoreSchemaCompliant: {"False", lethev1.ReasonViolationsFound},
+				lethev1.MemoryStoreReady:           {"False", lethev1.ReasonNotReady},
+			},
+		},
+		"graph down, velero missing": {
+			facts: storeFacts{schema: compliant, graphConfigured: true, graph: fail(lethev1.ReasonConnectionFailed, "x"), veleroConfigured: true},
+			want: map[string]want{
+				lethev1.MemoryStoreGraphReady:   {"False", lethev1.ReasonConnectionFailed},
+				lethev1.MemoryStoreBackupsReady: {"False", lethev1.ReasonVeleroNotInstalled},
+				lethev1.MemoryStoreReady:        {"False", lethev1.ReasonNotReady},
+			},
+		},
+		"graph and velero ready": {
+			facts: storeFacts{schema: compliant, graphConfigured: true, veleroConfigured: true, veleroInstalled: true},
+			want: map[string]want{
+				lethev1.MemoryStoreGraphReady:   {"True", lethev1.ReasonConnected},
+				lethev1.MemoryStoreBackupsReady: {"True", lethev1.ReasonVeleroInstalled},
+				lethev1.MemoryStoreReady:        {"True", lethev1.ReasonAllReady},
+			},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := map[string]metav1.Condition{}
+			for _, c := range storeConditions(tc.facts, 7) {
+				if c.ObservedGeneration != 7 || c.Message == "" {
+					t.Errorf("%s: generation %d, message %q", c.Type, c.ObservedGeneration, c.Message)
+				}
+				got[c.Type] = c
+			}
+			if len(got) != 5 {
+				t.Fatalf("want 5 conditions, got %d", len(got))
+			}
+			for typ, w := range tc.want {
+				if c := got[typ]; string(c.Status) != w.status || c.Reason != w.reason {
+					t.Errorf("%s = %s/%s, want %s/%s", typ, c.Status, c.Reason, w.status, w.reason)
+				}
+			}
+		})
+	}
+}
+
+func TestViolationsMessageIsStableAndNamesEachTable(t *testing.T) {
+	a := violationsMessage([]postgres.Violation{{Rule: "NoCascade", Table: "memory.b", Column: "session_id"}, {Rule: "MissingTable", Table: "memory.a"}})
+	b := violationsMessage([]postgres.Violation{{Rule: "MissingTable", Table: "memory.a"}, {Rule: "NoCascade", Table: "memory.b", Column: "session_id"}})
+	if a != b {
+		t.Fatalf("message depends on order: %q vs %q", a, b)
+	}
+	if want := "2 schema violation(s): MissingTable memory.a; NoCascade memory.b.session_id"; a != want {
+		t.Fatalf("got %q, want %q", a, want)
+	}
+}

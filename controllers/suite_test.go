@@ -1,0 +1,166 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"go.uber.org/zap/zapcore"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/controllers"
+	"github.com/lethe-dev/lethe/internal/backups"
+	"github.com/lethe-dev/lethe/internal/graph"
+	"github.com/lethe-dev/lethe/internal/postgres"
+	"github.com/lethe-dev/lethe/internal/testenv"
+)
+
+// The suite runs the real thing: kube-apiserver + etcd, PostgreSQL with
+// pgvector, FalkorDB, and the manager with its controllers.
+var (
+	k8s   client.Client
+	cp    *testenv.ControlPlane
+	pg    *testenv.Postgres
+	fdb   *testenv.FalkorDB
+	stop  context.CancelFunc
+	pools = &postgres.Pools{}
+)
+
+func TestMain(m *testing.M) {
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL: cannot set up the controller test environment:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M) (int, error) {
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
+	var err error
+	if pg, err = testenv.StartPostgres(); err != nil {
+		return 1, err
+	}
+	defer pg.Stop()
+	if fdb, err = testenv.StartFalkorDB(); err != nil {
+		return 1, err
+	}
+	defer fdb.Stop()
+	crds, err := testenv.LetheCRDDir()
+	if err != nil {
+		return 1, err
+	}
+	// Velero's CRDs are installed by the test that needs them absent first.
+	if cp, err = testenv.StartControlPlane(crds); err != nil {
+		return 1, err
+	}
+	defer func() { _ = cp.Stop() }()
+
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = lethev1.AddToScheme(scheme)
+	if k8s, err = client.New(cp.Config, client.Options{Scheme: scheme}); err != nil {
+		return 1, err
+	}
+	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
+		Scheme:  scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Client:  client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+	})
+	if err != nil {
+		return 1, err
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cp.Config)
+	if err != nil {
+		return 1, err
+	}
+	graphs := &graph.Clients{}
+	defer graphs.Close()
+	defer pools.Close()
+	if err := (&controllers.MemoryStoreReconciler{
+		Client:          mgr.GetClient(),
+		SecretReader:    mgr.GetAPIReader(),
+		Recorder:        mgr.GetEventRecorder("lethe-memorystore"),
+		Pools:           pools,
+		Graphs:          graphs,
+		Velero:          backups.Detector{Discovery: disc},
+		RecheckInterval: 2 * time.Second,
+		NotReadyRetry:   500 * time.Millisecond,
+		ProbeTimeout:    3 * time.Second,
+	}).SetupWithManager(mgr); err != nil {
+		return 1, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stop = cancel
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	code := m.Run()
+	cancel()
+	if err := <-done; err != nil {
+		return code, fmt.Errorf("manager: %w", err)
+	}
+	return code, nil
+}
+
+func zapLevel() zapcore.Level {
+	if os.Getenv("LETHE_TEST_VERBOSE") != "" {
+		return -2
+	}
+	return zapcore.ErrorLevel // keep the test output readable
+}
+
+// eventually polls check until it returns nil or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = check(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("not reached after %s: %v", timeout, err)
+}
+
+// newNamespace creates a namespace for one test.
+func newNamespace(t *testing.T, prefix string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+func createSecret(t *testing.T, ns, name string, data map[string]string) {
+	t.Helper()
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, StringData: data}
+	if err := k8s.Create(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// migratedDatabase returns the DSN of a new database with every migration applied.
+func migratedDatabase(t *testing.T) string {
+	t.Helper()
+	name, err := pg.NewDatabaseFrom(context.Background(), func(dsn string) error {
+		_, err := postgres.Migrate(context.Background(), dsn)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pg.DSN(name)
+}

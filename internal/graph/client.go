@@ -1,0 +1,122 @@
+// Package graph is Lethe's adapter to FalkorDB, the knowledge graph derived
+// from the memory. It wraps falkordb-go around its known traps: go-redis's
+// read timeout plus retries can re-run a write, so retries are off and every
+// call is bounded by its context instead.
+package graph
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+
+	"github.com/FalkorDB/falkordb-go/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+var errBadURL = errors.New("invalid FalkorDB URL: want falkor://[user:password@]host:port")
+
+// Client talks to one FalkorDB server.
+type Client struct {
+	db *falkordb.FalkorDB
+}
+
+// Open parses a falkor://[user:pass@]host:port URL (redis:// is accepted too)
+// and returns a client. It does not connect yet.
+func Open(rawURL string) (*Client, error) {
+	u, err := url.Parse(strings.TrimSpace(rawURL))
+	if err != nil || u.Host == "" {
+		// Never echo the URL: it may hold a password.
+		return nil, errBadURL
+	}
+	switch u.Scheme {
+	case "falkor", "redis":
+		u.Scheme = "redis"
+	case "falkors", "rediss":
+		u.Scheme = "rediss"
+	default:
+		return nil, errBadURL
+	}
+	opts, err := redis.ParseURL(u.String())
+	if err != nil {
+		return nil, errBadURL
+	}
+	// A timed-out read must not be retried: the write may already have run.
+	opts.ReadTimeout = -1
+	opts.MaxRetries = -1
+	opts.ContextTimeoutEnabled = true
+	db, err := falkordb.FalkorDBNew(opts)
+	if err != nil {
+		return nil, fmt.Errorf("open FalkorDB client: %w", err)
+	}
+	return &Client{db: db}, nil
+}
+
+// Ping checks that the server answers and has the graph module loaded.
+func (c *Client) Ping(ctx context.Context) error {
+	if err := c.db.Conn.Do(ctx, "GRAPH.LIST").Err(); err != nil {
+		return fmt.Errorf("FalkorDB does not answer GRAPH.LIST: %w", err)
+	}
+	return nil
+}
+
+// Close releases the connections.
+func (c *Client) Close() error { return c.db.Conn.Close() }
+
+// Clients keeps one Client per key (e.g. a MemoryStore's UID), reopening it
+// when the URL changes (a rotated Secret).
+type Clients struct {
+	mu      sync.Mutex
+	clients map[string]cachedClient
+}
+
+type cachedClient struct {
+	urlHash [32]byte
+	client  *Client
+}
+
+// Get returns the client for key, opening it when missing or when url changed.
+func (c *Clients) Get(key, rawURL string) (*Client, error) {
+	h := sha256.Sum256([]byte(rawURL))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur, ok := c.clients[key]; ok {
+		if cur.urlHash == h {
+			return cur.client, nil
+		}
+		_ = cur.client.Close()
+		delete(c.clients, key)
+	}
+	cl, err := Open(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if c.clients == nil {
+		c.clients = map[string]cachedClient{}
+	}
+	c.clients[key] = cachedClient{urlHash: h, client: cl}
+	return cl, nil
+}
+
+// Forget closes and drops the client for key.
+func (c *Clients) Forget(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur, ok := c.clients[key]; ok {
+		_ = cur.client.Close()
+		delete(c.clients, key)
+	}
+}
+
+// Close closes every client.
+func (c *Clients) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, cur := range c.clients {
+		_ = cur.client.Close()
+		delete(c.clients, k)
+	}
+}
