@@ -87,7 +87,7 @@ run: build ## Run the manager against the dev stack (.dev/env).
 
 ##@ Local stack
 .PHONY: dev-up
-dev-up: test-deps build ## Start the local dev stack (control plane, Postgres, FalkorDB) and write .dev/env.
+dev-up: ## Start the local dev stack (control plane, Postgres, FalkorDB) and write .dev/env.
 	hack/dev-stack.sh up
 
 .PHONY: dev-down
@@ -95,7 +95,7 @@ dev-down: ## Stop the local dev stack.
 	hack/dev-stack.sh down
 
 .PHONY: demo
-demo: dev-up ## Run the demo on the local dev stack.
+demo: ## Run the demo: dev stack, manager, a sample MemoryStore reaching Ready.
 	hack/demo.sh
 
 ##@ Dependencies

@@ -73,6 +73,8 @@ func StartControlPlane(crdDirs ...string) (*ControlPlane, error) {
 	}
 	cfg, err := env.Start()
 	if err != nil {
+		// envtest leaves the servers running when, say, a CRD is refused.
+		_ = env.Stop()
 		return nil, fmt.Errorf("start envtest control plane: %w", err)
 	}
 	return &ControlPlane{Env: env, Config: cfg}, nil

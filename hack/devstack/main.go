@@ -1,0 +1,117 @@
+// Command devstack runs Lethe's local dev stack in the foreground: the
+// control plane (with Lethe's and Velero's CRDs), PostgreSQL with the
+// reference schema migrated, and FalkorDB. It writes a sourceable env file
+// and stops every service by its PID on SIGINT/SIGTERM. hack/dev-stack.sh
+// runs it in the background.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/lethe-dev/lethe/internal/postgres"
+	"github.com/lethe-dev/lethe/internal/testenv"
+)
+
+func main() {
+	dir := flag.String("dir", ".dev", "folder for the env file and kubeconfig")
+	flag.Parse()
+	if err := run(*dir); err != nil {
+		fmt.Fprintln(os.Stderr, "devstack:", err)
+		os.Exit(1)
+	}
+}
+
+func say(format string, args ...any) { fmt.Printf("devstack: "+format+"\n", args...) }
+
+func run(dir string) error {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+
+	say("starting PostgreSQL with pgvector")
+	pg, err := testenv.StartPostgres()
+	if err != nil {
+		return err
+	}
+	defer pg.Stop()
+	if err := pg.Exec(ctx, "postgres", "CREATE DATABASE memory"); err != nil {
+		return err
+	}
+	dsn := pg.DSN("memory")
+	res, err := postgres.Migrate(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	say("PostgreSQL on 127.0.0.1:%d, database memory migrated to version %d", pg.Port, res.Version)
+
+	say("starting FalkorDB")
+	fdb, err := testenv.StartFalkorDB()
+	if err != nil {
+		return err
+	}
+	defer fdb.Stop()
+	say("FalkorDB on %s", fdb.Addr())
+
+	say("starting kube-apiserver and etcd with the Lethe and Velero CRDs")
+	lethe, err := testenv.LetheCRDDir()
+	if err != nil {
+		return err
+	}
+	velero, err := testenv.VeleroCRDDir()
+	if err != nil {
+		return err
+	}
+	cp, err := testenv.StartControlPlane(lethe, velero)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = cp.Stop() }()
+	admin, err := cp.Env.AddUser(envtest.User{Name: "dev-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return err
+	}
+	kubeconfig, err := admin.KubeConfig()
+	if err != nil {
+		return err
+	}
+	kubeconfigPath := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
+		return err
+	}
+	say("kube-apiserver at %s", cp.Config.Host)
+
+	env := fmt.Sprintf(`# Written by hack/dev-stack.sh; source it: . .dev/env
+export KUBECONFIG=%q
+export LETHE_PG_DSN=%q
+export LETHE_FALKORDB_URL=%q
+export LETHE_DEV_STACK_PID=%d
+`, kubeconfigPath, dsn, fdb.URL(), os.Getpid())
+	tmp := filepath.Join(dir, "env.tmp")
+	if err := os.WriteFile(tmp, []byte(env), 0o600); err != nil {
+		return err
+	}
+	// The rename is the readiness signal hack/dev-stack.sh waits for.
+	if err := os.Rename(tmp, filepath.Join(dir, "env")); err != nil {
+		return err
+	}
+	say("ready; env written to %s", filepath.Join(dir, "env"))
+
+	<-ctx.Done()
+	say("stopping")
+	_ = os.Remove(filepath.Join(dir, "env"))
+	return nil
+}
