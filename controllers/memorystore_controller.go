@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 
 	"github.com/lethe-dev/lethe/internal/graph"

@@ -351,7 +351,3 @@ type ErasureRequestList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []ErasureRequest `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&ErasureRequest{}, &ErasureRequestList{})
-}

@@ -7,8 +7,9 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
@@ -16,8 +17,17 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "erasure.lethe.dev", Version: "v1alpha1"}
 
 	// SchemeBuilder registers the Lethe kinds with a scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 	// AddToScheme adds the Lethe kinds to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion,
+		&ErasureRequest{}, &ErasureRequestList{},
+		&MemoryStore{}, &MemoryStoreList{},
+	)
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

@@ -232,7 +232,3 @@ type MemoryStoreList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []MemoryStore `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&MemoryStore{}, &MemoryStoreList{})
-}

@@ -44,7 +44,7 @@ func runMigrate(args []string) int {
 	dsn := fs.String("dsn", "", "PostgreSQL DSN of the memory database (or set LETHE_PG_DSN, which keeps it out of the process list)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: manager migrate --dsn DSN\n\nApplies Lethe's migrations (the reference memory schema and the erasure-support objects) and prints the version.\n\n")
+		_, _ = fmt.Fprintf(fs.Output(), "Usage: manager migrate --dsn DSN\n\nApplies Lethe's migrations (the reference memory schema and the erasure-support objects) and prints the version.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -96,7 +96,7 @@ func runManager(args []string) int {
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: manager [flags]\n       manager migrate --dsn DSN\n\n")
+		_, _ = fmt.Fprintf(fs.Output(), "Usage: manager [flags]\n       manager migrate --dsn DSN\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

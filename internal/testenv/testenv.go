@@ -129,7 +129,7 @@ func (p *process) waitFor(timeout time.Duration, ready func() error) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return fmt.Errorf("%s not ready after %s: %v\n%s", p.name, timeout, last, p.log.String())
+	return fmt.Errorf("%s not ready after %s: %w\n%s", p.name, timeout, last, p.log.String())
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
