@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lethe-dev/lethe/internal/testenv"
+)
+
+func TestMigrateCommandAppliesAndReportsTheVersion(t *testing.T) {
+	pg, err := testenv.StartPostgres()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Stop()
+	ctx := context.Background()
+	db, err := pg.NewDatabase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for run := 1; run <= 2; run++ {
+		if code := runMigrate([]string{"--dsn", pg.DSN(db)}); code != 0 {
+			t.Fatalf("run %d: migrate exited %d", run, code)
+		}
+	}
+	conn, err := pgx.Connect(ctx, pg.DSN(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	var version int64
+	if err := conn.QueryRow(ctx, `SELECT max(version_id) FROM lethe_goose_db_version WHERE is_applied`).Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if version != 3 {
+		t.Fatalf("database at version %d, want 3", version)
+	}
+
+	// The DSN may come from the environment instead of the process list.
+	t.Setenv("LETHE_PG_DSN", pg.DSN(db))
+	if code := runMigrate(nil); code != 0 {
+		t.Fatalf("migrate with LETHE_PG_DSN exited %d", code)
+	}
+}
+
+func TestMigrateCommandRefusesBadArguments(t *testing.T) {
+	t.Setenv("LETHE_PG_DSN", "")
+	for _, args := range [][]string{nil, {"--dsn"}, {"--no-such-flag"}, {"--dsn", "x", "extra"}} {
+		if code := runMigrate(args); code != 2 {
+			t.Errorf("migrate %q exited %d, want 2 (usage error)", args, code)
+		}
+	}
+}
+
+func TestManagerFlagsAreValidated(t *testing.T) {
+	ok := managerFlags{storeRecheck: time.Minute, probeTimeout: time.Second, pgMaxConns: 4}
+	if err := validateFlags(ok); err != nil {
+		t.Fatalf("valid flags refused: %v", err)
+	}
+	for name, f := range map[string]managerFlags{
+		"--store-recheck-interval": {storeRecheck: time.Second, probeTimeout: time.Second, pgMaxConns: 4},
+		"--probe-timeout":          {storeRecheck: time.Minute, probeTimeout: 0, pgMaxConns: 4},
+		"--postgres-max-conns":     {storeRecheck: time.Minute, probeTimeout: time.Second, pgMaxConns: 0},
+	} {
+		err := validateFlags(f)
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: got %v, want an error naming the flag", name, err)
+		}
+	}
+	if err := validateFlags(managerFlags{}); err == nil || strings.Count(err.Error(), "--") != 3 {
+		t.Errorf("want all three problems reported at once, got %v", fmt.Sprint(err))
+	}
+}
