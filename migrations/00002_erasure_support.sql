@@ -6,6 +6,11 @@
 --   lethe.erasure_receipts   one row per (request, step, batch), written in
 --                            the same transaction as the step's effect.
 --   lethe.is_erased()        the ledger check read paths and policies use.
+--   lethe.content_indexes, lethe.content_sources, lethe.lineage_tables
+--                            the registry of residue classes a cascade
+--                            misses: content-keyed indexes, the columns that
+--                            hold the content hashes, and lineage tables of
+--                            derived records. Lethe cleans what is listed.
 --   lethe.refuse_erased_lineage()
 --                            trigger function for derived tables: raises
 --                            SQLSTATE LE001 (erasure_lineage_violation) when a
@@ -40,6 +45,32 @@ CREATE TABLE lethe.erasure_receipts (
     digest      text        NOT NULL,
     recorded_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (request_uid, step, batch)
+);
+
+-- A table keyed by the sha256 (hex) of content rather than by record: a
+-- cascade never reaches it, so Lethe deletes the keys of erased content.
+CREATE TABLE lethe.content_indexes (
+    index_table regclass PRIMARY KEY,
+    key_column  name NOT NULL
+);
+
+-- A column, on a table that cascades from sessions (or on sessions), holding
+-- the sha256 (hex) of content that may be a key of a content index.
+CREATE TABLE lethe.content_sources (
+    source_table regclass NOT NULL,
+    hash_column  name     NOT NULL,
+    PRIMARY KEY (source_table, hash_column)
+);
+
+-- A lineage table naming, for each derived record, a source session. Lethe
+-- deletes the derived records (derived_table.derived_key = lineage.derived_column)
+-- of erased sessions before it deletes the sessions.
+CREATE TABLE lethe.lineage_tables (
+    lineage_table  regclass PRIMARY KEY,
+    source_column  name     NOT NULL,
+    derived_column name     NOT NULL,
+    derived_table  regclass NOT NULL,
+    derived_key    name     NOT NULL
 );
 
 -- is_erased: true while a request holds the record tombstoned or erased (a

@@ -1,5 +1,8 @@
 -- Wires the erasure-support objects into the reference memory schema:
 --
+-- * the residue registry: the embedding cache is a content index keyed by the
+--   hashes in sessions.summary_sha256, rounds/facts/file_snapshots.content_sha256;
+--   profiles are derived records with their lineage in derivations;
 -- * the lineage guard on memory_derived.derivations (SQLSTATE LE001);
 -- * row-level security for the application role "memory_app": a tombstoned
 --   session, every row that belongs to it, every derived record whose lineage
@@ -10,6 +13,16 @@
 -- these policies; the application must connect as a member of memory_app.
 
 -- +goose Up
+INSERT INTO lethe.content_indexes (index_table, key_column) VALUES
+    ('memory_derived.embedding_cache', 'content_sha256');
+INSERT INTO lethe.content_sources (source_table, hash_column) VALUES
+    ('memory.sessions', 'summary_sha256'),
+    ('memory.rounds', 'content_sha256'),
+    ('memory.facts', 'content_sha256'),
+    ('memory.file_snapshots', 'content_sha256');
+INSERT INTO lethe.lineage_tables (lineage_table, source_column, derived_column, derived_table, derived_key) VALUES
+    ('memory_derived.derivations', 'source_session_id', 'derived_id', 'memory_derived.profiles', 'id');
+
 CREATE TRIGGER derivations_refuse_erased_lineage
     BEFORE INSERT OR UPDATE ON memory_derived.derivations
     FOR EACH ROW EXECUTE FUNCTION lethe.refuse_erased_lineage('source_session_id');
@@ -72,6 +85,9 @@ CREATE POLICY app_live_content ON memory_derived.embedding_cache TO memory_app
     USING (NOT lethe.is_erased('content', content_sha256));
 
 -- +goose Down
+DELETE FROM lethe.lineage_tables WHERE lineage_table = 'memory_derived.derivations'::regclass;
+DELETE FROM lethe.content_sources WHERE source_table::text LIKE 'memory.%';
+DELETE FROM lethe.content_indexes WHERE index_table = 'memory_derived.embedding_cache'::regclass;
 DROP POLICY app_live_content ON memory_derived.embedding_cache;
 ALTER TABLE memory_derived.embedding_cache DISABLE ROW LEVEL SECURITY;
 DROP POLICY app_live_lineage ON memory_derived.profiles;

@@ -1,0 +1,299 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgvector/pgvector-go"
+)
+
+// BatchResult is what one deletion batch did.
+type BatchResult struct {
+	Batch    int
+	Sessions int
+	// Rows removed per table (counted in the transaction before the delete;
+	// the cascade removes the children with the sessions).
+	Rows                []Count
+	ContentIndexEntries int64
+	DerivedRecords      int64
+	DeletedAt           time.Time
+	// Skipped is true when the batch had nothing eligible (already done,
+	// cancelled, or not yet past its grace period).
+	Skipped bool
+}
+
+// DeleteResult is what the whole deletion did.
+type DeleteResult struct {
+	Batches []BatchResult
+	// Probe holds a bounded sample of the erased embeddings, read inside the
+	// transactions and kept in memory only, for the residue probe.
+	Probe []pgvector.Vector
+	// EmbeddingsErased counts the embeddings the deleted rows carried.
+	EmbeddingsErased int64
+	// CommitLSN is the WAL position after the last commit (for replicas).
+	CommitLSN string
+}
+
+// Delete erases the request's sessions in batches of batchSize, one
+// transaction each. Each transaction re-checks the ledger — not cancelled,
+// grace elapsed by the database's clock, tenant — removes content-index
+// entries and derived records of the sessions, deletes the sessions (the
+// cascade takes the rest), marks the ledger erased and writes the receipt
+// for (request, Deleted, batch). A repeat skips the batches already done.
+func (e *Eraser) Delete(ctx context.Context, req Request, batchSize, probeBudget int, digest func(BatchResult) (string, error)) (DeleteResult, error) {
+	var out DeleteResult
+	ids := slices.Clone(req.SessionIDs)
+	slices.Sort(ids)
+	for b, start := 0, 0; start < len(ids); b, start = b+1, start+batchSize {
+		batch := ids[start:min(start+batchSize, len(ids))]
+		res, probe, embeddings, err := e.deleteBatch(ctx, req.UID, b, batch, probeBudget-len(out.Probe), digest)
+		if err != nil {
+			return out, fmt.Errorf("batch %d: %w", b, err)
+		}
+		out.Batches = append(out.Batches, res)
+		out.Probe = append(out.Probe, probe...)
+		out.EmbeddingsErased += embeddings
+	}
+	if err := e.Pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&out.CommitLSN); err != nil {
+		return out, fmt.Errorf("read WAL position: %w", err)
+	}
+	return out, nil
+}
+
+func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []string, probeBudget int,
+	digest func(BatchResult) (string, error)) (BatchResult, []pgvector.Vector, int64, error) {
+	res := BatchResult{Batch: batch}
+	var probe []pgvector.Vector
+	var embeddings int64
+	err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		layout, err := LoadLayout(ctx, tx, e.Schema)
+		if err != nil {
+			return err
+		}
+		// The guard: only sessions this request holds tombstoned, not
+		// cancelled, not yet erased, past the grace period by the database's
+		// clock, and of the store's tenant. Locks both rows.
+		rows, err := tx.Query(ctx, `SELECT s.id::text FROM lethe.erasure_ledger l
+			JOIN `+layout.Sessions.Ident()+` s ON s.id = l.record_id::uuid
+			WHERE l.scope = 'session' AND l.request_uid = $1 AND l.record_id = ANY($2::text[])
+			  AND l.cancelled_at IS NULL AND l.erased_at IS NULL AND l.grace_ends_at <= now()
+			  AND s.tombstoned_at IS NOT NULL AND ($3::text IS NULL OR s.tenant_id = $3)
+			ORDER BY s.id FOR UPDATE OF l, s`, uid, ids, e.tenant())
+		if err != nil {
+			return fmt.Errorf("check ledger: %w", err)
+		}
+		eligible, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("check ledger: %w", err)
+		}
+		if len(eligible) == 0 {
+			res.Skipped = true
+			return tx.QueryRow(ctx, `SELECT now()`).Scan(&res.DeletedAt)
+		}
+		res.Sessions = len(eligible)
+
+		// Sample the embeddings for the residue probe before they go.
+		for _, v := range layout.Vectors {
+			var n int64
+			key := pgx.Identifier{layout.sessionKey(v.Table)}.Sanitize()
+			if err := tx.QueryRow(ctx, `SELECT count(`+v.Ident()+`) FROM `+v.Table.Ident()+` WHERE `+key+` = ANY($1::uuid[])`, eligible).Scan(&n); err != nil {
+				return fmt.Errorf("count embeddings in %s: %w", v, err)
+			}
+			embeddings += n
+			if room := probeBudget - len(probe); room > 0 {
+				rows, err := tx.Query(ctx, `SELECT `+v.Ident()+` FROM `+v.Table.Ident()+` WHERE `+key+` = ANY($1::uuid[]) AND `+
+					v.Ident()+` IS NOT NULL LIMIT $2`, eligible, room)
+				if err != nil {
+					return fmt.Errorf("sample embeddings of %s: %w", v, err)
+				}
+				vs, err := pgx.CollectRows(rows, pgx.RowTo[pgvector.Vector])
+				if err != nil {
+					return fmt.Errorf("sample embeddings of %s: %w", v, err)
+				}
+				probe = append(probe, vs...)
+			}
+		}
+
+		// Content-keyed index entries of the sessions' content.
+		hashes, err := e.contentHashes(ctx, tx, layout, eligible)
+		if err != nil {
+			return err
+		}
+		for _, idx := range layout.ContentIndexes {
+			tag, err := tx.Exec(ctx, `DELETE FROM `+idx.Table.Ident()+` WHERE `+idx.Ident()+` = ANY($1::text[])`, hashes)
+			if err != nil {
+				return fmt.Errorf("delete from %s: %w", idx.Table, err)
+			}
+			res.ContentIndexEntries += tag.RowsAffected()
+		}
+		if _, err := tx.Exec(ctx, `UPDATE lethe.erasure_ledger SET erased_at = now()
+			WHERE request_uid = $1 AND scope = 'content' AND record_id = ANY($2::text[]) AND erased_at IS NULL AND cancelled_at IS NULL`,
+			uid, hashes); err != nil {
+			return fmt.Errorf("mark content erased: %w", err)
+		}
+
+		// Derived records whose lineage names a session.
+		for _, lin := range layout.Lineages {
+			tag, err := tx.Exec(ctx, `DELETE FROM `+lin.Derived.Ident()+` WHERE `+pgx.Identifier{lin.DerivedKey}.Sanitize()+` IN (
+				SELECT `+pgx.Identifier{lin.DerivedColumn}.Sanitize()+` FROM `+lin.Table.Ident()+`
+				WHERE `+pgx.Identifier{lin.SourceColumn}.Sanitize()+`::text = ANY($1::text[]))`, eligible)
+			if err != nil {
+				return fmt.Errorf("delete derived records of %s: %w", lin.Derived, err)
+			}
+			res.DerivedRecords += tag.RowsAffected()
+			// Lineage rows that outlive their derived record (no cascade) go too.
+			if _, err := tx.Exec(ctx, `DELETE FROM `+lin.Table.Ident()+` WHERE `+pgx.Identifier{lin.SourceColumn}.Sanitize()+`::text = ANY($1::text[])`, eligible); err != nil {
+				return fmt.Errorf("delete lineage of %s: %w", lin.Table, err)
+			}
+		}
+
+		// Count, then delete the sessions: the cascade removes the children.
+		for _, t := range append([]Table{layout.Sessions}, layout.Children...) {
+			var n int64
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+t.Ident()+` WHERE `+pgx.Identifier{layout.sessionKey(t)}.Sanitize()+` = ANY($1::uuid[])`, eligible).Scan(&n); err != nil {
+				return fmt.Errorf("count %s: %w", t, err)
+			}
+			res.Rows = append(res.Rows, Count{Table: t.String(), Rows: n})
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM `+layout.Sessions.Ident()+` WHERE id = ANY($1::uuid[])`, eligible)
+		if err != nil {
+			return fmt.Errorf("delete sessions: %w", err)
+		}
+		if tag.RowsAffected() != int64(len(eligible)) {
+			return fmt.Errorf("deleted %d sessions, expected %d: rolled back", tag.RowsAffected(), len(eligible))
+		}
+		if err := tx.QueryRow(ctx, `UPDATE lethe.erasure_ledger SET erased_at = now()
+			WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) RETURNING now()`, uid, eligible).Scan(&res.DeletedAt); err != nil {
+			return fmt.Errorf("mark sessions erased: %w", err)
+		}
+		d, err := digest(res)
+		if err != nil {
+			return err
+		}
+		return writeReceipt(ctx, tx, uid, StepDeleted, batch, res.Sessions, res.Rows, d)
+	})
+	if err != nil {
+		return res, nil, 0, err
+	}
+	return res, probe, embeddings, nil
+}
+
+// Verification is one "nothing left" check.
+type Verification struct {
+	Check string
+	Found int64
+}
+
+// Verify looks for anything left of the sessions the request erased (by the
+// ledger): rows in sessions and every cascading table, content-index entries
+// of their content, lineage rows.
+func (e *Eraser) Verify(ctx context.Context, uid string) ([]Verification, error) {
+	var out []Verification
+	err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		layout, err := LoadLayout(ctx, tx, e.Schema)
+		if err != nil {
+			return err
+		}
+		idRows, err := tx.Query(ctx, `SELECT record_id FROM lethe.erasure_ledger
+			WHERE request_uid = $1 AND scope = 'session' AND erased_at IS NOT NULL`, uid)
+		if err != nil {
+			return fmt.Errorf("read ledger: %w", err)
+		}
+		ids, err := pgx.CollectRows(idRows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("read ledger: %w", err)
+		}
+		for _, t := range append([]Table{layout.Sessions}, layout.Children...) {
+			var n int64
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+t.Ident()+` WHERE `+pgx.Identifier{layout.sessionKey(t)}.Sanitize()+` = ANY($1::uuid[])`, ids).Scan(&n); err != nil {
+				return fmt.Errorf("verify %s: %w", t, err)
+			}
+			out = append(out, Verification{Check: "rows of the sessions in " + t.String(), Found: n})
+		}
+		rows, err := tx.Query(ctx, `SELECT record_id FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'content'`, uid)
+		if err != nil {
+			return fmt.Errorf("read content ledger: %w", err)
+		}
+		hashes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("read content ledger: %w", err)
+		}
+		for _, idx := range layout.ContentIndexes {
+			var n int64
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+idx.Table.Ident()+` WHERE `+idx.Ident()+` = ANY($1::text[])`, hashes).Scan(&n); err != nil {
+				return fmt.Errorf("verify %s: %w", idx.Table, err)
+			}
+			out = append(out, Verification{Check: "content-keyed entries in " + idx.Table.String(), Found: n})
+		}
+		for _, lin := range layout.Lineages {
+			var n int64
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+lin.Table.Ident()+` WHERE `+pgx.Identifier{lin.SourceColumn}.Sanitize()+`::text = ANY($1::text[])`, ids).Scan(&n); err != nil {
+				return fmt.Errorf("verify %s: %w", lin.Table, err)
+			}
+			out = append(out, Verification{Check: "derived records via " + lin.Table.String(), Found: n})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Residue is a near-identical copy of an erased embedding found after deletion.
+type Residue struct {
+	Column QColumn
+	Found  int64
+}
+
+// ProbeResidue runs a nearest-neighbour query with each probe vector against
+// every vector column of matching dimension in the database (every schema)
+// and reports the columns holding a near-identical vector (cosine distance
+// below maxDistance): a copy that the cascade missed.
+func (e *Eraser) ProbeResidue(ctx context.Context, probe []pgvector.Vector, maxDistance float64) ([]Residue, error) {
+	if len(probe) == 0 {
+		return nil, nil
+	}
+	type col struct {
+		c    QColumn
+		dims int
+	}
+	rows, err := e.Pool.Query(ctx, `SELECT n.nspname, c.relname, a.attname, a.atttypmod
+		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		JOIN pg_type t ON t.oid = a.atttypid
+		WHERE t.typname = 'vector' AND c.relkind IN ('r', 'p') AND NOT a.attisdropped
+		  AND n.nspname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2, 3`)
+	if err != nil {
+		return nil, fmt.Errorf("list vector columns: %w", err)
+	}
+	var cols []col
+	var c col
+	if _, err := pgx.ForEachRow(rows, []any{&c.c.Table.Schema, &c.c.Table.Name, &c.c.Column, &c.dims}, func() error {
+		cols = append(cols, c)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("list vector columns: %w", err)
+	}
+	var out []Residue
+	for _, c := range cols {
+		var found int64
+		for _, v := range probe {
+			if c.dims > 0 && c.dims != len(v.Slice()) {
+				continue
+			}
+			var d *float64
+			if err := e.Pool.QueryRow(ctx, `SELECT `+c.c.Ident()+` <=> $1 FROM `+c.c.Table.Ident()+
+				` WHERE `+c.c.Ident()+` IS NOT NULL ORDER BY `+c.c.Ident()+` <=> $1 LIMIT 1`, v).Scan(&d); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return nil, fmt.Errorf("probe %s: %w", c.c, err)
+			}
+			if d != nil && *d <= maxDistance {
+				found++
+			}
+		}
+		if found > 0 {
+			out = append(out, Residue{Column: c.c, Found: found})
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,287 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lethe-dev/lethe/internal/postgres"
+)
+
+const (
+	sessA = "00000000-0000-4000-8000-00000000000a" // tenant t1, erased
+	sessB = "00000000-0000-4000-8000-00000000000b" // tenant t1, kept; shares an entity with A
+	sessC = "00000000-0000-4000-8000-00000000000c" // tenant t2: another tenant's session
+)
+
+// seedTenants writes three sessions with rows in every table, an embedding on
+// each, content hashes with cache entries, and a profile derived from each.
+func seedTenants(t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	for i, s := range []struct{ id, tenant string }{{sessA, "t1"}, {sessB, "t1"}, {sessC, "t2"}} {
+		vec := fmt.Sprintf("(SELECT array_agg(sin(k * %d.37))::vector FROM generate_series(1, 384) k)", i+1)
+		sha := "sha-" + s.id[len(s.id)-1:]
+		mustExec(t, conn, `INSERT INTO memory.sessions (id, tenant_id, summary, summary_sha256, summary_embedding)
+			VALUES ($1, $2, 'summary', $3, `+vec+`)`, s.id, s.tenant, sha+"-summary")
+		for r := 0; r < 3; r++ {
+			mustExec(t, conn, `INSERT INTO memory.rounds (session_id, round_index, user_text, content_sha256, embedding)
+				VALUES ($1, $2, 'text', $3, `+vec+` )`, s.id, r, fmt.Sprintf("%s-round-%d", sha, r))
+		}
+		mustExec(t, conn, `INSERT INTO memory.facts (session_id, round_id, kind, content, content_sha256, embedding)
+			SELECT $1, id, 'learning', 'fact', $2, `+vec+` FROM memory.rounds WHERE session_id = $1`, s.id, sha+"-fact")
+		mustExec(t, conn, `INSERT INTO memory.fact_corrections (fact_id, session_id, correction)
+			SELECT id, $1, 'fix' FROM memory.facts WHERE session_id = $1`, s.id)
+		mustExec(t, conn, `INSERT INTO memory.artifacts (session_id, kind, artifact_ref) VALUES ($1, 'commit', 'abc')`, s.id)
+		mustExec(t, conn, `INSERT INTO memory.file_snapshots (session_id, path, content, content_sha256) VALUES ($1, 'a.go', 'x', $2)`, s.id, sha+"-file")
+		mustExec(t, conn, `INSERT INTO memory.backfill_progress (source_path, session_id) VALUES ($1, $2)`, "f-"+s.id, s.id)
+		for _, h := range []string{sha + "-summary", sha + "-round-0", sha + "-fact"} {
+			mustExec(t, conn, `INSERT INTO memory_derived.embedding_cache (content_sha256, text, embedding) VALUES ($1, 't', `+vec+`)`, h)
+		}
+		mustExec(t, conn, `WITH p AS (INSERT INTO memory_derived.profiles (tenant_id, kind, summary) VALUES ($2, 'user', 'p') RETURNING id)
+			INSERT INTO memory_derived.derivations (derived_id, source_session_id) SELECT id, $1 FROM p`, s.id, s.tenant)
+	}
+	// A profile derived from A and B together goes with A.
+	mustExec(t, conn, `WITH p AS (INSERT INTO memory_derived.profiles (tenant_id, kind, summary) VALUES ('t1', 'project', 'ab') RETURNING id)
+		INSERT INTO memory_derived.derivations (derived_id, source_session_id) SELECT id, s FROM p, unnest($1::uuid[]) s`,
+		[]string{sessA, sessB})
+}
+
+func eraser(t *testing.T, dsn, tenant string) *postgres.Eraser {
+	t.Helper()
+	pool, err := postgres.Connect(context.Background(), dsn, postgres.Options{Vector: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return &postgres.Eraser{Pool: pool, Schema: "memory", TenantID: tenant}
+}
+
+func fixedDigest[T any](T) (string, error) { return "sha256:test", nil }
+
+// snapshot returns a digest of every row of every table Lethe may touch.
+func snapshot(t *testing.T, conn *pgx.Conn) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, table := range queryStrings(t, conn, `SELECT schemaname || '.' || tablename FROM pg_tables
+		WHERE schemaname IN ('memory', 'memory_derived', 'lethe', 'public')`) {
+		var d *string
+		if err := conn.QueryRow(context.Background(), `SELECT md5(string_agg(x::text, '|' ORDER BY x::text)) FROM `+table+` x`).Scan(&d); err != nil {
+			t.Fatal(err)
+		}
+		out[table] = "<empty>"
+		if d != nil {
+			out[table] = *d
+		}
+	}
+	return out
+}
+
+func count(t *testing.T, conn *pgx.Conn, sql string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := conn.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+func TestEraseRemovesEveryLayerOfTheSessionAndNothingElse(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	// A copy of one of A's embeddings in an unrelated table: residue the cascade misses.
+	mustExec(t, conn, `CREATE TABLE public.exported_vectors (id int, v vector(384))`)
+	mustExec(t, conn, `INSERT INTO public.exported_vectors SELECT 1, embedding FROM memory.rounds WHERE session_id = $1 LIMIT 1`, sessA)
+	before := snapshot(t, conn)
+	e := eraser(t, dsn, "t1")
+	req := postgres.Request{UID: "uid-1", SessionIDs: []string{sessA, sessC}}
+
+	plan, err := e.Tombstone(ctx, req, fixedDigest[postgres.Plan])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(plan.Found, []string{sessA}) || !slices.Equal(plan.NotFound, []string{sessC}) {
+		t.Fatalf("found %v, not found %v: the other tenant's session must be 'not found'", plan.Found, plan.NotFound)
+	}
+	wantRows := map[string]int64{"memory.sessions": 1, "memory.rounds": 3, "memory.facts": 3, "memory.fact_corrections": 3,
+		"memory.artifacts": 1, "memory.file_snapshots": 1, "memory.backfill_progress": 1}
+	for _, c := range plan.Rows {
+		if wantRows[c.Table] != c.Rows {
+			t.Errorf("plan: %s = %d, want %d", c.Table, c.Rows, wantRows[c.Table])
+		}
+	}
+	if plan.Embeddings != 7 || plan.ContentIndexEntries != 3 || plan.DerivedRecords != 2 {
+		t.Errorf("plan: embeddings %d (want 7), cache entries %d (want 3), derived %d (want 2)", plan.Embeddings, plan.ContentIndexEntries, plan.DerivedRecords)
+	}
+	// Repeating the tombstone gives the same plan and writes nothing twice.
+	again, err := e.Tombstone(ctx, req, fixedDigest[postgres.Plan])
+	if err != nil || !again.TombstonedAt.Equal(plan.TombstonedAt) || !slices.Equal(again.Found, plan.Found) {
+		t.Fatalf("repeat tombstone differs: %v %+v", err, again)
+	}
+
+	res, err := e.Delete(ctx, req, 100, 50, fixedDigest[postgres.BatchResult])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Batches) != 1 || res.Batches[0].Sessions != 1 || res.Batches[0].ContentIndexEntries != 3 || res.Batches[0].DerivedRecords != 2 {
+		t.Fatalf("delete result: %+v", res.Batches)
+	}
+	if res.EmbeddingsErased != 7 || len(res.Probe) != 7 || res.CommitLSN == "" {
+		t.Fatalf("embeddings erased %d, probed %d, lsn %q", res.EmbeddingsErased, len(res.Probe), res.CommitLSN)
+	}
+	checks, err := e.Verify(ctx, req.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(checks) != 9 {
+		t.Errorf("want 9 checks (7 tables, 1 content index, 1 lineage), got %d: %+v", len(checks), checks)
+	}
+	for _, c := range checks {
+		if c.Found != 0 {
+			t.Errorf("left behind: %s = %d", c.Check, c.Found)
+		}
+	}
+	residue, err := e.ProbeResidue(ctx, res.Probe, 1e-6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(residue) != 1 || residue[0].Column.String() != "public.exported_vectors.v" {
+		t.Fatalf("residue = %+v, want the copy in public.exported_vectors.v", residue)
+	}
+
+	// Nothing of B or C changed: compare each table's rows of the other sessions.
+	for _, other := range []string{sessB, sessC} {
+		for table, n := range map[string]int64{"memory.sessions": 1, "memory.rounds": 3, "memory.facts": 3, "memory.artifacts": 1} {
+			key := "session_id"
+			if table == "memory.sessions" {
+				key = "id"
+			}
+			if got := count(t, conn, `SELECT count(*) FROM `+table+` WHERE `+key+` = $1`, other); got != n {
+				t.Errorf("%s of %s: %d rows, want %d", table, other, got, n)
+			}
+		}
+	}
+	if got := count(t, conn, `SELECT count(*) FROM memory_derived.embedding_cache`); got != 6 {
+		t.Errorf("cache entries left: %d, want 6 (B's and C's)", got)
+	}
+	if got := count(t, conn, `SELECT count(*) FROM memory_derived.profiles`); got != 2 {
+		t.Errorf("profiles left: %d, want 2 (B's and C's own)", got)
+	}
+	after := snapshot(t, conn)
+	if before["memory.sessions"] == after["memory.sessions"] {
+		t.Error("snapshot did not change: the test cannot see changes")
+	}
+
+	// A repeat deletes nothing and writes no second receipt.
+	res2, err := e.Delete(ctx, req, 100, 50, fixedDigest[postgres.BatchResult])
+	if err != nil || !res2.Batches[0].Skipped {
+		t.Fatalf("repeat delete: %v %+v", err, res2.Batches)
+	}
+	if got := count(t, conn, `SELECT count(*) FROM lethe.erasure_receipts WHERE request_uid = 'uid-1'`); got != 2 {
+		t.Errorf("receipts: %d, want exactly 2 (Tombstoned, Deleted batch 0)", got)
+	}
+	if _, _, err := e.Cancel(ctx, req.UID, "sha256:x"); !errors.Is(err, postgres.ErrTooLateToCancel) {
+		t.Errorf("cancel after deletion: %v, want ErrTooLateToCancel", err)
+	}
+}
+
+func TestDeleteWaitsForTheGracePeriodByTheDatabaseClock(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	e := eraser(t, dsn, "")
+	req := postgres.Request{UID: "uid-g", SessionIDs: []string{sessA}, Grace: time.Hour}
+	if _, err := e.Tombstone(ctx, req, fixedDigest[postgres.Plan]); err != nil {
+		t.Fatal(err)
+	}
+	g, err := e.Grace(ctx, req.UID)
+	if err != nil || g.Elapsed || g.GraceEndsAt.Sub(g.Now) < 59*time.Minute {
+		t.Fatalf("grace: %+v %v", g, err)
+	}
+	res, err := e.Delete(ctx, req, 100, 10, fixedDigest[postgres.BatchResult])
+	if err != nil || !res.Batches[0].Skipped {
+		t.Fatalf("delete inside the grace period: %v %+v", err, res.Batches)
+	}
+	if got := count(t, conn, `SELECT count(*) FROM memory.sessions WHERE id = $1`, sessA); got != 1 {
+		t.Fatal("session deleted inside its grace period")
+	}
+	// Move the grace end into the past, as the database clock passing it would.
+	mustExec(t, conn, `UPDATE lethe.erasure_ledger SET grace_ends_at = now() - interval '1 second' WHERE request_uid = 'uid-g'`)
+	res, err = e.Delete(ctx, req, 100, 10, fixedDigest[postgres.BatchResult])
+	if err != nil || res.Batches[0].Sessions != 1 {
+		t.Fatalf("delete after the grace period: %v %+v", err, res.Batches)
+	}
+}
+
+func TestCancelLiftsTheTombstoneAndStopsDeletion(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	e := eraser(t, dsn, "")
+	req := postgres.Request{UID: "uid-c", SessionIDs: []string{sessA, sessB}}
+	other := postgres.Request{UID: "uid-other", SessionIDs: []string{sessB}, Grace: time.Hour}
+	if _, err := e.Tombstone(ctx, req, fixedDigest[postgres.Plan]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Tombstone(ctx, other, fixedDigest[postgres.Plan]); err != nil {
+		t.Fatal(err)
+	}
+	lifted, _, err := e.Cancel(ctx, req.UID, "sha256:c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lifted != 1 {
+		t.Errorf("lifted %d tombstones, want 1 (B stays tombstoned by the other request)", lifted)
+	}
+	if got := count(t, conn, `SELECT count(*) FROM memory.sessions WHERE tombstoned_at IS NULL AND id = $1`, sessA); got != 1 {
+		t.Error("A is still tombstoned after cancel")
+	}
+	var holder string
+	if err := conn.QueryRow(ctx, `SELECT tombstoned_by FROM memory.sessions WHERE id = $1`, sessB).Scan(&holder); err != nil || holder != "uid-other" {
+		t.Errorf("B's tombstone holder = %q (%v), want uid-other", holder, err)
+	}
+	again, _, err := e.Cancel(ctx, req.UID, "sha256:c")
+	if err != nil || again != lifted {
+		t.Errorf("repeat cancel reported %d (%v), want the first run's %d", again, err, lifted)
+	}
+	res, err := e.Delete(ctx, req, 100, 10, fixedDigest[postgres.BatchResult])
+	if err != nil || !res.Batches[0].Skipped {
+		t.Fatalf("delete after cancel: %v %+v", err, res.Batches)
+	}
+	if got := count(t, conn, `SELECT count(*) FROM memory.sessions`); got != 3 {
+		t.Errorf("sessions left %d, want 3", got)
+	}
+}
+
+func TestPlanOnlyChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	before := snapshot(t, conn)
+	e := eraser(t, dsn, "t1")
+	plan, err := e.PlanOnly(ctx, postgres.Request{UID: "uid-d", SessionIDs: []string{sessA, sessB}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Found) != 2 || plan.Embeddings != 14 || plan.DerivedRecords != 3 {
+		t.Fatalf("plan: %+v", plan)
+	}
+	after := snapshot(t, conn)
+	for table, d := range before {
+		if after[table] != d {
+			t.Errorf("dry run changed %s", table)
+		}
+	}
+	if len(before) < 10 {
+		t.Fatalf("snapshot covers only %d tables", len(before))
+	}
+}
