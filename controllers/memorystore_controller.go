@@ -204,22 +204,9 @@ func (r *MemoryStoreReconciler) checkGraph(ctx context.Context, store *lethev1.M
 	return nil
 }
 
-// readSecret reads one key of a Secret in the store's namespace, directly
-// from the API server. The value is never logged or put in a message.
+// readSecret reads one key of a Secret in the store's namespace.
 func (r *MemoryStoreReconciler) readSecret(ctx context.Context, namespace string, ref lethev1.SecretKeyRef) (string, *failure) {
-	secret := &corev1.Secret{}
-	err := r.SecretReader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: ref.Name}, secret)
-	if apierrors.IsNotFound(err) {
-		return "", fail(lethev1.ReasonSecretNotFound, "Secret %s/%s not found", namespace, ref.Name)
-	}
-	if err != nil {
-		return "", fail(lethev1.ReasonSecretNotFound, "cannot read Secret %s/%s: %v", namespace, ref.Name, err)
-	}
-	v, ok := secret.Data[ref.Key]
-	if !ok || len(v) == 0 {
-		return "", fail(lethev1.ReasonSecretKeyMissing, "Secret %s/%s has no key %q", namespace, ref.Name, ref.Key)
-	}
-	return string(v), nil
+	return readSecretKey(ctx, r.SecretReader, namespace, ref)
 }
 
 // forget drops the cached connections of a deleted store.

@@ -81,6 +81,9 @@ type managerFlags struct {
 	storeRecheck           time.Duration
 	probeTimeout           time.Duration
 	pgMaxConns             int
+	reverify               time.Duration
+	batchSize              int
+	probeBudget            int
 }
 
 func runManager(args []string) int {
@@ -93,6 +96,9 @@ func runManager(args []string) int {
 	fs.DurationVar(&f.storeRecheck, "store-recheck-interval", 5*time.Minute, "how often a Ready MemoryStore is probed and audited again")
 	fs.DurationVar(&f.probeTimeout, "probe-timeout", 10*time.Second, "bound on each connectivity or audit check")
 	fs.IntVar(&f.pgMaxConns, "postgres-max-conns", 4, "connections per MemoryStore database pool")
+	fs.DurationVar(&f.reverify, "reverify-interval", time.Hour, "how often a completed ErasureRequest is checked for resurrected sessions")
+	fs.IntVar(&f.batchSize, "delete-batch-size", 100, "sessions deleted per database transaction")
+	fs.IntVar(&f.probeBudget, "residue-probe-budget", 64, "erased embeddings per request that the residue probe queries")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	fs.Usage = func() {
@@ -148,7 +154,7 @@ func runManager(args []string) int {
 		log.Error(err, "create discovery client")
 		return 1
 	}
-	pools := &postgres.Pools{Options: postgres.Options{MaxConns: int32(f.pgMaxConns), ApplicationName: "lethe-manager"}}
+	pools := &postgres.Pools{Options: postgres.Options{MaxConns: int32(f.pgMaxConns), ApplicationName: "lethe-manager", Vector: true}}
 	defer pools.Close()
 	graphs := &graph.Clients{}
 	defer graphs.Close()
@@ -164,6 +170,20 @@ func runManager(args []string) int {
 		ProbeTimeout:    f.probeTimeout,
 	}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "set up the MemoryStore controller")
+		return 1
+	}
+
+	if err := (&controllers.ErasureRequestReconciler{
+		Client:           mgr.GetClient(),
+		APIReader:        mgr.GetAPIReader(),
+		SecretReader:     mgr.GetAPIReader(),
+		Recorder:         mgr.GetEventRecorder("lethe-erasurerequest"),
+		Pools:            pools,
+		ReverifyInterval: f.reverify,
+		BatchSize:        f.batchSize,
+		ProbeBudget:      f.probeBudget,
+	}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "set up the ErasureRequest controller")
 		return 1
 	}
 
@@ -192,6 +212,15 @@ func validateFlags(f managerFlags) error {
 	}
 	if f.probeTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--probe-timeout must be positive, got %s", f.probeTimeout))
+	}
+	if f.reverify < time.Minute {
+		errs = append(errs, fmt.Errorf("--reverify-interval must be at least 1m, got %s", f.reverify))
+	}
+	if f.batchSize < 1 || f.batchSize > 1000 {
+		errs = append(errs, fmt.Errorf("--delete-batch-size must be between 1 and 1000, got %d", f.batchSize))
+	}
+	if f.probeBudget < 0 || f.probeBudget > 10000 {
+		errs = append(errs, fmt.Errorf("--residue-probe-budget must be between 0 and 10000, got %d", f.probeBudget))
 	}
 	if f.pgMaxConns < 1 || f.pgMaxConns > 100 {
 		errs = append(errs, fmt.Errorf("--postgres-max-conns must be between 1 and 100, got %d", f.pgMaxConns))

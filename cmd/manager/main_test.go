@@ -58,21 +58,24 @@ func TestMigrateCommandRefusesBadArguments(t *testing.T) {
 }
 
 func TestManagerFlagsAreValidated(t *testing.T) {
-	ok := managerFlags{storeRecheck: time.Minute, probeTimeout: time.Second, pgMaxConns: 4}
+	ok := managerFlags{storeRecheck: time.Minute, probeTimeout: time.Second, pgMaxConns: 4, reverify: time.Hour, batchSize: 100, probeBudget: 64}
 	if err := validateFlags(ok); err != nil {
 		t.Fatalf("valid flags refused: %v", err)
 	}
 	for name, f := range map[string]managerFlags{
-		"--store-recheck-interval": {storeRecheck: time.Second, probeTimeout: time.Second, pgMaxConns: 4},
-		"--probe-timeout":          {storeRecheck: time.Minute, probeTimeout: 0, pgMaxConns: 4},
-		"--postgres-max-conns":     {storeRecheck: time.Minute, probeTimeout: time.Second, pgMaxConns: 0},
+		"--store-recheck-interval": {storeRecheck: time.Second, probeTimeout: time.Second, pgMaxConns: 4, reverify: time.Hour, batchSize: 1},
+		"--probe-timeout":          {storeRecheck: time.Minute, probeTimeout: 0, pgMaxConns: 4, reverify: time.Hour, batchSize: 1},
+		"--postgres-max-conns":     {storeRecheck: time.Minute, probeTimeout: time.Second, pgMaxConns: 0, reverify: time.Hour, batchSize: 1},
+		"--reverify-interval":      {storeRecheck: time.Minute, probeTimeout: time.Second, pgMaxConns: 4, reverify: time.Second, batchSize: 1},
+		"--delete-batch-size":      {storeRecheck: time.Minute, probeTimeout: time.Second, pgMaxConns: 4, reverify: time.Hour, batchSize: 0},
+		"--residue-probe-budget":   {storeRecheck: time.Minute, probeTimeout: time.Second, pgMaxConns: 4, reverify: time.Hour, batchSize: 1, probeBudget: -1},
 	} {
 		err := validateFlags(f)
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: got %v, want an error naming the flag", name, err)
 		}
 	}
-	if err := validateFlags(managerFlags{}); err == nil || strings.Count(err.Error(), "--") != 3 {
-		t.Errorf("want all three problems reported at once, got %v", fmt.Sprint(err))
+	if err := validateFlags(managerFlags{}); err == nil || strings.Count(err.Error(), "--") != 5 {
+		t.Errorf("want all five problems reported at once, got %v", fmt.Sprint(err))
 	}
 }

@@ -17,6 +17,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// quiet keeps go-redis from printing dial errors to stderr: every error is
+// returned to the caller, which reports it as a condition.
+var quiet sync.Once
+
+type discard struct{}
+
+func (discard) Printf(context.Context, string, ...interface{}) {}
+
 var errBadURL = errors.New("invalid FalkorDB URL: want falkor://[user:password@]host:port")
 
 // Client talks to one FalkorDB server.
@@ -44,6 +52,7 @@ func Open(rawURL string) (*Client, error) {
 	if err != nil {
 		return nil, errBadURL
 	}
+	quiet.Do(func() { redis.SetLogger(discard{}) })
 	// A timed-out read must not be retried: the write may already have run.
 	opts.ReadTimeout = -1
 	opts.MaxRetries = -1

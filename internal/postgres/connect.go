@@ -17,8 +17,8 @@ import (
 type Options struct {
 	// MaxConns bounds the pool; 0 keeps pgx's default.
 	MaxConns int32
-	// Vector registers pgvector's types on every connection. It needs the
-	// vector extension to exist in the database.
+	// Vector registers pgvector's types on every connection where the
+	// vector extension exists.
 	Vector bool
 	// ApplicationName shows up in pg_stat_activity.
 	ApplicationName string
@@ -41,6 +41,10 @@ func Connect(ctx context.Context, dsn string, opts Options) (*pgxpool.Pool, erro
 	cfg.ConnConfig.RuntimeParams["application_name"] = name
 	if opts.Vector {
 		cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+			var present bool
+			if err := conn.QueryRow(ctx, `SELECT to_regtype('vector') IS NOT NULL`).Scan(&present); err != nil || !present {
+				return err
+			}
 			return pgxvec.RegisterTypes(ctx, conn)
 		}
 	}

@@ -94,81 +94,8 @@ func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []s
 			res.Skipped = true
 			return tx.QueryRow(ctx, `SELECT now()`).Scan(&res.DeletedAt)
 		}
-		res.Sessions = len(eligible)
-
-		// Sample the embeddings for the residue probe before they go.
-		for _, v := range layout.Vectors {
-			var n int64
-			key := pgx.Identifier{layout.sessionKey(v.Table)}.Sanitize()
-			if err := tx.QueryRow(ctx, `SELECT count(`+v.Ident()+`) FROM `+v.Table.Ident()+` WHERE `+key+` = ANY($1::uuid[])`, eligible).Scan(&n); err != nil {
-				return fmt.Errorf("count embeddings in %s: %w", v, err)
-			}
-			embeddings += n
-			if room := probeBudget - len(probe); room > 0 {
-				rows, err := tx.Query(ctx, `SELECT `+v.Ident()+` FROM `+v.Table.Ident()+` WHERE `+key+` = ANY($1::uuid[]) AND `+
-					v.Ident()+` IS NOT NULL LIMIT $2`, eligible, room)
-				if err != nil {
-					return fmt.Errorf("sample embeddings of %s: %w", v, err)
-				}
-				vs, err := pgx.CollectRows(rows, pgx.RowTo[pgvector.Vector])
-				if err != nil {
-					return fmt.Errorf("sample embeddings of %s: %w", v, err)
-				}
-				probe = append(probe, vs...)
-			}
-		}
-
-		// Content-keyed index entries of the sessions' content.
-		hashes, err := e.contentHashes(ctx, tx, layout, eligible)
-		if err != nil {
+		if err := e.eraseLocked(ctx, tx, layout, uid, eligible, probeBudget, &res, &probe, &embeddings); err != nil {
 			return err
-		}
-		for _, idx := range layout.ContentIndexes {
-			tag, err := tx.Exec(ctx, `DELETE FROM `+idx.Table.Ident()+` WHERE `+idx.Ident()+` = ANY($1::text[])`, hashes)
-			if err != nil {
-				return fmt.Errorf("delete from %s: %w", idx.Table, err)
-			}
-			res.ContentIndexEntries += tag.RowsAffected()
-		}
-		if _, err := tx.Exec(ctx, `UPDATE lethe.erasure_ledger SET erased_at = now()
-			WHERE request_uid = $1 AND scope = 'content' AND record_id = ANY($2::text[]) AND erased_at IS NULL AND cancelled_at IS NULL`,
-			uid, hashes); err != nil {
-			return fmt.Errorf("mark content erased: %w", err)
-		}
-
-		// Derived records whose lineage names a session.
-		for _, lin := range layout.Lineages {
-			tag, err := tx.Exec(ctx, `DELETE FROM `+lin.Derived.Ident()+` WHERE `+pgx.Identifier{lin.DerivedKey}.Sanitize()+` IN (
-				SELECT `+pgx.Identifier{lin.DerivedColumn}.Sanitize()+` FROM `+lin.Table.Ident()+`
-				WHERE `+pgx.Identifier{lin.SourceColumn}.Sanitize()+`::text = ANY($1::text[]))`, eligible)
-			if err != nil {
-				return fmt.Errorf("delete derived records of %s: %w", lin.Derived, err)
-			}
-			res.DerivedRecords += tag.RowsAffected()
-			// Lineage rows that outlive their derived record (no cascade) go too.
-			if _, err := tx.Exec(ctx, `DELETE FROM `+lin.Table.Ident()+` WHERE `+pgx.Identifier{lin.SourceColumn}.Sanitize()+`::text = ANY($1::text[])`, eligible); err != nil {
-				return fmt.Errorf("delete lineage of %s: %w", lin.Table, err)
-			}
-		}
-
-		// Count, then delete the sessions: the cascade removes the children.
-		for _, t := range append([]Table{layout.Sessions}, layout.Children...) {
-			var n int64
-			if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+t.Ident()+` WHERE `+pgx.Identifier{layout.sessionKey(t)}.Sanitize()+` = ANY($1::uuid[])`, eligible).Scan(&n); err != nil {
-				return fmt.Errorf("count %s: %w", t, err)
-			}
-			res.Rows = append(res.Rows, Count{Table: t.String(), Rows: n})
-		}
-		tag, err := tx.Exec(ctx, `DELETE FROM `+layout.Sessions.Ident()+` WHERE id = ANY($1::uuid[])`, eligible)
-		if err != nil {
-			return fmt.Errorf("delete sessions: %w", err)
-		}
-		if tag.RowsAffected() != int64(len(eligible)) {
-			return fmt.Errorf("deleted %d sessions, expected %d: rolled back", tag.RowsAffected(), len(eligible))
-		}
-		if err := tx.QueryRow(ctx, `UPDATE lethe.erasure_ledger SET erased_at = now()
-			WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) RETURNING now()`, uid, eligible).Scan(&res.DeletedAt); err != nil {
-			return fmt.Errorf("mark sessions erased: %w", err)
 		}
 		d, err := digest(res)
 		if err != nil {
@@ -180,6 +107,89 @@ func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []s
 		return res, nil, 0, err
 	}
 	return res, probe, embeddings, nil
+}
+
+// eraseLocked removes the eligible sessions (already locked by the caller's
+// guard query) and everything reached from them: content-index entries,
+// derived records, the sessions and, by cascade, their rows.
+func (e *Eraser) eraseLocked(ctx context.Context, tx pgx.Tx, layout Layout, uid string, eligible []string, probeBudget int,
+	res *BatchResult, probe *[]pgvector.Vector, embeddings *int64) error {
+	res.Sessions = len(eligible)
+	// Sample the embeddings for the residue probe before they go.
+	for _, v := range layout.Vectors {
+		var n int64
+		key := pgx.Identifier{layout.sessionKey(v.Table)}.Sanitize()
+		if err := tx.QueryRow(ctx, `SELECT count(`+v.Ident()+`) FROM `+v.Table.Ident()+` WHERE `+key+` = ANY($1::uuid[])`, eligible).Scan(&n); err != nil {
+			return fmt.Errorf("count embeddings in %s: %w", v, err)
+		}
+		*embeddings += n
+		if room := probeBudget - len(*probe); room > 0 {
+			rows, err := tx.Query(ctx, `SELECT `+v.Ident()+` FROM `+v.Table.Ident()+` WHERE `+key+` = ANY($1::uuid[]) AND `+
+				v.Ident()+` IS NOT NULL LIMIT $2`, eligible, room)
+			if err != nil {
+				return fmt.Errorf("sample embeddings of %s: %w", v, err)
+			}
+			vs, err := pgx.CollectRows(rows, pgx.RowTo[pgvector.Vector])
+			if err != nil {
+				return fmt.Errorf("sample embeddings of %s: %w", v, err)
+			}
+			*probe = append(*probe, vs...)
+		}
+	}
+
+	// Content-keyed index entries of the sessions' content.
+	hashes, err := e.contentHashes(ctx, tx, layout, eligible)
+	if err != nil {
+		return err
+	}
+	for _, idx := range layout.ContentIndexes {
+		tag, err := tx.Exec(ctx, `DELETE FROM `+idx.Table.Ident()+` WHERE `+idx.Ident()+` = ANY($1::text[])`, hashes)
+		if err != nil {
+			return fmt.Errorf("delete from %s: %w", idx.Table, err)
+		}
+		res.ContentIndexEntries += tag.RowsAffected()
+	}
+	if _, err := tx.Exec(ctx, `UPDATE lethe.erasure_ledger SET erased_at = now()
+			WHERE request_uid = $1 AND scope = 'content' AND record_id = ANY($2::text[]) AND erased_at IS NULL AND cancelled_at IS NULL`,
+		uid, hashes); err != nil {
+		return fmt.Errorf("mark content erased: %w", err)
+	}
+
+	// Derived records whose lineage names a session.
+	for _, lin := range layout.Lineages {
+		tag, err := tx.Exec(ctx, `DELETE FROM `+lin.Derived.Ident()+` WHERE `+pgx.Identifier{lin.DerivedKey}.Sanitize()+` IN (
+				SELECT `+pgx.Identifier{lin.DerivedColumn}.Sanitize()+` FROM `+lin.Table.Ident()+`
+				WHERE `+pgx.Identifier{lin.SourceColumn}.Sanitize()+`::text = ANY($1::text[]))`, eligible)
+		if err != nil {
+			return fmt.Errorf("delete derived records of %s: %w", lin.Derived, err)
+		}
+		res.DerivedRecords += tag.RowsAffected()
+		// Lineage rows that outlive their derived record (no cascade) go too.
+		if _, err := tx.Exec(ctx, `DELETE FROM `+lin.Table.Ident()+` WHERE `+pgx.Identifier{lin.SourceColumn}.Sanitize()+`::text = ANY($1::text[])`, eligible); err != nil {
+			return fmt.Errorf("delete lineage of %s: %w", lin.Table, err)
+		}
+	}
+
+	// Count, then delete the sessions: the cascade removes the children.
+	for _, t := range append([]Table{layout.Sessions}, layout.Children...) {
+		var n int64
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+t.Ident()+` WHERE `+pgx.Identifier{layout.sessionKey(t)}.Sanitize()+` = ANY($1::uuid[])`, eligible).Scan(&n); err != nil {
+			return fmt.Errorf("count %s: %w", t, err)
+		}
+		res.Rows = append(res.Rows, Count{Table: t.String(), Rows: n})
+	}
+	tag, err := tx.Exec(ctx, `DELETE FROM `+layout.Sessions.Ident()+` WHERE id = ANY($1::uuid[])`, eligible)
+	if err != nil {
+		return fmt.Errorf("delete sessions: %w", err)
+	}
+	if tag.RowsAffected() != int64(len(eligible)) {
+		return fmt.Errorf("deleted %d sessions, expected %d: rolled back", tag.RowsAffected(), len(eligible))
+	}
+	if err := tx.QueryRow(ctx, `UPDATE lethe.erasure_ledger SET erased_at = now()
+			WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) RETURNING now()`, uid, eligible).Scan(&res.DeletedAt); err != nil {
+		return fmt.Errorf("mark sessions erased: %w", err)
+	}
+	return nil
 }
 
 // Verification is one "nothing left" check.
@@ -296,4 +306,62 @@ func (e *Eraser) ProbeResidue(ctx context.Context, probe []pgvector.Vector, maxD
 		}
 	}
 	return out, nil
+}
+
+// Reerase finds sessions this request erased that exist again (a restored
+// backup) and erases them at once — the grace period was served the first
+// time — writing the receipt (request, Resurrected, batch). It returns a
+// result with Sessions == 0 when nothing came back.
+func (e *Eraser) Reerase(ctx context.Context, uid string, batch int, digest func(BatchResult) (string, error)) (BatchResult, error) {
+	res := BatchResult{Batch: batch}
+	err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		layout, err := LoadLayout(ctx, tx, e.Schema)
+		if err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT s.id::text FROM lethe.erasure_ledger l
+			JOIN `+layout.Sessions.Ident()+` s ON s.id = l.record_id::uuid
+			WHERE l.scope = 'session' AND l.request_uid = $1 AND l.erased_at IS NOT NULL
+			  AND ($2::text IS NULL OR s.tenant_id = $2)
+			ORDER BY s.id FOR UPDATE OF l, s`, uid, e.tenant())
+		if err != nil {
+			return fmt.Errorf("look for resurrected sessions: %w", err)
+		}
+		back, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("look for resurrected sessions: %w", err)
+		}
+		if len(back) == 0 {
+			res.Skipped = true
+			return nil
+		}
+		// Hidden from the application at once, in case the delete fails.
+		if _, err := tx.Exec(ctx, `UPDATE `+layout.Sessions.Ident()+` SET tombstoned_at = now(), tombstoned_by = $2
+			WHERE id = ANY($1::uuid[]) AND tombstoned_at IS NULL`, back, uid); err != nil {
+			return fmt.Errorf("tombstone resurrected sessions: %w", err)
+		}
+		var probe []pgvector.Vector
+		var embeddings int64
+		if err := e.eraseLocked(ctx, tx, layout, uid, back, 0, &res, &probe, &embeddings); err != nil {
+			return err
+		}
+		d, err := digest(res)
+		if err != nil {
+			return err
+		}
+		return writeReceipt(ctx, tx, uid, StepResurrected, batch, res.Sessions, res.Rows, d)
+	})
+	return res, err
+}
+
+// ReplicaCaughtUp reports whether the replica behind pool has replayed past lsn.
+func ReplicaCaughtUp(ctx context.Context, q Querier, lsn string) (bool, error) {
+	var ok *bool
+	if err := q.QueryRow(ctx, `SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn`, lsn).Scan(&ok); err != nil {
+		return false, fmt.Errorf("read replay position: %w", err)
+	}
+	if ok == nil {
+		return false, fmt.Errorf("the server is not a replica (pg_last_wal_replay_lsn() is null)")
+	}
+	return *ok, nil
 }

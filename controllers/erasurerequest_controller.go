@@ -1,0 +1,275 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/pgvector/pgvector-go"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/evidence"
+	"github.com/lethe-dev/lethe/internal/postgres"
+)
+
+// Finalizer lets Lethe act when a request is deleted: during the grace period
+// the tombstones are lifted (and a Cancelled receipt written); after the
+// deletion, removing the object undoes nothing and the receipts in the
+// database remain.
+const Finalizer = "erasure.lethe.dev/finalizer"
+
+// ErasureRequestReconciler runs the erasure phase machine: an ordered list of
+// idempotent steps (tombstone, grace, delete, graph, backups), stopping at the
+// first one that is not done, with one status patch per pass.
+type ErasureRequestReconciler struct {
+	Client       client.Client
+	APIReader    client.Reader
+	SecretReader client.Reader
+	Recorder     events.EventRecorder
+	Clock        clock.PassiveClock
+	Pools        *postgres.Pools
+
+	// ReverifyInterval is how often a completed request is checked for
+	// resurrected sessions.
+	ReverifyInterval time.Duration
+	// BatchSize bounds the sessions deleted per transaction.
+	BatchSize int
+	// ProbeBudget bounds the erased embeddings the residue probe queries per request.
+	ProbeBudget int
+	// RetryAfter is the wait after an unreachable database or a missing store.
+	RetryAfter time.Duration
+
+	// probes keeps the sampled embeddings between the delete and the residue
+	// probe, in memory only, keyed by request UID.
+	probes sync.Map
+}
+
+// scope is what one pass works on.
+type scope struct {
+	req    *lethev1.ErasureRequest
+	before *lethev1.ErasureRequest
+	store  *lethev1.MemoryStore
+	eraser *postgres.Eraser
+	result ctrl.Result
+}
+
+type step func(ctx context.Context, s *scope) (done bool, err error)
+
+// +kubebuilder:rbac:groups=erasure.lethe.dev,resources=erasurerequests,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=erasure.lethe.dev,resources=erasurerequests/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=erasure.lethe.dev,resources=erasurerequests/finalizers,verbs=update
+
+// Reconcile runs the steps in order and writes the status once.
+func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	log := ctrl.LoggerFrom(ctx)
+	er := &lethev1.ErasureRequest{}
+	if err := r.Client.Get(ctx, req.NamespacedName, er); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+
+	// The finalizer goes on before anything touches the database.
+	if er.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(er, Finalizer) {
+		controllerutil.AddFinalizer(er, Finalizer)
+		if err := r.Client.Update(ctx, er); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{RequeueAfter: time.Second}, nil
+			}
+			return ctrl.Result{}, err
+		}
+	}
+
+	s := &scope{req: er, before: er.DeepCopy()}
+	if !er.DeletionTimestamp.IsZero() {
+		return r.finalize(ctx, s)
+	}
+
+	defer func() {
+		if err := r.patchStatus(ctx, s); err != nil {
+			if apierrors.IsConflict(err) {
+				s.result = ctrl.Result{RequeueAfter: time.Second}
+				return
+			}
+			retErr = err
+		}
+	}()
+
+	r.initStatus(s)
+	if done := r.resolveStore(ctx, s); !done {
+		return s.result, nil
+	}
+
+	if terminal(s.req.Status.Conditions) {
+		return ctrl.Result{}, nil
+	}
+	steps := []step{r.tombstone, r.grace, r.delete, r.graph, r.backups}
+	for _, st := range steps {
+		done, err := st(ctx, s)
+		if err != nil {
+			log.Error(err, "step failed", "phase", derivePhase(er.Status.Conditions, er.Spec.DryRun))
+			return ctrl.Result{RequeueAfter: r.RetryAfter}, nil
+		}
+		if !done {
+			return s.result, nil
+		}
+	}
+	// Completed: re-verify on an interval (restored backups).
+	if err := r.reverify(ctx, s); err != nil {
+		log.Error(err, "re-verification failed")
+		return ctrl.Result{RequeueAfter: r.RetryAfter}, nil
+	}
+	return ctrl.Result{RequeueAfter: r.ReverifyInterval}, nil
+}
+
+// initStatus fills what is known from the spec alone.
+func (r *ErasureRequestReconciler) initStatus(s *scope) {
+	st := &s.req.Status
+	st.Sessions = int32(len(s.req.Spec.SessionIDs))
+	requested := s.req.CreationTimestamp.Time
+	if s.req.Spec.RequestedAt != nil {
+		requested = s.req.Spec.RequestedAt.Time
+	}
+	st.Deadline = mtime(deadline(requested))
+}
+
+// resolveStore finds the MemoryStore and opens its database.
+func (r *ErasureRequestReconciler) resolveStore(ctx context.Context, s *scope) bool {
+	store := &lethev1.MemoryStore{}
+	key := types.NamespacedName{Namespace: s.req.Namespace, Name: s.req.Spec.StoreRef.Name}
+	if err := r.Client.Get(ctx, key, store); err != nil {
+		if apierrors.IsNotFound(err) && !meta.IsStatusConditionTrue(s.req.Status.Conditions, lethev1.ConditionTombstoned) {
+			r.setStep(s, lethev1.ConditionTombstoned, false, lethev1.ReasonStoreNotFound,
+				fmt.Sprintf("MemoryStore %q not found in namespace %s", key.Name, key.Namespace))
+		}
+		s.result = ctrl.Result{RequeueAfter: r.RetryAfter}
+		return false
+	}
+	s.store = store
+	dsn, f := readSecretKey(ctx, r.SecretReader, store.Namespace, store.Spec.Postgres.DSNSecretRef)
+	if f == nil {
+		pool, err := r.Pools.Get(ctx, poolKey(store, "primary"), dsn)
+		if err == nil {
+			s.eraser = &postgres.Eraser{Pool: pool, Schema: store.Spec.Postgres.Schema, TenantID: store.Spec.TenantID}
+			return true
+		}
+		f = fail(lethev1.ReasonDatabaseUnavailable, "%v", err)
+	}
+	r.setStep(s, r.currentStep(s), false, lethev1.ReasonDatabaseUnavailable, "the memory database is unreachable: "+f.message)
+	s.result = ctrl.Result{RequeueAfter: r.RetryAfter}
+	return false
+}
+
+// currentStep is the first step condition that is not True.
+func (r *ErasureRequestReconciler) currentStep(s *scope) string {
+	return firstPending(s.req.Status.Conditions)
+}
+
+// setStep sets one step condition; its message must not change between passes.
+func (r *ErasureRequestReconciler) setStep(s *scope, condType string, ok bool, reason, message string) {
+	if condType == "none" {
+		return
+	}
+	status := metav1.ConditionFalse
+	if ok {
+		status = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&s.req.Status.Conditions, metav1.Condition{
+		Type: condType, Status: status, Reason: reason, Message: message, ObservedGeneration: s.req.Generation,
+	})
+}
+
+// milestone appends a history entry chained to the last one and emits an event.
+func (r *ErasureRequestReconciler) milestone(s *scope, phase lethev1.Phase, event string, at time.Time, ev any, note string) {
+	d, err := evidence.Digest(ev)
+	if err != nil {
+		d = "sha256:unavailable"
+	}
+	s.req.Status.History = evidence.Append(s.req.Status.History, phase, event, at, d)
+	reason := string(phase)
+	if event != "" {
+		reason = event
+	}
+	r.Recorder.Eventf(s.req, nil, corev1.EventTypeNormal, reason, "Erase", "%s", note)
+}
+
+// patchStatus derives phase, Ready and Stalled, then writes the status once if it changed.
+func (r *ErasureRequestReconciler) patchStatus(ctx context.Context, s *scope) error {
+	st := &s.req.Status
+	st.Phase = derivePhase(st.Conditions, s.req.Spec.DryRun)
+	ready, stalled := summary(st.Conditions, st.Phase, s.req.Generation)
+	meta.SetStatusCondition(&st.Conditions, ready)
+	meta.SetStatusCondition(&st.Conditions, stalled)
+	st.ObservedGeneration = s.req.Generation
+	if equality.Semantic.DeepEqual(s.before.Status, s.req.Status) {
+		return nil
+	}
+	return r.Client.Status().Patch(ctx, s.req, client.MergeFrom(s.before))
+}
+
+// request is the database's view of the erasure request.
+func request(er *lethev1.ErasureRequest) postgres.Request {
+	ids := make([]string, len(er.Spec.SessionIDs))
+	for i, id := range er.Spec.SessionIDs {
+		ids[i] = string(id)
+	}
+	grace := time.Duration(0)
+	if !er.Spec.Immediate && er.Spec.GracePeriod != nil {
+		grace = er.Spec.GracePeriod.Duration
+	}
+	return postgres.Request{UID: string(er.UID), SessionIDs: ids, Grace: grace}
+}
+
+// deletionPredicate lets the deletion of a request through the generation filter.
+func deletionPredicate() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool { return !e.ObjectNew.GetDeletionTimestamp().IsZero() },
+	}
+}
+
+func (r *ErasureRequestReconciler) takeProbe(uid types.UID) ([]pgvector.Vector, bool) {
+	v, ok := r.probes.Load(uid)
+	if !ok {
+		return nil, false
+	}
+	return v.([]pgvector.Vector), true
+}
+
+// SetupWithManager registers the reconciler.
+func (r *ErasureRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.ReverifyInterval == 0 {
+		r.ReverifyInterval = time.Hour
+	}
+	if r.BatchSize == 0 {
+		r.BatchSize = 100
+	}
+	if r.ProbeBudget == 0 {
+		r.ProbeBudget = 64
+	}
+	if r.RetryAfter == 0 {
+		r.RetryAfter = 15 * time.Second
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&lethev1.ErasureRequest{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{},
+			deletionPredicate()))).
+		Named("erasurerequest").
+		Complete(r)
+}

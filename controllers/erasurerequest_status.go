@@ -1,0 +1,168 @@
+package controllers
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/postgres"
+)
+
+// stepConditions are the step conditions in pipeline order.
+var stepConditions = []string{
+	lethev1.ConditionTombstoned,
+	lethev1.ConditionGracePeriodElapsed,
+	lethev1.ConditionDeleted,
+	lethev1.ConditionGraphReconciled,
+	lethev1.ConditionBackupsRotated,
+}
+
+// milestoneOf maps a step condition to the phase reached when it is True.
+var milestoneOf = map[string]lethev1.Phase{
+	lethev1.ConditionTombstoned:         lethev1.PhaseTombstoned,
+	lethev1.ConditionGracePeriodElapsed: lethev1.PhaseGracePeriod,
+	lethev1.ConditionDeleted:            lethev1.PhaseDeleted,
+	lethev1.ConditionGraphReconciled:    lethev1.PhaseGraphReconciled,
+	lethev1.ConditionBackupsRotated:     lethev1.PhaseBackupsRotated,
+}
+
+// derivePhase computes the phase from the conditions alone: the last step
+// milestone reached in order, or a terminal outcome. It never reads the phase.
+func derivePhase(conds []metav1.Condition, dryRun bool) lethev1.Phase {
+	grace := meta.FindStatusCondition(conds, lethev1.ConditionGracePeriodElapsed)
+	if grace != nil && grace.Reason == lethev1.ReasonCancelled {
+		return lethev1.PhaseCancelled
+	}
+	if stalled := meta.FindStatusCondition(conds, lethev1.ConditionStalled); stalled != nil &&
+		stalled.Status == metav1.ConditionTrue && stalled.Reason == lethev1.ReasonFailed {
+		return lethev1.PhaseFailed
+	}
+	if tomb := meta.FindStatusCondition(conds, lethev1.ConditionTombstoned); dryRun && tomb != nil && tomb.Reason == lethev1.ReasonDryRun {
+		return lethev1.PhasePlanned
+	}
+	phase := lethev1.PhasePending
+	for _, t := range stepConditions {
+		if !meta.IsStatusConditionTrue(conds, t) {
+			break
+		}
+		phase = milestoneOf[t]
+	}
+	return phase
+}
+
+// terminal reports a request that ended without completing: planned (dry
+// run) or cancelled. Nothing more happens to it.
+func terminal(conds []metav1.Condition) bool {
+	if c := meta.FindStatusCondition(conds, lethev1.ConditionTombstoned); c != nil && c.Reason == lethev1.ReasonDryRun {
+		return true
+	}
+	c := meta.FindStatusCondition(conds, lethev1.ConditionGracePeriodElapsed)
+	return c != nil && c.Reason == lethev1.ReasonCancelled
+}
+
+// summary computes Ready and Stalled from the step conditions.
+func summary(conds []metav1.Condition, phase lethev1.Phase, generation int64) (ready, stalled metav1.Condition) {
+	ready = metav1.Condition{Type: lethev1.ConditionReady, ObservedGeneration: generation}
+	stalled = metav1.Condition{Type: lethev1.ConditionStalled, ObservedGeneration: generation,
+		Status: metav1.ConditionFalse, Reason: lethev1.ReasonInProgress, Message: "no human action needed"}
+	switch phase {
+	case lethev1.PhaseBackupsRotated:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, lethev1.ReasonCompleted, "every step of the erasure is done"
+	case lethev1.PhasePlanned:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, lethev1.ReasonDryRun, "dry run: the plan is in status.plan; nothing was changed"
+	case lethev1.PhaseCancelled:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, lethev1.ReasonCancelled, "cancelled before deletion: the tombstones were lifted"
+	default:
+		ready.Status, ready.Reason = metav1.ConditionFalse, lethev1.ReasonInProgress
+		ready.Message = "waiting for step " + firstPending(conds)
+	}
+	for _, t := range stepConditions {
+		c := meta.FindStatusCondition(conds, t)
+		if c == nil || c.Status == metav1.ConditionTrue {
+			continue
+		}
+		switch c.Reason {
+		case lethev1.ReasonResidueFound, lethev1.ReasonVerificationFailed, lethev1.ReasonStoreNotFound:
+			stalled.Status, stalled.Reason, stalled.Message = metav1.ConditionTrue, c.Reason, t+": "+c.Message
+		}
+		break
+	}
+	return ready, stalled
+}
+
+func firstPending(conds []metav1.Condition) string {
+	for _, t := range stepConditions {
+		if !meta.IsStatusConditionTrue(conds, t) {
+			return t
+		}
+	}
+	return "none"
+}
+
+// planStatus converts the database plan into the API's shape.
+func planStatus(p postgres.Plan) *lethev1.ErasurePlan {
+	out := &lethev1.ErasurePlan{
+		SessionsFound:       int32(len(p.Found)),
+		Embeddings:          p.Embeddings,
+		ContentIndexEntries: p.ContentIndexEntries,
+		DerivedRecords:      p.DerivedRecords,
+		PlannedAt:           &metav1.Time{Time: p.TombstonedAt.UTC().Truncate(time.Second)},
+	}
+	for _, id := range p.NotFound {
+		out.NotFoundSessionIDs = append(out.NotFoundSessionIDs, lethev1.SessionID(id))
+	}
+	for _, c := range p.Rows {
+		out.Rows = append(out.Rows, lethev1.TableCount{Table: c.Table, Rows: c.Rows})
+	}
+	return out
+}
+
+// sumBatches adds the per-table counts of every batch that ran.
+func sumBatches(batches []postgres.BatchResult) (counts []lethev1.TableCount, sessions int, cache, derived int64, last time.Time) {
+	idx := map[string]int{}
+	for _, b := range batches {
+		if b.Skipped {
+			continue
+		}
+		sessions += b.Sessions
+		cache += b.ContentIndexEntries
+		derived += b.DerivedRecords
+		if b.DeletedAt.After(last) {
+			last = b.DeletedAt
+		}
+		for _, c := range b.Rows {
+			i, ok := idx[c.Table]
+			if !ok {
+				i = len(counts)
+				idx[c.Table] = i
+				counts = append(counts, lethev1.TableCount{Table: c.Table})
+			}
+			counts[i].Rows += c.Rows
+		}
+	}
+	return counts, sessions, cache, derived, last
+}
+
+// deadline is one calendar month after the request (GDPR Art. 12(3)).
+func deadline(requested time.Time) time.Time { return requested.AddDate(0, 1, 0) }
+
+// setEvidence replaces (or appends) the evidence of one step.
+func setEvidence(st *lethev1.ErasureRequestStatus, ev lethev1.StepEvidence) {
+	if st.Evidence == nil {
+		st.Evidence = &lethev1.ErasureEvidence{}
+	}
+	for i := range st.Evidence.Steps {
+		if st.Evidence.Steps[i].Step == ev.Step {
+			st.Evidence.Steps[i] = ev
+			return
+		}
+	}
+	st.Evidence.Steps = append(st.Evidence.Steps, ev)
+}
+
+func mtime(t time.Time) *metav1.Time {
+	m := metav1.NewTime(t.UTC().Truncate(time.Second))
+	return &m
+}
