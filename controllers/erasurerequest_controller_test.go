@@ -35,7 +35,7 @@ const (
 	erasedA2 = "11111111-1111-4111-8111-11111111111c"
 	keptB    = "11111111-1111-4111-8111-11111111111b"
 	otherT2  = "22222222-2222-4222-8222-22222222222d" // tenant t2
-	marker   = "PERSONAL-DATA-MARKER-7f3a"             // content that must never leave the database
+	marker   = "PERSONAL-DATA-MARKER-7f3a"            // content that must never leave the database
 )
 
 func newMemoryEnv(t *testing.T, prefix string) *memoryEnv {
