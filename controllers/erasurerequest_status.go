@@ -66,7 +66,7 @@ func terminal(conds []metav1.Condition) bool {
 func summary(conds []metav1.Condition, phase lethev1.Phase, generation int64) (ready, stalled metav1.Condition) {
 	ready = metav1.Condition{Type: lethev1.ConditionReady, ObservedGeneration: generation}
 	stalled = metav1.Condition{Type: lethev1.ConditionStalled, ObservedGeneration: generation,
-		Status: metav1.ConditionFalse, Reason: lethev1.ReasonInProgress, Message: "no human action needed"}
+		Status: metav1.ConditionFalse, Reason: lethev1.ReasonNoActionNeeded, Message: "no human action is needed"}
 	switch phase {
 	case lethev1.PhaseBackupsRotated:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, lethev1.ReasonCompleted, "every step of the erasure is done"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # hack/demo.sh — Lethe on the local dev stack: starts the manager, creates the
 # sample MemoryStore (Postgres with the reference schema, FalkorDB, Velero),
-# waits for it to be Ready and shows it with kubectl.
+# waits for it to be Ready and shows it; then seeds synthetic sessions, applies
+# an immediate request and one with a grace period, and prints what an
+# auditor would read.
 #
 # The dev stack and the manager are stopped at the end; LETHE_DEMO_KEEP=1
 # leaves them running (stop them with `make dev-down`).
@@ -46,6 +48,67 @@ kubectl -n "$ns" get memorystore memory -o jsonpath='{range .status.conditions[*
 echo
 echo "Schema audit: cascading tables and vector columns"
 kubectl -n "$ns" get memorystore memory -o jsonpath='{.status.schema.cascadingTables}{"\n"}{.status.schema.vectorColumns}{"\n"}'
+
+# --- erasure ---------------------------------------------------------------
+log "seeding synthetic sessions (rounds, facts, embeddings, a shared cache entry, a derived profile)"
+go run ./hack/demo-seed
+# Graph pruning and backup rotation land in later releases: the requests use a
+# store over the same database without the graph and Velero sections, so those
+# steps complete as NotConfigured.
+cat <<YAML | kubectl -n "$ns" apply -f -
+apiVersion: erasure.lethe.dev/v1alpha1
+kind: MemoryStore
+metadata:
+  name: memory-pg
+spec:
+  postgres:
+    dsnSecretRef: {name: memory-postgres, key: dsn}
+YAML
+kubectl -n "$ns" wait memorystore/memory-pg --for=condition=Ready --timeout=60s >/dev/null
+psql_counts() {
+	psql "$LETHE_PG_DSN" -Atc "SELECT 'sessions=' || (SELECT count(*) FROM memory.sessions) || ' rounds=' || (SELECT count(*) FROM memory.rounds)
+		|| ' facts=' || (SELECT count(*) FROM memory.facts) || ' cache=' || (SELECT count(*) FROM memory_derived.embedding_cache)
+		|| ' profiles=' || (SELECT count(*) FROM memory_derived.profiles)"
+}
+echo
+echo "memory database before: $(psql_counts)"
+cat <<YAML | kubectl -n "$ns" apply -f -
+apiVersion: erasure.lethe.dev/v1alpha1
+kind: ErasureRequest
+metadata:
+  name: forget-immediate
+spec:
+  storeRef: {name: memory-pg}
+  sessionIDs: [0d3c6f7e-1a2b-4c5d-8e9f-000000000001, 0d3c6f7e-1a2b-4c5d-8e9f-000000000002, 6f1c2a4e-8b3d-4f5a-9c7e-1d2b3a4c5e6f]
+  immediate: true
+  reason: "demo: deadline-bound request DPO-1142"
+---
+apiVersion: erasure.lethe.dev/v1alpha1
+kind: ErasureRequest
+metadata:
+  name: forget-with-grace
+spec:
+  storeRef: {name: memory-pg}
+  sessionIDs: [0d3c6f7e-1a2b-4c5d-8e9f-000000000004]
+  gracePeriod: 168h
+YAML
+kubectl -n "$ns" wait erasurerequest/forget-immediate --for=jsonpath='{.status.phase}'=BackupsRotated --timeout=120s >/dev/null ||
+	{ kubectl -n "$ns" get erasurerequest forget-immediate -o yaml >&2; die "forget-immediate did not complete"; }
+kubectl -n "$ns" wait erasurerequest/forget-with-grace --for=jsonpath='{.status.phase}'=Tombstoned --timeout=60s >/dev/null ||
+	{ kubectl -n "$ns" get erasurerequest forget-with-grace -o yaml >&2; die "forget-with-grace was not tombstoned"; }
+echo "memory database after:  $(psql_counts)"
+echo
+echo "\$ kubectl -n $ns get erasurerequests"
+kubectl -n "$ns" get erasurerequests
+for r in forget-immediate forget-with-grace; do
+	echo
+	echo "History of $r (a hash chain; each entry names the digest of the one before):"
+	kubectl -n "$ns" get erasurerequest "$r" -o jsonpath='{range .status.history[*]}  {.time}  {.phase}{" "}{.event}{"\n"}    evidence {.evidenceDigest}{"\n"}    digest   {.digest}{"\n"}{end}'
+	echo "  plan: $(kubectl -n "$ns" get erasurerequest "$r" -o jsonpath='{.status.plan.sessionsFound} found, not found: {.status.plan.notFoundSessionIDs}, embeddings {.status.plan.embeddings}, cache entries {.status.plan.contentIndexEntries}, derived records {.status.plan.derivedRecords}')"
+	echo "  conditions:"
+	kubectl -n "$ns" get erasurerequest "$r" -o jsonpath='{range .status.conditions[*]}    {.type}={.status} ({.reason}){"\n"}{end}'
+done
+
 if [ "${LETHE_DEMO_KEEP:-}" = 1 ]; then
 	echo
 	log "the stack stays up: '. .dev/env' to use it, 'make dev-down' to stop it"

@@ -142,6 +142,7 @@ const (
 	ReasonInProgress          = "InProgress"
 	ReasonFailed              = "Failed"
 	ReasonResurrected         = "Resurrected"
+	ReasonNoActionNeeded      = "NoActionNeeded"
 )
 
 // TableCount is a row count for one table.
@@ -332,8 +333,8 @@ type ErasureRequestStatus struct {
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.history) || (has(self.status) && has(self.status.history) && self.status.history.size() >= oldSelf.status.history.size() && oldSelf.status.history.all(e, e in self.status.history))",message="status.history is append-only: entries may not be edited or removed"
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Sessions",type=integer,JSONPath=`.status.sessions`
-// +kubebuilder:printcolumn:name="Deadline",type=date,JSONPath=`.status.deadline`
-// +kubebuilder:printcolumn:name="Grace ends",type=date,JSONPath=`.status.graceEndsAt`
+// +kubebuilder:printcolumn:name="Deadline",type=string,JSONPath=`.status.deadline`
+// +kubebuilder:printcolumn:name="Grace ends",type=string,JSONPath=`.status.graceEndsAt`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ErasureRequest struct {
 	metav1.TypeMeta   `json:",inline"`

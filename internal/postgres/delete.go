@@ -258,12 +258,23 @@ type Residue struct {
 }
 
 // ProbeResidue runs a nearest-neighbour query with each probe vector against
-// every vector column of matching dimension in the database (every schema)
-// and reports the columns holding a near-identical vector (cosine distance
-// below maxDistance): a copy that the cascade missed.
+// every vector column of matching dimension outside the cascade (every
+// schema) and reports the columns holding a near-identical vector (cosine
+// distance below maxDistance): a copy that the cascade missed. Columns on
+// sessions and the tables cascading from it are skipped: a vector there sits
+// on a row of a live session (the same text said in another session is that
+// session's own data, not residue).
 func (e *Eraser) ProbeResidue(ctx context.Context, probe []pgvector.Vector, maxDistance float64) ([]Residue, error) {
 	if len(probe) == 0 {
 		return nil, nil
+	}
+	layout, err := LoadLayout(ctx, e.Pool, e.Schema)
+	if err != nil {
+		return nil, err
+	}
+	cascade := map[Table]bool{layout.Sessions: true}
+	for _, t := range layout.Children {
+		cascade[t] = true
 	}
 	type col struct {
 		c    QColumn
@@ -287,6 +298,9 @@ func (e *Eraser) ProbeResidue(ctx context.Context, probe []pgvector.Vector, maxD
 	}
 	var out []Residue
 	for _, c := range cols {
+		if cascade[c.c.Table] {
+			continue
+		}
 		var found int64
 		for _, v := range probe {
 			if c.dims > 0 && c.dims != len(v.Slice()) {

@@ -1,0 +1,74 @@
+// Command demo-seed writes synthetic sessions into the dev stack's memory
+// database for `make demo`: four sessions with rounds, facts, embeddings and
+// cache entries, one cache entry shared by two sessions' identical text, and a
+// profile derived from two sessions. It prints the session IDs, nothing else.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/jackc/pgx/v5"
+	pgxvec "github.com/pgvector/pgvector-go/pgx"
+
+	"github.com/lethe-dev/lethe/internal/fixture"
+)
+
+// The demo's sessions (fixed IDs, so the demo's requests can name them).
+var sessions = []fixture.Session{
+	{ID: "0d3c6f7e-1a2b-4c5d-8e9f-000000000001", Tenant: "default", Rounds: 4, Text: "synthetic transcript one", Seed: 1},
+	{ID: "0d3c6f7e-1a2b-4c5d-8e9f-000000000002", Tenant: "default", Rounds: 3, Text: "synthetic transcript two", Seed: 2},
+	{ID: "0d3c6f7e-1a2b-4c5d-8e9f-000000000003", Tenant: "default", Rounds: 5, Text: "synthetic transcript three", Seed: 3},
+	{ID: "0d3c6f7e-1a2b-4c5d-8e9f-000000000004", Tenant: "default", Rounds: 2, Text: "synthetic transcript four", Seed: 4},
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "demo-seed:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	ctx := context.Background()
+	dsn := os.Getenv("LETHE_PG_DSN")
+	if dsn == "" {
+		return fmt.Errorf("LETHE_PG_DSN is not set: source .dev/env first")
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	if err := pgxvec.RegisterTypes(ctx, conn); err != nil {
+		return err
+	}
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM memory.sessions`).Scan(&n); err != nil {
+		return err
+	}
+	if n > 0 {
+		return nil // already seeded
+	}
+	for _, s := range sessions {
+		if err := fixture.Seed(ctx, conn, s); err != nil {
+			return err
+		}
+	}
+	// Identical text in sessions 1 and 3 shares one content-keyed cache entry.
+	shared := "the same sentence said in two sessions"
+	for i, id := range []string{sessions[0].ID, sessions[2].ID} {
+		if _, err := conn.Exec(ctx, `INSERT INTO memory.rounds (session_id, round_index, user_text, content_sha256, embedding)
+			VALUES ($1, 100, $2, $3, $4)`, id, shared, fixture.Sha256(shared), fixture.Embedding(99, 0)); err != nil {
+			return err
+		}
+		if i == 0 {
+			if _, err := conn.Exec(ctx, `INSERT INTO memory_derived.embedding_cache (content_sha256, text, embedding) VALUES ($1, $2, $3)`,
+				fixture.Sha256(shared), shared, fixture.Embedding(99, 0)); err != nil {
+				return err
+			}
+		}
+	}
+	return fixture.DeriveProfile(ctx, conn, "default", "project summary of sessions one and two", sessions[0].ID, sessions[1].ID)
+}
