@@ -70,7 +70,7 @@ func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []s
 	var probe []pgvector.Vector
 	var embeddings int64
 	err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		layout, err := LoadLayout(ctx, tx, e.Schema)
+		layout, err := e.layout(ctx)
 		if err != nil {
 			return err
 		}
@@ -204,7 +204,7 @@ type Verification struct {
 func (e *Eraser) Verify(ctx context.Context, uid string) ([]Verification, error) {
 	var out []Verification
 	err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		layout, err := LoadLayout(ctx, tx, e.Schema)
+		layout, err := e.layout(ctx)
 		if err != nil {
 			return err
 		}
@@ -268,7 +268,7 @@ func (e *Eraser) ProbeResidue(ctx context.Context, probe []pgvector.Vector, maxD
 	if len(probe) == 0 {
 		return nil, nil
 	}
-	layout, err := LoadLayout(ctx, e.Pool, e.Schema)
+	layout, err := e.layout(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -329,7 +329,7 @@ func (e *Eraser) ProbeResidue(ctx context.Context, probe []pgvector.Vector, maxD
 func (e *Eraser) Reerase(ctx context.Context, uid string, batch int, digest func(BatchResult) (string, error)) (BatchResult, error) {
 	res := BatchResult{Batch: batch}
 	err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		layout, err := LoadLayout(ctx, tx, e.Schema)
+		layout, err := e.layout(ctx)
 		if err != nil {
 			return err
 		}

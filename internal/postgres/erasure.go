@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,6 +29,25 @@ type Eraser struct {
 	Schema string
 	// TenantID, when set, restricts every statement to sessions of that tenant.
 	TenantID string
+
+	mu     sync.Mutex
+	loaded *Layout
+}
+
+// layout reads the database's layout once per Eraser (the catalog queries
+// cost more than a small deletion) and reuses it for every transaction.
+func (e *Eraser) layout(ctx context.Context) (Layout, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.loaded != nil {
+		return *e.loaded, nil
+	}
+	l, err := LoadLayout(ctx, e.Pool, e.Schema)
+	if err != nil {
+		return l, err
+	}
+	e.loaded = &l
+	return l, nil
 }
 
 // Request identifies the erasure request in the database.
@@ -85,7 +105,7 @@ func (e *Eraser) tombstone(ctx context.Context, req Request, dryRun bool, digest
 		opts.AccessMode = pgx.ReadOnly
 	}
 	err := pgx.BeginTxFunc(ctx, e.Pool, opts, func(tx pgx.Tx) error {
-		layout, err := LoadLayout(ctx, tx, e.Schema)
+		layout, err := e.layout(ctx)
 		if err != nil {
 			return err
 		}
@@ -261,7 +281,7 @@ func (e *Eraser) Cancel(ctx context.Context, uid string, digest string) (lifted 
 	err = pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		// Already cancelled (a retry after a lost status write): report the first run's figures.
 		var n int
-		err := tx.QueryRow(ctx, `SELECT sessions, recorded_at FROM lethe.erasure_receipts
+		err = tx.QueryRow(ctx, `SELECT sessions, recorded_at FROM lethe.erasure_receipts
 			WHERE request_uid = $1 AND step = $2 AND batch = 0`, uid, StepCancelled).Scan(&n, &at)
 		if err == nil {
 			lifted = int64(n)
@@ -270,13 +290,23 @@ func (e *Eraser) Cancel(ctx context.Context, uid string, digest string) (lifted 
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("read receipts: %w", err)
 		}
-		var erased int64
-		if err := tx.QueryRow(ctx, `SELECT count(*) FILTER (WHERE erased_at IS NOT NULL), now() FROM lethe.erasure_ledger
-			WHERE request_uid = $1 AND scope = 'session'`, uid).Scan(&erased, &at); err != nil {
-			return fmt.Errorf("read ledger: %w", err)
+		// Lock the request's ledger rows first: a deletion holding them
+		// finishes before this reads them, and one that comes later sees the
+		// cancel. Either way exactly one of the two takes effect.
+		rows, err := tx.Query(ctx, `SELECT erased_at IS NOT NULL FROM lethe.erasure_ledger
+			WHERE request_uid = $1 AND scope = 'session' FOR UPDATE`, uid)
+		if err != nil {
+			return fmt.Errorf("lock ledger: %w", err)
 		}
-		if erased > 0 {
+		erased, err := pgx.CollectRows(rows, pgx.RowTo[bool])
+		if err != nil {
+			return fmt.Errorf("lock ledger: %w", err)
+		}
+		if slices.Contains(erased, true) {
 			return ErrTooLateToCancel
+		}
+		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&at); err != nil {
+			return err
 		}
 		sessions := pgx.Identifier{e.Schema, "sessions"}.Sanitize()
 		if _, err := tx.Exec(ctx, `UPDATE lethe.erasure_ledger SET cancelled_at = now()
