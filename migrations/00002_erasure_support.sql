@@ -29,11 +29,11 @@ CREATE TABLE lethe.erasure_ledger (
     grace_ends_at timestamptz,
     erased_at     timestamptz,
     cancelled_at  timestamptz,
-    PRIMARY KEY (scope, record_id, request_uid),
+    -- Request first: every step reads one request's rows.
+    PRIMARY KEY (request_uid, scope, record_id),
     -- A record is never both cancelled and erased by one request.
     CONSTRAINT ledger_erased_xor_cancelled CHECK (erased_at IS NULL OR cancelled_at IS NULL)
 );
-CREATE INDEX erasure_ledger_request_idx ON lethe.erasure_ledger (request_uid);
 CREATE INDEX erasure_ledger_active_idx ON lethe.erasure_ledger (scope, record_id) WHERE cancelled_at IS NULL;
 
 CREATE TABLE lethe.erasure_receipts (

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -111,85 +112,121 @@ func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []s
 
 // eraseLocked removes the eligible sessions (already locked by the caller's
 // guard query) and everything reached from them: content-index entries,
-// derived records, the sessions and, by cascade, their rows.
+// derived records, the sessions and, by cascade, their rows. The statements
+// go in one pipelined batch: one round trip to the database.
 func (e *Eraser) eraseLocked(ctx context.Context, tx pgx.Tx, layout Layout, uid string, eligible []string, probeBudget int,
 	res *BatchResult, probe *[]pgvector.Vector, embeddings *int64) error {
 	res.Sessions = len(eligible)
-	// Sample the embeddings for the residue probe before they go.
+	keyOf := func(t Table) string { return pgx.Identifier{layout.sessionKey(t)}.Sanitize() }
+	tables := append([]Table{layout.Sessions}, layout.Children...)
+
+	// 1. Counts of what goes: rows per table, then embeddings per vector column.
+	var parts []string
+	for _, t := range tables {
+		parts = append(parts, `(SELECT count(*) FROM `+t.Ident()+` WHERE `+keyOf(t)+` = ANY($1::uuid[]))`)
+	}
 	for _, v := range layout.Vectors {
-		var n int64
-		key := pgx.Identifier{layout.sessionKey(v.Table)}.Sanitize()
-		if err := tx.QueryRow(ctx, `SELECT count(`+v.Ident()+`) FROM `+v.Table.Ident()+` WHERE `+key+` = ANY($1::uuid[])`, eligible).Scan(&n); err != nil {
-			return fmt.Errorf("count embeddings in %s: %w", v, err)
+		parts = append(parts, `(SELECT count(`+v.Ident()+`) FROM `+v.Table.Ident()+` WHERE `+keyOf(v.Table)+` = ANY($1::uuid[]))`)
+	}
+	b := &pgx.Batch{}
+	b.Queue(`SELECT `+strings.Join(parts, ", "), eligible)
+
+	// 2. A bounded sample of the embeddings for the residue probe.
+	sample := probeBudget > len(*probe) && len(layout.Vectors) > 0
+	if sample {
+		var sel []string
+		for _, v := range layout.Vectors {
+			sel = append(sel, `(SELECT `+v.Ident()+`::vector FROM `+v.Table.Ident()+` WHERE `+keyOf(v.Table)+` = ANY($1::uuid[]) AND `+v.Ident()+` IS NOT NULL LIMIT $2)`)
 		}
-		*embeddings += n
-		if room := probeBudget - len(*probe); room > 0 {
-			rows, err := tx.Query(ctx, `SELECT `+v.Ident()+` FROM `+v.Table.Ident()+` WHERE `+key+` = ANY($1::uuid[]) AND `+
-				v.Ident()+` IS NOT NULL LIMIT $2`, eligible, room)
-			if err != nil {
-				return fmt.Errorf("sample embeddings of %s: %w", v, err)
-			}
-			vs, err := pgx.CollectRows(rows, pgx.RowTo[pgvector.Vector])
-			if err != nil {
-				return fmt.Errorf("sample embeddings of %s: %w", v, err)
-			}
-			*probe = append(*probe, vs...)
-		}
+		b.Queue(`SELECT * FROM (`+strings.Join(sel, " UNION ALL ")+`) s LIMIT $2`, eligible, probeBudget-len(*probe))
 	}
 
-	// Content-keyed index entries of the sessions' content.
-	hashes, err := e.contentHashes(ctx, tx, layout, eligible)
-	if err != nil {
-		return err
+	// 3. Content-keyed index entries of the sessions' content, and their ledger rows.
+	var hashSel []string
+	for _, src := range layout.ContentSources {
+		hashSel = append(hashSel, `SELECT `+src.Ident()+` FROM `+src.Table.Ident()+` WHERE `+keyOf(src.Table)+` = ANY($1::uuid[])`)
 	}
-	for _, idx := range layout.ContentIndexes {
-		tag, err := tx.Exec(ctx, `DELETE FROM `+idx.Table.Ident()+` WHERE `+idx.Ident()+` = ANY($1::text[])`, hashes)
-		if err != nil {
-			return fmt.Errorf("delete from %s: %w", idx.Table, err)
+	hashes := ""
+	if len(hashSel) > 0 {
+		hashes = `SELECT h FROM (` + strings.Join(hashSel, " UNION ") + `) x(h) WHERE h IS NOT NULL`
+		for _, idx := range layout.ContentIndexes {
+			b.Queue(`DELETE FROM `+idx.Table.Ident()+` WHERE `+idx.Ident()+` IN (`+hashes+`)`, eligible)
 		}
-		res.ContentIndexEntries += tag.RowsAffected()
-	}
-	if _, err := tx.Exec(ctx, `UPDATE lethe.erasure_ledger SET erased_at = now()
-			WHERE request_uid = $1 AND scope = 'content' AND record_id = ANY($2::text[]) AND erased_at IS NULL AND cancelled_at IS NULL`,
-		uid, hashes); err != nil {
-		return fmt.Errorf("mark content erased: %w", err)
+		b.Queue(`UPDATE lethe.erasure_ledger SET erased_at = now()
+			WHERE request_uid = $2 AND scope = 'content' AND record_id IN (`+hashes+`) AND erased_at IS NULL AND cancelled_at IS NULL`, eligible, uid)
 	}
 
-	// Derived records whose lineage names a session.
+	// 4. Derived records whose lineage names a session (their lineage goes with them).
 	for _, lin := range layout.Lineages {
-		tag, err := tx.Exec(ctx, `DELETE FROM `+lin.Derived.Ident()+` WHERE `+pgx.Identifier{lin.DerivedKey}.Sanitize()+` IN (
-				SELECT `+pgx.Identifier{lin.DerivedColumn}.Sanitize()+` FROM `+lin.Table.Ident()+`
-				WHERE `+pgx.Identifier{lin.SourceColumn}.Sanitize()+`::text = ANY($1::text[]))`, eligible)
+		b.Queue(`WITH l AS (DELETE FROM `+lin.Table.Ident()+` WHERE `+pgx.Identifier{lin.SourceColumn}.Sanitize()+`::text = ANY($1::text[])
+				RETURNING `+pgx.Identifier{lin.DerivedColumn}.Sanitize()+` AS d)
+			DELETE FROM `+lin.Derived.Ident()+` WHERE `+pgx.Identifier{lin.DerivedKey}.Sanitize()+` IN (SELECT d FROM l)`, eligible)
+	}
+
+	// 5. The sessions: the cascade removes the children. 6. The ledger.
+	b.Queue(`DELETE FROM `+layout.Sessions.Ident()+` WHERE id = ANY($1::uuid[])`, eligible)
+	b.Queue(`WITH u AS (UPDATE lethe.erasure_ledger SET erased_at = now()
+			WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) RETURNING 1)
+		SELECT now(), count(*) FROM u`, uid, eligible)
+
+	br := tx.SendBatch(ctx, b)
+	defer func() { _ = br.Close() }()
+	counts := make([]int64, len(parts))
+	dest := make([]any, len(counts))
+	for i := range counts {
+		dest[i] = &counts[i]
+	}
+	if err := br.QueryRow().Scan(dest...); err != nil {
+		return fmt.Errorf("count rows: %w", err)
+	}
+	for i, t := range tables {
+		res.Rows = append(res.Rows, Count{Table: t.String(), Rows: counts[i]})
+	}
+	for _, n := range counts[len(tables):] {
+		*embeddings += n
+	}
+	if sample {
+		rows, err := br.Query()
+		if err != nil {
+			return fmt.Errorf("sample embeddings: %w", err)
+		}
+		vs, err := pgx.CollectRows(rows, pgx.RowTo[pgvector.Vector])
+		if err != nil {
+			return fmt.Errorf("sample embeddings: %w", err)
+		}
+		*probe = append(*probe, vs...)
+	}
+	if hashes != "" {
+		for _, idx := range layout.ContentIndexes {
+			tag, err := br.Exec()
+			if err != nil {
+				return fmt.Errorf("delete from %s: %w", idx.Table, err)
+			}
+			res.ContentIndexEntries += tag.RowsAffected()
+		}
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("mark content erased: %w", err)
+		}
+	}
+	for _, lin := range layout.Lineages {
+		tag, err := br.Exec()
 		if err != nil {
 			return fmt.Errorf("delete derived records of %s: %w", lin.Derived, err)
 		}
 		res.DerivedRecords += tag.RowsAffected()
-		// Lineage rows that outlive their derived record (no cascade) go too.
-		if _, err := tx.Exec(ctx, `DELETE FROM `+lin.Table.Ident()+` WHERE `+pgx.Identifier{lin.SourceColumn}.Sanitize()+`::text = ANY($1::text[])`, eligible); err != nil {
-			return fmt.Errorf("delete lineage of %s: %w", lin.Table, err)
-		}
 	}
-
-	// Count, then delete the sessions: the cascade removes the children.
-	for _, t := range append([]Table{layout.Sessions}, layout.Children...) {
-		var n int64
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+t.Ident()+` WHERE `+pgx.Identifier{layout.sessionKey(t)}.Sanitize()+` = ANY($1::uuid[])`, eligible).Scan(&n); err != nil {
-			return fmt.Errorf("count %s: %w", t, err)
-		}
-		res.Rows = append(res.Rows, Count{Table: t.String(), Rows: n})
-	}
-	tag, err := tx.Exec(ctx, `DELETE FROM `+layout.Sessions.Ident()+` WHERE id = ANY($1::uuid[])`, eligible)
+	tag, err := br.Exec()
 	if err != nil {
 		return fmt.Errorf("delete sessions: %w", err)
 	}
 	if tag.RowsAffected() != int64(len(eligible)) {
 		return fmt.Errorf("deleted %d sessions, expected %d: rolled back", tag.RowsAffected(), len(eligible))
 	}
-	if err := tx.QueryRow(ctx, `UPDATE lethe.erasure_ledger SET erased_at = now()
-			WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) RETURNING now()`, uid, eligible).Scan(&res.DeletedAt); err != nil {
+	var marked int64
+	if err := br.QueryRow().Scan(&res.DeletedAt, &marked); err != nil {
 		return fmt.Errorf("mark sessions erased: %w", err)
 	}
-	return nil
+	return br.Close()
 }
 
 // Verification is one "nothing left" check.

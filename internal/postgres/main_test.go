@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 }
 
 // migratedDB returns the DSN of a fresh database with every migration applied.
-func migratedDB(t *testing.T) string {
+func migratedDB(t testing.TB) string {
 	t.Helper()
 	name, err := pg.NewDatabaseFrom(context.Background(), func(dsn string) error {
 		_, err := postgres.Migrate(context.Background(), dsn)
