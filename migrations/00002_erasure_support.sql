@@ -20,7 +20,9 @@
 CREATE SCHEMA IF NOT EXISTS lethe;
 
 CREATE TABLE lethe.erasure_ledger (
-    -- 'session' for a memory session, 'content' for a content hash.
+    -- 'session' for a memory session, 'content' for a content hash. Content
+    -- rows are never marked erased one by one (the receipts count what was
+    -- removed); while not cancelled they keep the hash hidden.
     scope         text        NOT NULL CHECK (scope IN ('session', 'content')),
     record_id     text        NOT NULL,
     request_uid   text        NOT NULL,

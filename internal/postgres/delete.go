@@ -81,6 +81,7 @@ func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []s
 		rows, err := tx.Query(ctx, `SELECT s.id::text FROM lethe.erasure_ledger l
 			JOIN `+layout.Sessions.Ident()+` s ON s.id = l.record_id::uuid
 			WHERE l.scope = 'session' AND l.request_uid = $1 AND l.record_id = ANY($2::text[])
+			  AND s.id = ANY($2::uuid[]) -- lets the planner use the sessions' key
 			  AND l.cancelled_at IS NULL AND l.erased_at IS NULL AND l.grace_ends_at <= now()
 			  AND s.tombstoned_at IS NOT NULL AND ($3::text IS NULL OR s.tenant_id = $3)
 			ORDER BY s.id FOR UPDATE OF l, s`, uid, ids, e.tenant())
@@ -141,7 +142,9 @@ func (e *Eraser) eraseLocked(ctx context.Context, tx pgx.Tx, layout Layout, uid 
 		b.Queue(`SELECT * FROM (`+strings.Join(sel, " UNION ALL ")+`) s LIMIT $2`, eligible, probeBudget-len(*probe))
 	}
 
-	// 3. Content-keyed index entries of the sessions' content, and their ledger rows.
+	// 3. Content-keyed index entries of the sessions' content. Their ledger
+	// rows keep hiding the hashes (lethe.is_erased) and are not marked one by
+	// one: that cost more than the cascade itself; the receipt counts them.
 	var hashSel []string
 	for _, src := range layout.ContentSources {
 		hashSel = append(hashSel, `SELECT `+src.Ident()+` FROM `+src.Table.Ident()+` WHERE `+keyOf(src.Table)+` = ANY($1::uuid[])`)
@@ -152,8 +155,6 @@ func (e *Eraser) eraseLocked(ctx context.Context, tx pgx.Tx, layout Layout, uid 
 		for _, idx := range layout.ContentIndexes {
 			b.Queue(`DELETE FROM `+idx.Table.Ident()+` WHERE `+idx.Ident()+` IN (`+hashes+`)`, eligible)
 		}
-		b.Queue(`UPDATE lethe.erasure_ledger SET erased_at = now()
-			WHERE request_uid = $2 AND scope = 'content' AND record_id IN (`+hashes+`) AND erased_at IS NULL AND cancelled_at IS NULL`, eligible, uid)
 	}
 
 	// 4. Derived records whose lineage names a session (their lineage goes with them).
@@ -203,9 +204,6 @@ func (e *Eraser) eraseLocked(ctx context.Context, tx pgx.Tx, layout Layout, uid 
 				return fmt.Errorf("delete from %s: %w", idx.Table, err)
 			}
 			res.ContentIndexEntries += tag.RowsAffected()
-		}
-		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("mark content erased: %w", err)
 		}
 	}
 	for _, lin := range layout.Lineages {
