@@ -23,6 +23,8 @@ type Postgres struct {
 	// Dir holds the data folder and the unix socket.
 	Dir  string
 	proc *process
+	bin  string
+	cred *syscall.Credential
 
 	mu       sync.Mutex
 	template string
@@ -66,34 +68,49 @@ func StartPostgres() (*Postgres, error) {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", itoa(port), "-k", dir,
+	pg := &Postgres{Port: port, Dir: dir, bin: bin, cred: cred}
+	if err := pg.StartServer(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return pg, nil
+}
+
+// StartServer (re)starts the server on the same port and data folder.
+func (p *Postgres) StartServer() error {
+	cmd := exec.Command(filepath.Join(p.bin, "postgres"), "-D", filepath.Join(p.Dir, "data"), "-p", itoa(p.Port), "-k", p.Dir,
 		"-c", "listen_addresses=127.0.0.1",
 		// Speed over durability: the cluster is thrown away after the tests.
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
 		"-c", "wal_level=replica", "-c", "max_wal_senders=4", "-c", "max_connections=200",
 		"-c", "autovacuum=off")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred}
 	// SIGQUIT is PostgreSQL's immediate shutdown, should the test binary die.
 	proc, err := start("postgres", cmd, syscall.SIGQUIT)
 	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
+		return err
 	}
-	pg := &Postgres{Port: port, Dir: dir, proc: proc}
+	p.proc = proc
 	err = proc.waitFor(30*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		conn, err := pgx.Connect(ctx, pg.DSN("postgres"))
+		conn, err := pgx.Connect(ctx, p.DSN("postgres"))
 		if err != nil {
 			return err
 		}
 		return conn.Close(ctx)
 	})
 	if err != nil {
-		pg.Stop()
-		return nil, err
+		p.proc.stop(syscall.SIGINT, 20*time.Second)
+		return err
 	}
-	return pg, nil
+	return nil
+}
+
+// StopServer shuts the server down (fast shutdown, by PID), keeping its data:
+// an outage that StartServer ends.
+func (p *Postgres) StopServer() {
+	p.proc.stop(syscall.SIGINT, 20*time.Second)
 }
 
 // checkPgvector fails with the install command when vector.control is missing.
@@ -190,6 +207,38 @@ func (p *Postgres) Stop() {
 	if p == nil {
 		return
 	}
-	p.proc.stop(syscall.SIGINT, 20*time.Second)
+	p.StopServer()
 	_ = os.RemoveAll(p.Dir)
+}
+
+// StartReplica starts a streaming replica of p: pg_basebackup with -R into a
+// temp folder, then a hot standby on its own loopback port.
+func (p *Postgres) StartReplica() (*Postgres, error) {
+	dir, err := os.MkdirTemp("", "lethe-pg-replica-")
+	if err != nil {
+		return nil, err
+	}
+	cred, err := postgresCredential(dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	base := exec.Command(filepath.Join(p.bin, "pg_basebackup"), "-D", filepath.Join(dir, "data"), "-R", "-X", "stream", "-c", "fast",
+		"-h", "127.0.0.1", "-p", itoa(p.Port), "-U", "postgres", "--no-sync")
+	base.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := base.CombinedOutput(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("pg_basebackup: %w\n%s", err, out)
+	}
+	port, err := FreePort()
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	r := &Postgres{Port: port, Dir: dir, bin: p.bin, cred: cred}
+	if err := r.StartServer(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return r, nil
 }

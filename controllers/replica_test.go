@@ -1,0 +1,91 @@
+package controllers_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	pgxvec "github.com/pgvector/pgvector-go/pgx"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/fixture"
+	"github.com/lethe-dev/lethe/internal/postgres"
+	"github.com/lethe-dev/lethe/internal/testenv"
+)
+
+// Deleted waits until every configured replica has replayed past the
+// deletion's commit; a replica whose replay is paused holds the request at
+// ReplicaLagging, and it completes once replay resumes.
+func TestDeletedWaitsForTheReplicas(t *testing.T) {
+	ctx := context.Background()
+	primary, err := testenv.StartPostgres()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer primary.Stop()
+	if err := primary.Exec(ctx, "postgres", "CREATE DATABASE memory"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := postgres.Migrate(ctx, primary.DSN("memory")); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, primary.DSN("memory"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	if err := pgxvec.RegisterTypes(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range []string{erasedA, keptB} {
+		if err := fixture.Seed(ctx, conn, fixture.Session{ID: id, Tenant: "t1", Rounds: 2, Text: "x", Seed: i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replica, err := primary.StartReplica()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replica.Stop()
+	rconn, err := pgx.Connect(ctx, replica.DSN("memory"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rconn.Close(ctx) }()
+	if _, err := rconn.Exec(ctx, `SELECT pg_wal_replay_pause()`); err != nil {
+		t.Fatal(err)
+	}
+
+	ns := newNamespace(t, "replica")
+	createSecret(t, ns, "pg", map[string]string{"dsn": primary.DSN("memory"), "replica": replica.DSN("memory")})
+	store := newStore(ns, func(s *lethev1.MemoryStore) {
+		s.Spec.TenantID = "t1"
+		s.Spec.Postgres.Replicas = []lethev1.PostgresReplica{{DSNSecretRef: lethev1.SecretKeyRef{Name: "pg", Key: "replica"}}}
+	})
+	if err := k8s.Create(ctx, store); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, store, lethev1.MemoryStoreReady, metav1.ConditionTrue, lethev1.ReasonAllReady)
+	env := &memoryEnv{ns: ns, store: store}
+	er := env.request(t, "forget-replicated", func(r *lethev1.ErasureRequest) { r.Spec.SessionIDs = []lethev1.SessionID{erasedA} })
+	waitStepReason(t, er, lethev1.ConditionDeleted, lethev1.ReasonReplicaLagging)
+	var onReplica int64
+	if err := rconn.QueryRow(ctx, `SELECT count(*) FROM memory.sessions WHERE id = $1`, erasedA).Scan(&onReplica); err != nil {
+		t.Fatal(err)
+	}
+	if onReplica != 1 {
+		t.Fatalf("the paused replica already lost the session: the test cannot see the wait")
+	}
+
+	if _, err := rconn.Exec(ctx, `SELECT pg_wal_replay_resume()`); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, er, lethev1.PhaseBackupsRotated)
+	if err := rconn.QueryRow(ctx, `SELECT count(*) FROM memory.sessions WHERE id = $1`, erasedA).Scan(&onReplica); err != nil {
+		t.Fatal(err)
+	}
+	if onReplica != 0 {
+		t.Fatalf("Deleted is True but the replica still returns the session")
+	}
+}
