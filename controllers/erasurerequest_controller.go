@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -62,11 +63,14 @@ type ErasureRequestReconciler struct {
 
 // scope is what one pass works on.
 type scope struct {
-	req    *lethev1.ErasureRequest
-	before *lethev1.ErasureRequest
-	store  *lethev1.MemoryStore
-	eraser *postgres.Eraser
-	result ctrl.Result
+	// crashed is set when a test's fault hook simulates a crash: the pass
+	// ends at once and writes no status, as a killed manager would.
+	crashed bool
+	req     *lethev1.ErasureRequest
+	before  *lethev1.ErasureRequest
+	store   *lethev1.MemoryStore
+	eraser  *postgres.Eraser
+	result  ctrl.Result
 }
 
 type step func(ctx context.Context, s *scope) (done bool, err error)
@@ -100,6 +104,9 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	}
 
 	defer func() {
+		if s.crashed {
+			return
+		}
 		if err := r.patchStatus(ctx, s); err != nil {
 			if apierrors.IsConflict(err) {
 				s.result = ctrl.Result{RequeueAfter: time.Second}
@@ -120,6 +127,9 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	steps := []step{r.tombstone, r.grace, r.delete, r.graph, r.backups}
 	for _, st := range steps {
 		done, err := st(ctx, s)
+		if s.crashed {
+			return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
+		}
 		if err != nil {
 			log.Error(err, "step failed", "phase", derivePhase(er.Status.Conditions, er.Spec.DryRun))
 			return ctrl.Result{RequeueAfter: r.RetryAfter}, nil
@@ -134,6 +144,22 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		return ctrl.Result{RequeueAfter: r.RetryAfter}, nil
 	}
 	return ctrl.Result{RequeueAfter: r.ReverifyInterval}, nil
+}
+
+// faultHook, set only by tests (export_test.go), simulates a crash at a
+// named point of a step: when it returns true the pass stops there without
+// writing status, and the in-memory probe sample is lost, as after a restart.
+var faultHook atomic.Pointer[func(namespace, point string) bool]
+
+// crashAt reports whether the fault hook crashed the pass at point.
+func (r *ErasureRequestReconciler) crashAt(s *scope, point string) bool {
+	hook := faultHook.Load()
+	if hook == nil || !(*hook)(s.req.Namespace, point) {
+		return false
+	}
+	s.crashed = true
+	r.probes.Delete(s.req.UID)
+	return true
 }
 
 // initStatus fills what is known from the spec alone.

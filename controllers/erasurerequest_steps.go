@@ -54,6 +54,9 @@ func (r *ErasureRequestReconciler) tombstone(ctx context.Context, s *scope) (boo
 		r.setStep(s, lethev1.ConditionTombstoned, false, lethev1.ReasonDatabaseUnavailable, "the tombstone transaction failed: "+err.Error())
 		return false, err
 	}
+	if r.crashAt(s, "after-tombstone-commit") {
+		return false, nil
+	}
 	er.Status.Plan = planStatus(plan)
 	er.Status.GraceEndsAt = mtime(plan.GraceEndsAt)
 	ev := lethev1.StepEvidence{Step: lethev1.ConditionTombstoned, StartedAt: mtime(plan.TombstonedAt), CompletedAt: mtime(plan.TombstonedAt),
@@ -145,8 +148,20 @@ func (r *ErasureRequestReconciler) delete(ctx context.Context, s *scope) (bool, 
 			return false, err
 		}
 	}
+	if r.crashAt(s, "after-claim") {
+		return false, nil
+	}
 	req := request(er)
-	res, err := s.eraser.Delete(ctx, req, r.BatchSize, r.ProbeBudget, func(b postgres.BatchResult) (string, error) { return evidence.Digest(b) })
+	digest := func(b postgres.BatchResult) (string, error) {
+		if r.crashAt(s, "inside-delete-transaction") {
+			return "", errors.New("simulated crash inside the deletion transaction")
+		}
+		return evidence.Digest(b)
+	}
+	res, err := s.eraser.Delete(ctx, req, r.BatchSize, r.ProbeBudget, digest)
+	if s.crashed {
+		return false, nil
+	}
 	if err != nil {
 		r.setStep(s, lethev1.ConditionDeleted, false, lethev1.ReasonDeleting, "deletion claimed; a batch failed and will be retried")
 		return false, err
@@ -157,6 +172,9 @@ func (r *ErasureRequestReconciler) delete(ctx context.Context, s *scope) (bool, 
 		r.probes.Store(er.UID, res.Probe)
 	}
 
+	if r.crashAt(s, "after-delete-commit") {
+		return false, nil
+	}
 	counts, sessions, cache, derived, last := sumBatches(res.Batches)
 	if last.IsZero() {
 		last = r.Clock.Now()
@@ -203,6 +221,9 @@ func (r *ErasureRequestReconciler) delete(ctx context.Context, s *scope) (bool, 
 		r.setStep(s, lethev1.ConditionDeleted, false, lethev1.ReasonReplicaLagging, "waiting for every replica to replay past the deletion")
 		s.result = ctrl.Result{RequeueAfter: 2 * time.Second}
 		return false, err
+	}
+	if r.crashAt(s, "before-status-write") {
+		return false, nil
 	}
 	r.probes.Delete(er.UID)
 	r.setStep(s, lethev1.ConditionDeleted, true, lethev1.ReasonSessionsDeleted,
