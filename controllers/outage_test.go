@@ -5,49 +5,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	pgxvec "github.com/pgvector/pgvector-go/pgx"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
-	"github.com/lethe-dev/lethe/internal/fixture"
-	"github.com/lethe-dev/lethe/internal/postgres"
-	"github.com/lethe-dev/lethe/internal/testenv"
 )
 
 // Postgres goes away during the grace period and comes back: the conditions
 // say so, the request resumes on its own, and no effect happens twice (R3).
 func TestPostgresOutageIsReportedAndTheRequestResumes(t *testing.T) {
 	ctx := context.Background()
-	own, err := testenv.StartPostgres()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer own.Stop()
-	if err := own.Exec(ctx, "postgres", "CREATE DATABASE memory"); err != nil {
-		t.Fatal(err)
-	}
+	own := ownMemoryDatabase(t)
 	dsn := own.DSN("memory")
-	if _, err := postgres.Migrate(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	seed := func() *pgx.Conn {
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := pgxvec.RegisterTypes(ctx, conn); err != nil {
-			t.Fatal(err)
-		}
-		return conn
-	}
-	conn := seed()
-	for i, id := range []string{erasedA, keptB} {
-		if err := fixture.Seed(ctx, conn, fixture.Session{ID: id, Tenant: "t1", Rounds: 2, Text: "x", Seed: i}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	_ = conn.Close(ctx)
 
 	ns := newNamespace(t, "outage")
 	createSecret(t, ns, "pg", map[string]string{"dsn": dsn + "&connect_timeout=1"})
@@ -77,14 +45,13 @@ func TestPostgresOutageIsReportedAndTheRequestResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPhase(t, er, lethev1.PhaseBackupsRotated)
-	conn = seed()
-	defer func() { _ = conn.Close(ctx) }()
-	var sessions, receipts int64
-	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM memory.sessions WHERE id = $1), (SELECT count(*) FROM memory.sessions)`, erasedA).Scan(&sessions, &receipts); err != nil {
+	conn := connectVector(t, dsn)
+	var erased, left, receipts int64
+	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM memory.sessions WHERE id = $1), (SELECT count(*) FROM memory.sessions)`, erasedA).Scan(&erased, &left); err != nil {
 		t.Fatal(err)
 	}
-	if sessions != 0 || receipts != 1 {
-		t.Fatalf("after recovery: erased session rows %d (want 0), sessions left %d (want 1)", sessions, receipts)
+	if erased != 0 || left != 1 {
+		t.Fatalf("after recovery: erased session rows %d (want 0), sessions left %d (want 1)", erased, left)
 	}
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM lethe.erasure_receipts WHERE request_uid = $1`, string(er.UID)).Scan(&receipts); err != nil {
 		t.Fatal(err)

@@ -4,14 +4,9 @@ import (
 	"context"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-	pgxvec "github.com/pgvector/pgvector-go/pgx"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
-	"github.com/lethe-dev/lethe/internal/fixture"
-	"github.com/lethe-dev/lethe/internal/postgres"
-	"github.com/lethe-dev/lethe/internal/testenv"
 )
 
 // Deleted waits until every configured replica has replayed past the
@@ -19,40 +14,13 @@ import (
 // ReplicaLagging, and it completes once replay resumes.
 func TestDeletedWaitsForTheReplicas(t *testing.T) {
 	ctx := context.Background()
-	primary, err := testenv.StartPostgres()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer primary.Stop()
-	if err := primary.Exec(ctx, "postgres", "CREATE DATABASE memory"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := postgres.Migrate(ctx, primary.DSN("memory")); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pgx.Connect(ctx, primary.DSN("memory"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close(ctx) }()
-	if err := pgxvec.RegisterTypes(ctx, conn); err != nil {
-		t.Fatal(err)
-	}
-	for i, id := range []string{erasedA, keptB} {
-		if err := fixture.Seed(ctx, conn, fixture.Session{ID: id, Tenant: "t1", Rounds: 2, Text: "x", Seed: i}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	primary := ownMemoryDatabase(t)
 	replica, err := primary.StartReplica()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer replica.Stop()
-	rconn, err := pgx.Connect(ctx, replica.DSN("memory"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = rconn.Close(ctx) }()
+	rconn := connectVector(t, replica.DSN("memory"))
 	if _, err := rconn.Exec(ctx, `SELECT pg_wal_replay_pause()`); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	pgxvec "github.com/pgvector/pgvector-go/pgx"
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +27,7 @@ import (
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/controllers"
 	"github.com/lethe-dev/lethe/internal/backups"
+	"github.com/lethe-dev/lethe/internal/fixture"
 	"github.com/lethe-dev/lethe/internal/graph"
 	"github.com/lethe-dev/lethe/internal/postgres"
 	"github.com/lethe-dev/lethe/internal/testenv"
@@ -200,12 +203,50 @@ func createSecret(t *testing.T, ns, name string, data map[string]string) {
 // migratedDatabase returns the DSN of a new database with every migration applied.
 func migratedDatabase(t *testing.T) string {
 	t.Helper()
-	name, err := pg.NewDatabaseFrom(context.Background(), func(dsn string) error {
-		_, err := postgres.Migrate(context.Background(), dsn)
-		return err
-	})
+	dsn, err := pg.MigratedDatabase(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pg.DSN(name)
+	return dsn
+}
+
+// ownMemoryDatabase starts a Postgres of the test's own (to stop, restart or
+// replicate), with database "memory" migrated and two sessions of tenant t1
+// (erasedA, keptB) seeded. The server is stopped when the test ends.
+func ownMemoryDatabase(t *testing.T) *testenv.Postgres {
+	t.Helper()
+	ctx := context.Background()
+	own, err := testenv.StartPostgres()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(own.Stop)
+	if err := own.Exec(ctx, "postgres", "CREATE DATABASE memory"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := postgres.Migrate(ctx, own.DSN("memory")); err != nil {
+		t.Fatal(err)
+	}
+	conn := connectVector(t, own.DSN("memory"))
+	for i, id := range []string{erasedA, keptB} {
+		if err := fixture.Seed(ctx, conn, fixture.Session{ID: id, Tenant: "t1", Rounds: 2, Text: "x", Seed: i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return own
+}
+
+// connectVector opens a connection with pgvector's types, closed when the test ends.
+func connectVector(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(ctx) })
+	if err := pgxvec.RegisterTypes(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	return conn
 }

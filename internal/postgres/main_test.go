@@ -6,7 +6,6 @@ import (
 	"os"
 	"testing"
 
-	"github.com/lethe-dev/lethe/internal/postgres"
 	"github.com/lethe-dev/lethe/internal/testenv"
 )
 
@@ -28,12 +27,9 @@ func TestMain(m *testing.M) {
 // migratedDB returns the DSN of a fresh database with every migration applied.
 func migratedDB(t testing.TB) string {
 	t.Helper()
-	name, err := pg.NewDatabaseFrom(context.Background(), func(dsn string) error {
-		_, err := postgres.Migrate(context.Background(), dsn)
-		return err
-	})
+	dsn, err := pg.MigratedDatabase(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pg.DSN(name)
+	return dsn
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lethe-dev/lethe/internal/postgres"
 )
 
 // Postgres is a throw-away PostgreSQL cluster on a loopback port.
@@ -200,6 +202,19 @@ func (p *Postgres) NewDatabaseFrom(ctx context.Context, prepare func(dsn string)
 		return "", fmt.Errorf("copy template database: %w", err)
 	}
 	return name, nil
+}
+
+// MigratedDatabase returns the DSN of a new database with every Lethe
+// migration applied (a cheap copy of a template migrated once).
+func (p *Postgres) MigratedDatabase(ctx context.Context) (string, error) {
+	name, err := p.NewDatabaseFrom(ctx, func(dsn string) error {
+		_, err := postgres.Migrate(ctx, dsn)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	return p.DSN(name), nil
 }
 
 // Stop shuts the server down (fast shutdown, by PID) and removes its folder.
