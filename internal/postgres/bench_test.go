@@ -62,6 +62,10 @@ func seedBench(t testing.TB, conn *pgx.Conn, prefix string, n, rounds, extra int
 	return ids
 }
 
+// The raw baselines run on a plain pgx connection with pgx's and
+// PostgreSQL's default settings, as any client would; Lethe runs on its own
+// pool (postgres.Connect).
+
 // BenchmarkP1DeleteOneSession compares the Deleted step's database work for
 // one session (~1,000 child rows) with the raw cascade on identical data.
 func BenchmarkP1DeleteOneSession(b *testing.B) {
@@ -91,7 +95,7 @@ func BenchmarkP1DeleteOneSession(b *testing.B) {
 	for i := 0; i < pairs; i++ {
 		rawID, letheID := ids[2*i], ids[2*i+1]
 		t0 := time.Now()
-		if _, err := pool.Exec(ctx, `DELETE FROM memory.sessions WHERE id = $1`, rawID); err != nil {
+		if _, err := conn.Exec(ctx, `DELETE FROM memory.sessions WHERE id = $1`, rawID); err != nil {
 			b.Fatal(err)
 		}
 		raw += time.Since(t0)
@@ -152,7 +156,7 @@ func BenchmarkP2OneThousandSessions(b *testing.B) {
 	b.ResetTimer()
 	t0 := time.Now()
 	for start := 0; start < n; start += *benchBatch {
-		if _, err := pool.Exec(ctx, `DELETE FROM memory.sessions WHERE id = ANY($1::uuid[])`, rawIDs[start:min(start+*benchBatch, n)]); err != nil {
+		if _, err := conn.Exec(ctx, `DELETE FROM memory.sessions WHERE id = ANY($1::uuid[])`, rawIDs[start:min(start+*benchBatch, n)]); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -39,10 +39,13 @@ func Connect(ctx context.Context, dsn string, opts Options) (*pgxpool.Pool, erro
 		name = "lethe"
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = name
-	// Lethe's statements filter on arrays of IDs (= ANY($1)); a cached generic
-	// plan guesses their size and picks sequential scans, which made the
-	// sixth and later deletion batches ten times slower. Plan each one.
-	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+	// Lethe's statements filter on arrays of IDs (= ANY($1)). A named prepared
+	// statement switches to a generic plan after five runs, which guesses the
+	// array's size and picked sequential scans (the sixth and later deletion
+	// batches ran ten times slower). Unnamed statements are planned with the
+	// actual values each time; the cascade's own cached plans are untouched
+	// (plan_cache_mode=force_custom_plan would re-plan those for every row).
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
 	if opts.Vector {
 		cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 			var present bool

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -237,8 +238,12 @@ func writeReceipt(ctx context.Context, tx pgx.Tx, uid, step string, batch, sessi
 	for _, c := range counts {
 		m[c.Table] = c.Rows
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO lethe.erasure_receipts (request_uid, step, batch, sessions, counts, digest)
-		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (request_uid, step, batch) DO NOTHING`, uid, step, batch, sessions, m, digest)
+	countsJSON, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO lethe.erasure_receipts (request_uid, step, batch, sessions, counts, digest)
+		VALUES ($1, $2, $3, $4, $5::jsonb, $6) ON CONFLICT (request_uid, step, batch) DO NOTHING`, uid, step, batch, sessions, string(countsJSON), digest)
 	if err != nil {
 		return fmt.Errorf("write %s receipt: %w", step, err)
 	}
