@@ -117,12 +117,13 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	}()
 
 	r.initStatus(s)
-	if done := r.resolveStore(ctx, s); !done {
-		return s.result, nil
-	}
-
+	// Planned and Cancelled are final: nothing, not even an unreachable
+	// database, may rewrite their conditions.
 	if terminal(s.req.Status.Conditions) {
 		return ctrl.Result{}, nil
+	}
+	if done := r.resolveStore(ctx, s); !done {
+		return s.result, nil
 	}
 	steps := []step{r.tombstone, r.grace, r.delete, r.graph, r.backups}
 	for _, st := range steps {
