@@ -159,7 +159,7 @@ func (e *Eraser) eraseLocked(ctx context.Context, tx pgx.Tx, layout Layout, uid 
 
 	// 4. Derived records whose lineage names a session (their lineage goes with them).
 	for _, lin := range layout.Lineages {
-		b.Queue(`WITH l AS (DELETE FROM `+lin.Table.Ident()+` WHERE `+pgx.Identifier{lin.SourceColumn}.Sanitize()+`::text = ANY($1::text[])
+		b.Queue(`WITH l AS (DELETE FROM `+lin.Table.Ident()+` WHERE `+lin.SourceMatch(1)+`
 				RETURNING `+pgx.Identifier{lin.DerivedColumn}.Sanitize()+` AS d)
 			DELETE FROM `+lin.Derived.Ident()+` WHERE `+pgx.Identifier{lin.DerivedKey}.Sanitize()+` IN (SELECT d FROM l)`, eligible)
 	}
@@ -276,7 +276,7 @@ func (e *Eraser) Verify(ctx context.Context, uid string) ([]Verification, error)
 		}
 		for _, lin := range layout.Lineages {
 			var n int64
-			if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+lin.Table.Ident()+` WHERE `+pgx.Identifier{lin.SourceColumn}.Sanitize()+`::text = ANY($1::text[])`, ids).Scan(&n); err != nil {
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+lin.Table.Ident()+` WHERE `+lin.SourceMatch(1), ids).Scan(&n); err != nil {
 				return fmt.Errorf("verify %s: %w", lin.Table, err)
 			}
 			out = append(out, Verification{Check: "derived records via " + lin.Table.String(), Found: n})

@@ -200,7 +200,7 @@ func (e *Eraser) countPlan(ctx context.Context, tx pgx.Tx, l Layout, ids []strin
 	for _, lin := range l.Lineages {
 		var n int64
 		if err := tx.QueryRow(ctx, `SELECT count(DISTINCT `+pgx.Identifier{lin.DerivedColumn}.Sanitize()+`) FROM `+lin.Table.Ident()+
-			` WHERE `+pgx.Identifier{lin.SourceColumn}.Sanitize()+`::text = ANY($1::text[])`, ids).Scan(&n); err != nil {
+			` WHERE `+lin.SourceMatch(1), ids).Scan(&n); err != nil {
 			return fmt.Errorf("count derived records via %s: %w", lin.Table, err)
 		}
 		plan.DerivedRecords += n

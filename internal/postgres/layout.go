@@ -32,8 +32,11 @@ func (c QColumn) String() string { return c.Table.String() + "." + c.Column }
 
 // Lineage is one registered lineage table.
 type Lineage struct {
-	Table         Table
-	SourceColumn  string
+	Table        Table
+	SourceColumn string
+	// SourceType is the SQL type of the source column (uuid or text), so
+	// that lookups compare without a cast and use its index.
+	SourceType    string
 	DerivedColumn string
 	Derived       Table
 	DerivedKey    string
@@ -115,16 +118,17 @@ func LoadLayout(ctx context.Context, q Querier, schema string) (Layout, error) {
 		return l, fmt.Errorf("read lethe.content_indexes: %w", err)
 	}
 
-	rows, err = q.Query(ctx, `SELECT ln.nspname, lc.relname, t.source_column, t.derived_column, dn.nspname, dc.relname, t.derived_key
+	rows, err = q.Query(ctx, `SELECT ln.nspname, lc.relname, t.source_column, format_type(a.atttypid, NULL), t.derived_column, dn.nspname, dc.relname, t.derived_key
 		FROM lethe.lineage_tables t
 		JOIN pg_class lc ON lc.oid = t.lineage_table JOIN pg_namespace ln ON ln.oid = lc.relnamespace
+		JOIN pg_attribute a ON a.attrelid = t.lineage_table AND a.attname = t.source_column
 		JOIN pg_class dc ON dc.oid = t.derived_table JOIN pg_namespace dn ON dn.oid = dc.relnamespace
 		ORDER BY 1, 2`)
 	if err != nil {
 		return l, fmt.Errorf("read lethe.lineage_tables: %w", err)
 	}
 	var lin Lineage
-	if _, err := pgx.ForEachRow(rows, []any{&lin.Table.Schema, &lin.Table.Name, &lin.SourceColumn, &lin.DerivedColumn,
+	if _, err := pgx.ForEachRow(rows, []any{&lin.Table.Schema, &lin.Table.Name, &lin.SourceColumn, &lin.SourceType, &lin.DerivedColumn,
 		&lin.Derived.Schema, &lin.Derived.Name, &lin.DerivedKey}, func() error {
 		l.Lineages = append(l.Lineages, lin)
 		return nil
@@ -133,6 +137,16 @@ func LoadLayout(ctx context.Context, q Querier, schema string) (Layout, error) {
 	}
 	slices.SortFunc(l.Children, func(a, b Table) int { return compareStr(a.String(), b.String()) })
 	return l, nil
+}
+
+// SourceMatch is the condition "source column is one of $n" for this
+// lineage table, typed as the column so that its index is used.
+func (l Lineage) SourceMatch(param int) string {
+	typ := "text"
+	if l.SourceType == "uuid" {
+		typ = "uuid"
+	}
+	return fmt.Sprintf("%s = ANY($%d::%s[])", pgx.Identifier{l.SourceColumn}.Sanitize(), param, typ)
 }
 
 func splitTable(qualified string) Table {
