@@ -202,8 +202,8 @@ func (r *ErasureRequestReconciler) delete(ctx context.Context, s *scope) (bool, 
 		residueCols = append(residueCols, rs.Column.String())
 		ev.Verification = append(ev.Verification, lethev1.Verification{Check: "near-identical vectors in " + rs.Column.String(), Found: rs.Found})
 	}
-	ev.Note = fmt.Sprintf("%d session(s) deleted in %d batch(es) of at most %d; residue probe: %d of %d erased embeddings probed against every vector column",
-		sessions, len(res.Batches), r.BatchSize, len(res.Probe), res.EmbeddingsErased)
+	ev.Note = fmt.Sprintf("%d session(s) deleted in %d batch(es) of at most %d; residue probe: %d of %d erased embeddings (planned) probed against every vector column outside the cascade",
+		sessions, len(res.Batches), r.BatchSize, len(res.Probe), plannedEmbeddings(er))
 	setEvidence(&er.Status, ev)
 	switch {
 	case len(left) > 0:
@@ -375,4 +375,12 @@ func (r *ErasureRequestReconciler) finalize(ctx context.Context, s *scope) (ctrl
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, nil
+}
+
+// plannedEmbeddings is the number of embeddings the plan found.
+func plannedEmbeddings(er *lethev1.ErasureRequest) int64 {
+	if er.Status.Plan == nil {
+		return 0
+	}
+	return er.Status.Plan.Embeddings
 }

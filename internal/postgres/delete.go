@@ -33,8 +33,6 @@ type DeleteResult struct {
 	// Probe holds a bounded sample of the erased embeddings, read inside the
 	// transactions and kept in memory only, for the residue probe.
 	Probe []pgvector.Vector
-	// EmbeddingsErased counts the embeddings the deleted rows carried.
-	EmbeddingsErased int64
 	// CommitLSN is the WAL position after the last commit (for replicas).
 	CommitLSN string
 }
@@ -51,13 +49,12 @@ func (e *Eraser) Delete(ctx context.Context, req Request, batchSize, probeBudget
 	slices.Sort(ids)
 	for b, start := 0, 0; start < len(ids); b, start = b+1, start+batchSize {
 		batch := ids[start:min(start+batchSize, len(ids))]
-		res, probe, embeddings, err := e.deleteBatch(ctx, req.UID, b, batch, probeBudget-len(out.Probe), digest)
+		res, probe, err := e.deleteBatch(ctx, req.UID, b, batch, probeBudget-len(out.Probe), digest)
 		if err != nil {
 			return out, fmt.Errorf("batch %d: %w", b, err)
 		}
 		out.Batches = append(out.Batches, res)
 		out.Probe = append(out.Probe, probe...)
-		out.EmbeddingsErased += embeddings
 	}
 	if err := e.Pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&out.CommitLSN); err != nil {
 		return out, fmt.Errorf("read WAL position: %w", err)
@@ -66,10 +63,9 @@ func (e *Eraser) Delete(ctx context.Context, req Request, batchSize, probeBudget
 }
 
 func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []string, probeBudget int,
-	digest func(BatchResult) (string, error)) (BatchResult, []pgvector.Vector, int64, error) {
+	digest func(BatchResult) (string, error)) (BatchResult, []pgvector.Vector, error) {
 	res := BatchResult{Batch: batch}
 	var probe []pgvector.Vector
-	var embeddings int64
 	err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		layout, err := e.layout(ctx)
 		if err != nil {
@@ -96,7 +92,7 @@ func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []s
 			res.Skipped = true
 			return tx.QueryRow(ctx, `SELECT now()`).Scan(&res.DeletedAt)
 		}
-		if err := e.eraseLocked(ctx, tx, layout, uid, eligible, probeBudget, &res, &probe, &embeddings); err != nil {
+		if err := e.eraseLocked(ctx, tx, layout, uid, eligible, probeBudget, &res, &probe); err != nil {
 			return err
 		}
 		d, err := digest(res)
@@ -106,9 +102,9 @@ func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []s
 		return writeReceipt(ctx, tx, uid, StepDeleted, batch, res.Sessions, res.Rows, d)
 	})
 	if err != nil {
-		return res, nil, 0, err
+		return res, nil, err
 	}
-	return res, probe, embeddings, nil
+	return res, probe, nil
 }
 
 // eraseLocked removes the eligible sessions (already locked by the caller's
@@ -116,21 +112,12 @@ func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []s
 // derived records, the sessions and, by cascade, their rows. The statements
 // go in one pipelined batch: one round trip to the database.
 func (e *Eraser) eraseLocked(ctx context.Context, tx pgx.Tx, layout Layout, uid string, eligible []string, probeBudget int,
-	res *BatchResult, probe *[]pgvector.Vector, embeddings *int64) error {
+	res *BatchResult, probe *[]pgvector.Vector) error {
 	res.Sessions = len(eligible)
 	keyOf := func(t Table) string { return pgx.Identifier{layout.sessionKey(t)}.Sanitize() }
 	tables := append([]Table{layout.Sessions}, layout.Children...)
 
-	// 1. Counts of what goes: rows per table, then embeddings per vector column.
-	var parts []string
-	for _, t := range tables {
-		parts = append(parts, `(SELECT count(*) FROM `+t.Ident()+` WHERE `+keyOf(t)+` = ANY($1::uuid[]))`)
-	}
-	for _, v := range layout.Vectors {
-		parts = append(parts, `(SELECT count(`+v.Ident()+`) FROM `+v.Table.Ident()+` WHERE `+keyOf(v.Table)+` = ANY($1::uuid[]))`)
-	}
 	b := &pgx.Batch{}
-	b.Queue(`SELECT `+strings.Join(parts, ", "), eligible)
 
 	// 2. A bounded sample of the embeddings for the residue probe.
 	sample := probeBudget > len(*probe) && len(layout.Vectors) > 0
@@ -164,28 +151,22 @@ func (e *Eraser) eraseLocked(ctx context.Context, tx pgx.Tx, layout Layout, uid 
 			DELETE FROM `+lin.Derived.Ident()+` WHERE `+pgx.Identifier{lin.DerivedKey}.Sanitize()+` IN (SELECT d FROM l)`, eligible)
 	}
 
-	// 5. The sessions: the cascade removes the children. 6. The ledger.
+	// 5. The sessions: the cascade removes the children. Then what was
+	// actually deleted, per table, from this transaction's own statistics
+	// counters (they include the cascade, and cost no second scan). 6. The ledger.
 	b.Queue(`DELETE FROM `+layout.Sessions.Ident()+` WHERE id = ANY($1::uuid[])`, eligible)
+	names := make([]string, len(tables))
+	for i, t := range tables {
+		names[i] = t.Ident()
+	}
+	b.Queue(`SELECT array_agg(pg_stat_get_xact_tuples_deleted(to_regclass(t)) ORDER BY o)
+		FROM unnest($1::text[]) WITH ORDINALITY u(t, o)`, names)
 	b.Queue(`WITH u AS (UPDATE lethe.erasure_ledger SET erased_at = now()
 			WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) RETURNING 1)
 		SELECT now(), count(*) FROM u`, uid, eligible)
 
 	br := tx.SendBatch(ctx, b)
 	defer func() { _ = br.Close() }()
-	counts := make([]int64, len(parts))
-	dest := make([]any, len(counts))
-	for i := range counts {
-		dest[i] = &counts[i]
-	}
-	if err := br.QueryRow().Scan(dest...); err != nil {
-		return fmt.Errorf("count rows: %w", err)
-	}
-	for i, t := range tables {
-		res.Rows = append(res.Rows, Count{Table: t.String(), Rows: counts[i]})
-	}
-	for _, n := range counts[len(tables):] {
-		*embeddings += n
-	}
 	if sample {
 		rows, err := br.Query()
 		if err != nil {
@@ -219,6 +200,13 @@ func (e *Eraser) eraseLocked(ctx context.Context, tx pgx.Tx, layout Layout, uid 
 	}
 	if tag.RowsAffected() != int64(len(eligible)) {
 		return fmt.Errorf("deleted %d sessions, expected %d: rolled back", tag.RowsAffected(), len(eligible))
+	}
+	var deleted []int64
+	if err := br.QueryRow().Scan(&deleted); err != nil {
+		return fmt.Errorf("read deletion counters: %w", err)
+	}
+	for i, t := range tables {
+		res.Rows = append(res.Rows, Count{Table: t.String(), Rows: deleted[i]})
 	}
 	var marked int64
 	if err := br.QueryRow().Scan(&res.DeletedAt, &marked); err != nil {
@@ -390,8 +378,7 @@ func (e *Eraser) Reerase(ctx context.Context, uid string, batch int, digest func
 			return fmt.Errorf("tombstone resurrected sessions: %w", err)
 		}
 		var probe []pgvector.Vector
-		var embeddings int64
-		if err := e.eraseLocked(ctx, tx, layout, uid, back, 0, &res, &probe, &embeddings); err != nil {
+		if err := e.eraseLocked(ctx, tx, layout, uid, back, 0, &res, &probe); err != nil {
 			return err
 		}
 		d, err := digest(res)
