@@ -49,23 +49,31 @@ func StartPostgres() (*Postgres, error) {
 	if err := checkPgvector(bin); err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "lethe-pg-")
+	return startCluster(bin, "lethe-pg-", func(data string, cred *syscall.Credential) error {
+		initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync")
+		initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		if out, err := initdb.CombinedOutput(); err != nil {
+			return fmt.Errorf("initdb: %w\n%s", err, out)
+		}
+		return nil
+	})
+}
+
+// startCluster makes a temp folder owned by the server's user, fills its
+// data folder with create, and starts a server on a free loopback port.
+func startCluster(bin, prefix string, create func(data string, cred *syscall.Credential) error) (*Postgres, error) {
+	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
 		return nil, err
 	}
 	cred, err := postgresCredential(dir)
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
+	if err == nil {
+		err = create(filepath.Join(dir, "data"), cred)
 	}
-	data := filepath.Join(dir, "data")
-	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync")
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	if out, err := initdb.CombinedOutput(); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("initdb: %w\n%s", err, out)
+	var port int
+	if err == nil {
+		port, err = FreePort()
 	}
-	port, err := FreePort()
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -229,31 +237,13 @@ func (p *Postgres) Stop() {
 // StartReplica starts a streaming replica of p: pg_basebackup with -R into a
 // temp folder, then a hot standby on its own loopback port.
 func (p *Postgres) StartReplica() (*Postgres, error) {
-	dir, err := os.MkdirTemp("", "lethe-pg-replica-")
-	if err != nil {
-		return nil, err
-	}
-	cred, err := postgresCredential(dir)
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	base := exec.Command(filepath.Join(p.bin, "pg_basebackup"), "-D", filepath.Join(dir, "data"), "-R", "-X", "stream", "-c", "fast",
-		"-h", "127.0.0.1", "-p", itoa(p.Port), "-U", "postgres", "--no-sync")
-	base.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	if out, err := base.CombinedOutput(); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("pg_basebackup: %w\n%s", err, out)
-	}
-	port, err := FreePort()
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	r := &Postgres{Port: port, Dir: dir, bin: p.bin, cred: cred}
-	if err := r.StartServer(); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	return r, nil
+	return startCluster(p.bin, "lethe-pg-replica-", func(data string, cred *syscall.Credential) error {
+		base := exec.Command(filepath.Join(p.bin, "pg_basebackup"), "-D", data, "-R", "-X", "stream", "-c", "fast",
+			"-h", "127.0.0.1", "-p", itoa(p.Port), "-U", "postgres", "--no-sync")
+		base.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		if out, err := base.CombinedOutput(); err != nil {
+			return fmt.Errorf("pg_basebackup: %w\n%s", err, out)
+		}
+		return nil
+	})
 }
