@@ -74,13 +74,18 @@ func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []s
 		// The guard: only sessions this request holds tombstoned, not
 		// cancelled, not yet erased, past the grace period by the database's
 		// clock, and of the store's tenant. Locks both rows.
-		rows, err := tx.Query(ctx, `SELECT s.id::text FROM lethe.erasure_ledger l
-			JOIN `+layout.Sessions.Ident()+` s ON s.id = l.record_id::uuid
-			WHERE l.scope = 'session' AND l.request_uid = $1 AND l.record_id = ANY($2::text[])
-			  AND s.id = ANY($2::uuid[]) -- lets the planner use the sessions' key
-			  AND l.cancelled_at IS NULL AND l.erased_at IS NULL AND l.grace_ends_at <= now()
+		// Two steps, each on its table's key, so that no plan (generic or
+		// custom) walks the tombstoned sessions: the ledger rows first, then
+		// the sessions they name.
+		rows, err := tx.Query(ctx, `WITH l AS MATERIALIZED (
+				SELECT record_id FROM lethe.erasure_ledger
+				WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[])
+				  AND cancelled_at IS NULL AND erased_at IS NULL AND grace_ends_at <= now()
+				FOR UPDATE)
+			SELECT s.id::text FROM `+layout.Sessions.Ident()+` s
+			WHERE s.id = ANY(ARRAY(SELECT record_id::uuid FROM l))
 			  AND s.tombstoned_at IS NOT NULL AND ($3::text IS NULL OR s.tenant_id = $3)
-			ORDER BY s.id FOR UPDATE OF l, s`, uid, ids, e.tenant())
+			ORDER BY s.id FOR UPDATE`, uid, ids, e.tenant())
 		if err != nil {
 			return fmt.Errorf("check ledger: %w", err)
 		}
