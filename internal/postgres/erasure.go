@@ -127,7 +127,11 @@ func (e *Eraser) tombstone(ctx context.Context, req Request, dryRun bool, digest
 				plan.NotFound = append(plan.NotFound, id)
 			}
 		}
-		if err := e.countPlan(ctx, tx, layout, plan.Found, &plan); err != nil {
+		hashes, err := e.contentHashes(ctx, tx, layout, plan.Found)
+		if err != nil {
+			return err
+		}
+		if err := e.countPlan(ctx, tx, layout, plan.Found, hashes, &plan); err != nil {
 			return err
 		}
 		if dryRun {
@@ -142,10 +146,6 @@ func (e *Eraser) tombstone(ctx context.Context, req Request, dryRun bool, digest
 			SELECT 'session', id, $2, $3, now(), now() + make_interval(secs => $4) FROM unnest($1::text[]) AS id
 			ON CONFLICT DO NOTHING`, plan.Found, req.UID, e.tenant(), req.Grace.Seconds()); err != nil {
 			return fmt.Errorf("write ledger: %w", err)
-		}
-		hashes, err := e.contentHashes(ctx, tx, layout, plan.Found)
-		if err != nil {
-			return err
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO lethe.erasure_ledger (scope, record_id, request_uid, tenant_id, tombstoned_at, grace_ends_at)
 			SELECT 'content', h, $2, $3, now(), now() + make_interval(secs => $4) FROM unnest($1::text[]) AS h
@@ -167,8 +167,8 @@ func (e *Eraser) tombstone(ctx context.Context, req Request, dryRun bool, digest
 	return plan, err
 }
 
-// countPlan fills the plan's counts for the given sessions.
-func (e *Eraser) countPlan(ctx context.Context, tx pgx.Tx, l Layout, ids []string, plan *Plan) error {
+// countPlan fills the plan's counts for the given sessions and the hashes of their content.
+func (e *Eraser) countPlan(ctx context.Context, tx pgx.Tx, l Layout, ids, hashes []string, plan *Plan) error {
 	for _, t := range append([]Table{l.Sessions}, l.Children...) {
 		var n int64
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+t.Ident()+` WHERE `+pgx.Identifier{l.sessionKey(t)}.Sanitize()+` = ANY($1::uuid[])`, ids).Scan(&n); err != nil {
@@ -183,10 +183,6 @@ func (e *Eraser) countPlan(ctx context.Context, tx pgx.Tx, l Layout, ids []strin
 			return fmt.Errorf("count embeddings in %s: %w", v, err)
 		}
 		plan.Embeddings += n
-	}
-	hashes, err := e.contentHashes(ctx, tx, l, ids)
-	if err != nil {
-		return err
 	}
 	plan.ContentIndexEntries = 0
 	for _, idx := range l.ContentIndexes {
