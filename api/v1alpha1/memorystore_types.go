@@ -44,8 +44,6 @@ const (
 	RuleNoCascade = "NoCascade"
 	// RuleVectorOffCascade: a vector column sits on a table that does not cascade from sessions.
 	RuleVectorOffCascade = "VectorOffCascade"
-	// RuleForeignTable: a table in the memory schema that the decision record does not list.
-	RuleForeignTable = "UnexpectedTable"
 )
 
 // PostgresSpec says how to reach the memory database.
@@ -149,7 +147,7 @@ type MemoryStoreSpec struct {
 
 // SchemaViolation is one finding of the schema audit.
 type SchemaViolation struct {
-	// rule that was broken (MissingTable, NoCascade, VectorOffCascade, UnexpectedTable).
+	// rule that was broken (MissingTable, NoCascade, VectorOffCascade).
 	// +kubebuilder:validation:MaxLength=64
 	Rule string `json:"rule"`
 	// table the finding is about (schema-qualified).

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 )
 
 // ExpectedTables are the tables the decision record (ADR-043, validation
@@ -43,7 +45,7 @@ type Column struct {
 
 func (c Column) String() string { return c.Table + "." + c.Column }
 
-// Violation is one finding of the audit. Rule is one of the api/v1alpha1 Rule* names.
+// Violation is one finding of the audit. Rule is one of the lethev1.Rule* names.
 type Violation struct {
 	Rule    string
 	Table   string
@@ -63,13 +65,6 @@ type SchemaReport struct {
 
 // Compliant reports whether the audit found nothing wrong.
 func (r SchemaReport) Compliant() bool { return len(r.Violations) == 0 }
-
-// Rule names (kept equal to the API's constants without importing the API here).
-const (
-	ruleMissingTable     = "MissingTable"
-	ruleNoCascade        = "NoCascade"
-	ruleVectorOffCascade = "VectorOffCascade"
-)
 
 // AuditCatalog runs the decision record's three validation rules over a
 // catalog. It is pure: the same catalog always gives the same report.
@@ -105,7 +100,7 @@ func AuditCatalog(cat Catalog) SchemaReport {
 	for _, name := range ExpectedTables {
 		if !slices.Contains(cat.Tables, name) {
 			rep.Violations = append(rep.Violations, Violation{
-				Rule: ruleMissingTable, Table: cat.Schema + "." + name,
+				Rule: lethev1.RuleMissingTable, Table: cat.Schema + "." + name,
 				Message: fmt.Sprintf("table %s.%s is missing from the memory schema", cat.Schema, name),
 			})
 		}
@@ -118,7 +113,7 @@ func AuditCatalog(cat Catalog) SchemaReport {
 			continue
 		}
 		rep.Violations = append(rep.Violations, Violation{
-			Rule: ruleNoCascade, Table: t, Column: "session_id",
+			Rule: lethev1.RuleNoCascade, Table: t, Column: "session_id",
 			Message: fmt.Sprintf("%s.session_id has no ON DELETE CASCADE foreign key to %s(id): deleting a session leaves its rows behind", t, sessions),
 		})
 	}
@@ -129,7 +124,7 @@ func AuditCatalog(cat Catalog) SchemaReport {
 		rep.VectorColumns = append(rep.VectorColumns, v.String())
 		if !reach[v.Table] {
 			rep.Violations = append(rep.Violations, Violation{
-				Rule: ruleVectorOffCascade, Table: v.Table, Column: v.Column,
+				Rule: lethev1.RuleVectorOffCascade, Table: v.Table, Column: v.Column,
 				Message: fmt.Sprintf("vector column %s is on a table that does not cascade from %s: erased embeddings would survive", v, sessions),
 			})
 		}
