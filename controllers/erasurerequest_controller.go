@@ -196,14 +196,9 @@ func (r *ErasureRequestReconciler) resolveStore(ctx context.Context, s *scope) b
 		}
 		f = fail(lethev1.ReasonDatabaseUnavailable, "%v", err)
 	}
-	r.setStep(s, r.currentStep(s), false, lethev1.ReasonDatabaseUnavailable, "the memory database is unreachable: "+f.message)
+	r.setStep(s, firstPending(s.req.Status.Conditions), false, lethev1.ReasonDatabaseUnavailable, "the memory database is unreachable: "+f.message)
 	s.result = ctrl.Result{RequeueAfter: r.RetryAfter}
 	return false
-}
-
-// currentStep is the first step condition that is not True.
-func (r *ErasureRequestReconciler) currentStep(s *scope) string {
-	return firstPending(s.req.Status.Conditions)
 }
 
 // setStep sets one step condition; its message must not change between passes.

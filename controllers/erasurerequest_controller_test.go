@@ -19,6 +19,7 @@ import (
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/evidence"
 	"github.com/lethe-dev/lethe/internal/fixture"
+	"github.com/lethe-dev/lethe/internal/testenv"
 )
 
 // memoryEnv is one namespace with a MemoryStore (Postgres only, tenant t1)
@@ -342,25 +343,9 @@ func TestDryRunPlansAndChangesNothing(t *testing.T) {
 // dump digests every row of every table of the memory database.
 func (e *memoryEnv) dump(t *testing.T) map[string]string {
 	t.Helper()
-	ctx := context.Background()
-	rows, err := e.conn.Query(ctx, `SELECT schemaname || '.' || tablename FROM pg_tables WHERE schemaname IN ('memory', 'memory_derived', 'lethe', 'public')`)
+	out, err := testenv.TableDigests(context.Background(), e.conn)
 	if err != nil {
 		t.Fatal(err)
-	}
-	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, table := range tables {
-		var d *string
-		if err := e.conn.QueryRow(ctx, `SELECT md5(string_agg(x::text, '|' ORDER BY x::text)) FROM `+table+` x`).Scan(&d); err != nil {
-			t.Fatal(err)
-		}
-		out[table] = "<empty>"
-		if d != nil {
-			out[table] = *d
-		}
 	}
 	if len(out) < 10 {
 		t.Fatalf("dump covers %d tables", len(out))

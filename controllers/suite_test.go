@@ -40,7 +40,6 @@ var (
 	cp    *testenv.ControlPlane
 	pg    *testenv.Postgres
 	fdb   *testenv.FalkorDB
-	stop  context.CancelFunc
 	pools = &postgres.Pools{Options: postgres.Options{Vector: true}}
 
 	managerLogs syncBuffer
@@ -129,7 +128,6 @@ func run(m *testing.M) (int, error) {
 		return 1, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	stop = cancel
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	code := m.Run()

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lethe-dev/lethe/internal/postgres"
+	"github.com/lethe-dev/lethe/internal/testenv"
 )
 
 const (
@@ -66,17 +67,9 @@ func fixedDigest[T any](T) (string, error) { return "sha256:test", nil }
 // snapshot returns a digest of every row of every table Lethe may touch.
 func snapshot(t *testing.T, conn *pgx.Conn) map[string]string {
 	t.Helper()
-	out := map[string]string{}
-	for _, table := range queryStrings(t, conn, `SELECT schemaname || '.' || tablename FROM pg_tables
-		WHERE schemaname IN ('memory', 'memory_derived', 'lethe', 'public')`) {
-		var d *string
-		if err := conn.QueryRow(context.Background(), `SELECT md5(string_agg(x::text, '|' ORDER BY x::text)) FROM `+table+` x`).Scan(&d); err != nil {
-			t.Fatal(err)
-		}
-		out[table] = "<empty>"
-		if d != nil {
-			out[table] = *d
-		}
+	out, err := testenv.TableDigests(context.Background(), conn)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

@@ -247,3 +247,30 @@ func (p *Postgres) StartReplica() (*Postgres, error) {
 		return nil
 	})
 }
+
+// TableDigests returns an md5 of every row of every table in the schemas that
+// Lethe may touch (memory, memory_derived, lethe, public), keyed by table:
+// equal maps mean byte-for-byte equal data.
+func TableDigests(ctx context.Context, conn *pgx.Conn) (map[string]string, error) {
+	rows, err := conn.Query(ctx, `SELECT quote_ident(schemaname) || '.' || quote_ident(tablename) FROM pg_tables
+		WHERE schemaname IN ('memory', 'memory_derived', 'lethe', 'public')`)
+	if err != nil {
+		return nil, err
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, table := range tables {
+		var d *string
+		if err := conn.QueryRow(ctx, `SELECT md5(string_agg(x::text, '|' ORDER BY x::text)) FROM `+table+` x`).Scan(&d); err != nil {
+			return nil, fmt.Errorf("digest %s: %w", table, err)
+		}
+		out[table] = "<empty>"
+		if d != nil {
+			out[table] = *d
+		}
+	}
+	return out, nil
+}
