@@ -30,6 +30,8 @@ var errBadURL = errors.New("invalid FalkorDB URL: want falkor://[user:password@]
 // Client talks to one FalkorDB server.
 type Client struct {
 	db *falkordb.FalkorDB
+	// indexed remembers the provenance indexes known to exist.
+	indexed sync.Map
 }
 
 // Open parses a falkor://[user:pass@]host:port URL (redis:// is accepted too)

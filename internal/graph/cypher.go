@@ -1,0 +1,225 @@
+package graph
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/FalkorDB/falkordb-go/v2"
+)
+
+// FalkorDB takes query parameters as a text header ("CYPHER k=v ...") in
+// front of the query. falkordb-go builds it with strconv.Quote, whose \x01 and
+// \u200b escapes FalkorDB does not understand, and does not check map keys.
+// Lethe builds the header itself: keys must be plain identifiers (never user
+// input), strings escape only what FalkorDB's lexer reads as escapes, and a
+// value of any other type is an error rather than a panic.
+
+var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+var errNUL = errors.New("a string parameter holds a NUL byte, which FalkorDB cannot carry")
+
+// literal writes v as a Cypher literal.
+func literal(b *strings.Builder, v any) error {
+	switch x := v.(type) {
+	case nil:
+		b.WriteString("null")
+	case string:
+		if strings.IndexByte(x, 0) >= 0 {
+			return errNUL
+		}
+		b.WriteByte('"')
+		for i := 0; i < len(x); i++ {
+			switch c := x[i]; c {
+			case '"', '\\':
+				b.WriteByte('\\')
+				b.WriteByte(c)
+			case '\n':
+				b.WriteString(`\n`)
+			case '\r':
+				b.WriteString(`\r`)
+			case '\t':
+				b.WriteString(`\t`)
+			default:
+				b.WriteByte(c)
+			}
+		}
+		b.WriteByte('"')
+	case bool:
+		b.WriteString(strconv.FormatBool(x))
+	case int:
+		b.WriteString(strconv.Itoa(x))
+	case int64:
+		b.WriteString(strconv.FormatInt(x, 10))
+	case float64:
+		b.WriteString(strconv.FormatFloat(x, 'g', -1, 64))
+	case []string:
+		return list(b, len(x), func(i int) any { return x[i] })
+	case []int64:
+		return list(b, len(x), func(i int) any { return x[i] })
+	case []any:
+		return list(b, len(x), func(i int) any { return x[i] })
+	case []map[string]any:
+		return list(b, len(x), func(i int) any { return x[i] })
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			if !identifier.MatchString(k) {
+				return fmt.Errorf("map key %q is not a plain identifier", k)
+			}
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		b.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(k)
+			b.WriteByte(':')
+			if err := literal(b, x[k]); err != nil {
+				return err
+			}
+		}
+		b.WriteByte('}')
+	default:
+		return fmt.Errorf("unsupported parameter type %T", v)
+	}
+	return nil
+}
+
+func list(b *strings.Builder, n int, at func(int) any) error {
+	b.WriteByte('[')
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if err := literal(b, at(i)); err != nil {
+			return err
+		}
+	}
+	b.WriteByte(']')
+	return nil
+}
+
+// paramsHeader renders params as FalkorDB's "CYPHER k=v " prefix.
+func paramsHeader(params map[string]any) (string, error) {
+	if len(params) == 0 {
+		return "", nil
+	}
+	keys := make([]string, 0, len(params))
+	for k := range params {
+		if !identifier.MatchString(k) {
+			return "", fmt.Errorf("parameter name %q is not a plain identifier", k)
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	b.WriteString("CYPHER ")
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte('=')
+		if err := literal(&b, params[k]); err != nil {
+			return "", fmt.Errorf("parameter %s: %w", k, err)
+		}
+		b.WriteByte(' ')
+	}
+	return b.String(), nil
+}
+
+// quoteName returns a label or relationship type for use in a query. Names
+// come from the graph itself, so anything but a plain identifier is refused
+// rather than quoted.
+func quoteName(name string) (string, error) {
+	if !identifier.MatchString(name) {
+		return "", fmt.Errorf("graph label or relationship type %q is not a plain identifier; Lethe will not put it in a query", name)
+	}
+	return "`" + name + "`", nil
+}
+
+// Graph is one named graph on a FalkorDB server.
+type Graph struct {
+	name string
+	c    *Client
+	fg   *falkordb.Graph
+}
+
+// Graph returns the graph called name.
+func (c *Client) Graph(name string) *Graph {
+	return &Graph{name: name, c: c, fg: c.db.SelectGraph(name)}
+}
+
+// Name is the graph's key.
+func (g *Graph) Name() string { return g.name }
+
+// Query runs a write query. The context bounds the call; its deadline is
+// also passed to FalkorDB as the query timeout. A query that timed out on
+// the client may still have run on the server: callers must be idempotent.
+func (g *Graph) Query(ctx context.Context, query string, params map[string]any) (*falkordb.QueryResult, error) {
+	return g.run(ctx, "GRAPH.QUERY", query, params)
+}
+
+// ReadQuery runs a read-only query.
+func (g *Graph) ReadQuery(ctx context.Context, query string, params map[string]any) (*falkordb.QueryResult, error) {
+	return g.run(ctx, "GRAPH.RO_QUERY", query, params)
+}
+
+func (g *Graph) run(ctx context.Context, cmd, query string, params map[string]any) (*falkordb.QueryResult, error) {
+	header, err := paramsHeader(params)
+	if err != nil {
+		return nil, err
+	}
+	args := []any{cmd, g.name, header + query, "--compact"}
+	if dl, ok := ctx.Deadline(); ok {
+		ms := time.Until(dl).Milliseconds()
+		if ms < 1 {
+			return nil, context.DeadlineExceeded
+		}
+		args = append(args, "timeout", ms)
+	}
+	raw, err := g.c.db.Conn.Do(ctx, args...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("graph %s: %w", g.name, err)
+	}
+	return falkordb.QueryResultNew(g.fg, raw)
+}
+
+// scalar returns the first column of the first row as an int64.
+func scalar(res *falkordb.QueryResult) (int64, error) {
+	if !res.Next() {
+		return 0, errors.New("query returned no row")
+	}
+	cell, err := res.Record().GetByIndex(0)
+	if err != nil {
+		return 0, err
+	}
+	switch v := cell.(type) {
+	case int64:
+		return v, nil
+	case int:
+		return int64(v), nil
+	case nil:
+		return 0, nil
+	default:
+		return 0, fmt.Errorf("query returned %T, want an integer", v)
+	}
+}
+
+// column returns the first column of every row.
+func column(res *falkordb.QueryResult) ([]any, error) {
+	var out []any
+	for res.Next() {
+		cell, err := res.Record().GetByIndex(0)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, cell)
+	}
+	return out, nil
+}

@@ -1,0 +1,81 @@
+package graph_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lethe-dev/lethe/internal/graph"
+	"github.com/lethe-dev/lethe/internal/testenv"
+)
+
+var (
+	fdb    *testenv.FalkorDB
+	pg     *testenv.Postgres
+	graphs atomic.Int64
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	fdb, err = testenv.StartFalkorDB()
+	if err != nil {
+		// A missing service is a failure with the command to run, never a skip.
+		fmt.Fprintln(os.Stderr, "FAIL: cannot start FalkorDB for the tests:", err)
+		os.Exit(1)
+	}
+	pg, err = testenv.StartPostgres()
+	if err != nil {
+		fdb.Stop()
+		fmt.Fprintln(os.Stderr, "FAIL: cannot start PostgreSQL for the tests:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	pg.Stop()
+	fdb.Stop()
+	os.Exit(code)
+}
+
+// freshGraph returns an empty graph of its own on the test server.
+func freshGraph(t testing.TB) *graph.Graph {
+	t.Helper()
+	c, err := graph.Open(fdb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c.Graph(fmt.Sprintf("test%d", graphs.Add(1)))
+}
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// snapshot is every element of a graph as comparable strings, by session.
+type snapshot map[string]int
+
+func elementsOf(t testing.TB, ctx context.Context, g *graph.Graph) snapshot {
+	t.Helper()
+	out := snapshot{}
+	for _, q := range []string{
+		"MATCH (x) RETURN labels(x)[0] + ' ' + coalesce(x.session_id, x.id, x.key, '') + ' ' + coalesce(toString(x.id), '') + ' ' + coalesce(x.name, '')",
+		"MATCH (a)-[r]->(b) RETURN type(r) + ' ' + coalesce(r.session_id, '') + ' ' + coalesce(toString(r.fact_id), '') + ' ' + coalesce(a.key, toString(a.id)) + '>' + coalesce(b.key, toString(b.id))",
+	} {
+		res, err := g.ReadQuery(ctx, q, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for res.Next() {
+			v, err := res.Record().GetByIndex(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[fmt.Sprint(v)]++
+		}
+	}
+	return out
+}

@@ -1,0 +1,274 @@
+package graph
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/FalkorDB/falkordb-go/v2"
+)
+
+// sessionID is the canonical lowercase UUID form the API admits; nothing
+// else is ever sent to the graph as a session ID.
+var sessionID = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// AttachedKey is the Relationships key for relationships of other
+// provenance that went with an erased node (DELETE removes a node's
+// relationships). In the reference model there are none.
+const AttachedKey = "(other provenance, attached to erased nodes)"
+
+// Counts is what a prune removed, or a count found, per node label and
+// relationship type. It holds numbers only, never content.
+type Counts struct {
+	Nodes         map[string]int64
+	Relationships map[string]int64
+}
+
+// Total is the sum of every count.
+func (c Counts) Total() int64 {
+	var n int64
+	for _, v := range c.Nodes {
+		n += v
+	}
+	for _, v := range c.Relationships {
+		n += v
+	}
+	return n
+}
+
+// Add adds o into c.
+func (c *Counts) Add(o Counts) {
+	if c.Nodes == nil {
+		c.Nodes = map[string]int64{}
+	}
+	if c.Relationships == nil {
+		c.Relationships = map[string]int64{}
+	}
+	for k, v := range o.Nodes {
+		c.Nodes[k] += v
+	}
+	for k, v := range o.Relationships {
+		c.Relationships[k] += v
+	}
+}
+
+// Keys returns "nodes :Label" / "relationships :TYPE" entries in a stable
+// order, for evidence.
+func (c Counts) Keys() []KeyCount {
+	var out []KeyCount
+	for k, v := range c.Nodes {
+		out = append(out, KeyCount{"graph nodes :" + k, v})
+	}
+	for k, v := range c.Relationships {
+		if k == AttachedKey {
+			out = append(out, KeyCount{"graph relationships " + k, v})
+			continue
+		}
+		out = append(out, KeyCount{"graph relationships :" + k, v})
+	}
+	slices.SortFunc(out, func(a, b KeyCount) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+// KeyCount is one entry of Counts.Keys.
+type KeyCount struct {
+	Key   string
+	Count int64
+}
+
+func newCounts() Counts {
+	return Counts{Nodes: map[string]int64{}, Relationships: map[string]int64{}}
+}
+
+func checkSessionIDs(ids []string) error {
+	for _, id := range ids {
+		if !sessionID.MatchString(id) {
+			return fmt.Errorf("session ID %q is not a lowercase canonical UUID", id)
+		}
+	}
+	return nil
+}
+
+// doomedEntities matches the entities touched by a relationship of type T
+// from the erased sessions whose every relationship comes from them: once
+// those go, nothing else attests the entity. A relationship without
+// session_id counts as other provenance, so such entities stay.
+//
+// The pattern is directed (%s is "-[r:T]->" or "<-[r:T]-"): FalkorDB 4.16
+// misses matches of an undirected pattern driven by a relationship index.
+const doomedEntities = `MATCH (e:` + "`" + LabelEntity + "`" + `)%s() WHERE r.session_id IN $ids
+WITH DISTINCT e
+OPTIONAL MATCH (e)-[q]-() WHERE q.session_id IS NULL OR NOT q.session_id IN $ids
+WITH e, count(q) AS others
+WHERE others = 0
+`
+
+// Prune removes what the graph holds only because of the given sessions:
+// first the entities every relationship of which comes from them (DELETE
+// takes those relationships along), then the sessions' remaining
+// relationships, then their nodes. Every query deletes at most limit
+// elements and matches by application IDs through the provenance indexes,
+// never by FalkorDB's internal IDs (reused after deletes). Each query is
+// atomic and the order keeps a repeat after an interruption correct: an
+// entity loses relationships of the erased sessions only once it is known
+// to have others.
+func (g *Graph) Prune(ctx context.Context, ids []string, limit int) (Counts, error) {
+	removed := newCounts()
+	if err := checkSessionIDs(ids); err != nil || len(ids) == 0 {
+		return removed, err
+	}
+	if limit < 1 {
+		limit = 1000
+	}
+	l, err := g.readLayout(ctx)
+	if err != nil {
+		return removed, err
+	}
+	p := map[string]any{"ids": ids, "n": limit}
+	// Relationship counts per type are taken first: entity deletions remove
+	// relationships without saying which type.
+	for _, t := range l.relTypes {
+		n, err := g.count(ctx, "MATCH ()-[r:`"+t+"`]->() WHERE r.session_id IN $ids RETURN count(r)", p)
+		if err != nil {
+			return removed, err
+		}
+		if n > 0 {
+			removed.Relationships[t] = n
+		}
+	}
+	if l.hasEntity {
+		for _, pat := range directed(l.relTypes) {
+			q := fmt.Sprintf(doomedEntities, pat) + "WITH e LIMIT $n DELETE e RETURN count(e)"
+			nodes, _, err := g.drain(ctx, q, p, limit)
+			if err != nil {
+				return removed, err
+			}
+			removed.Nodes[LabelEntity] += nodes
+		}
+	}
+	for _, t := range l.relTypes {
+		if _, _, err := g.drain(ctx, "MATCH ()-[r:`"+t+"`]->() WHERE r.session_id IN $ids WITH r LIMIT $n DELETE r RETURN count(r)", p, limit); err != nil {
+			return removed, err
+		}
+	}
+	for _, lb := range l.sessionLabels {
+		nodes, rels, err := g.drain(ctx, "MATCH (x:`"+lb+"`) WHERE x.session_id IN $ids WITH x LIMIT $n DELETE x RETURN count(x)", p, limit)
+		if err != nil {
+			return removed, err
+		}
+		removed.Nodes[lb] += nodes
+		removed.Relationships[AttachedKey] += rels
+	}
+	if l.hasSession {
+		nodes, rels, err := g.drain(ctx, "MATCH (x:`"+LabelSession+"`) WHERE x.id IN $ids WITH x LIMIT $n DELETE x RETURN count(x)", p, limit)
+		if err != nil {
+			return removed, err
+		}
+		removed.Nodes[LabelSession] += nodes
+		removed.Relationships[AttachedKey] += rels
+	}
+	dropZeros(removed)
+	return removed, nil
+}
+
+// Count finds what the graph still holds from the given sessions: their
+// nodes and relationships by provenance, and the entities attested only by
+// them. After a prune every count must be zero.
+func (g *Graph) Count(ctx context.Context, ids []string) (Counts, error) {
+	found := newCounts()
+	if err := checkSessionIDs(ids); err != nil || len(ids) == 0 {
+		return found, err
+	}
+	l, err := g.readLayout(ctx)
+	if err != nil {
+		return found, err
+	}
+	p := map[string]any{"ids": ids}
+	for _, t := range l.relTypes {
+		n, err := g.count(ctx, "MATCH ()-[r:`"+t+"`]->() WHERE r.session_id IN $ids RETURN count(r)", p)
+		if err != nil {
+			return found, err
+		}
+		found.Relationships[t] = n
+	}
+	for _, lb := range l.sessionLabels {
+		n, err := g.count(ctx, "MATCH (x:`"+lb+"`) WHERE x.session_id IN $ids RETURN count(x)", p)
+		if err != nil {
+			return found, err
+		}
+		found.Nodes[lb] = n
+	}
+	if l.hasSession {
+		n, err := g.count(ctx, "MATCH (x:`"+LabelSession+"`) WHERE x.id IN $ids RETURN count(x)", p)
+		if err != nil {
+			return found, err
+		}
+		found.Nodes[LabelSession] = n
+	}
+	if l.hasEntity {
+		for _, pat := range directed(l.relTypes) {
+			n, err := g.count(ctx, fmt.Sprintf(doomedEntities, pat)+"RETURN count(e)", p)
+			if err != nil {
+				return found, err
+			}
+			found.Nodes[LabelEntity] += n
+		}
+	}
+	return found, nil
+}
+
+func (g *Graph) count(ctx context.Context, q string, p map[string]any) (int64, error) {
+	res, err := g.ReadQuery(ctx, q, p)
+	if err != nil {
+		return 0, err
+	}
+	return scalar(res)
+}
+
+// drain repeats a bounded delete until it removes fewer than limit
+// elements, and sums the nodes and relationships it deleted.
+func (g *Graph) drain(ctx context.Context, q string, p map[string]any, limit int) (nodes, rels int64, err error) {
+	for {
+		var res *falkordb.QueryResult
+		res, err = g.Query(ctx, q, p)
+		if err != nil {
+			return nodes, rels, err
+		}
+		nodes += int64(res.NodesDeleted())
+		rels += int64(res.RelationshipsDeleted())
+		n, err := scalar(res)
+		if err != nil {
+			return nodes, rels, err
+		}
+		if n < int64(limit) {
+			return nodes, rels, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return nodes, rels, err
+		}
+	}
+}
+
+// directed returns both directed patterns of each relationship type.
+func directed(types []string) []string {
+	out := make([]string, 0, 2*len(types))
+	for _, t := range types {
+		out = append(out, "-[r:`"+t+"`]->", "<-[r:`"+t+"`]-")
+	}
+	return out
+}
+
+func dropZeros(c Counts) {
+	for k, v := range c.Nodes {
+		if v == 0 {
+			delete(c.Nodes, k)
+		}
+	}
+	for k, v := range c.Relationships {
+		if v == 0 {
+			delete(c.Relationships, k)
+		}
+	}
+}

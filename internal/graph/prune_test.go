@@ -1,0 +1,144 @@
+package graph_test
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/lethe-dev/lethe/internal/fixture"
+	"github.com/lethe-dev/lethe/internal/graph"
+)
+
+const (
+	sessA = "aaaaaaaa-0000-4000-8000-000000000001"
+	sessB = "bbbbbbbb-0000-4000-8000-000000000002"
+	sessC = "cccccccc-0000-4000-8000-000000000003"
+)
+
+// hostileFacts name entities with quotes, backslashes, unicode and Cypher
+// fragments. Session A's entities Bob and Ünïcødé are also named by B and C.
+var hostileFacts = []fixture.GraphFact{
+	{ID: 1, SessionID: sessA, Entities: fixture.Entities(`Alice met Bob at O"Brien's`)},
+	{ID: 2, SessionID: sessA, Entities: fixture.Entities(`Robert'}) DETACH DELETE n // and Ünïcødé near Back\slash Unprov`)},
+	{ID: 3, SessionID: sessB, Entities: fixture.Entities("Bob likes Carol")},
+	{ID: 4, SessionID: sessC, Entities: fixture.Entities("Dave\tknows Ünïcødé")},
+}
+
+func TestPruneRemovesOnlyWhatTheErasedSessionsAlone(t *testing.T) {
+	ctx := testCtx(t)
+	g := freshGraph(t)
+	if err := fixture.WriteGraph(ctx, g, hostileFacts); err != nil {
+		t.Fatal(err)
+	}
+	// A relationship without provenance keeps its entity: Lethe cannot tell
+	// where it came from, so it does not delete it.
+	if _, err := g.Query(ctx, "MATCH (a:Entity {key: 'unprov'}), (b:Entity {key: 'carol'}) CREATE (a)-[:RELATES]->(b)", nil); err != nil {
+		t.Fatal(err)
+	}
+
+	var written []string
+	for _, f := range hostileFacts {
+		written = append(written, f.Entities...)
+	}
+	if got, want := entityNames(t, g), uniq(written); !slices.Equal(got, want) {
+		t.Fatalf("entity names did not round-trip:\n got %q\nwant %q", got, want)
+	}
+
+	before := elementsOf(t, ctx, g)
+	doomed := []string{"alice", `o"brien's`, "robert'})", "detach", "delete", `back\slash`}
+	want := snapshot{}
+	for k, v := range before {
+		if strings.Contains(k, sessA) || slices.ContainsFunc(doomed, func(d string) bool { return strings.HasPrefix(k, "Entity "+d+" ") }) {
+			continue
+		}
+		want[k] = v
+	}
+	if len(want) == len(before) {
+		t.Fatal("the fixture holds nothing of session A")
+	}
+
+	removed, err := g.Prune(ctx, []string{sessA}, 2) // tiny batches: every delete loops
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after := elementsOf(t, ctx, g); !maps.Equal(after, want) {
+		t.Fatalf("after the prune\n got %v\nwant %v", after, want)
+	}
+	wantNodes := map[string]int64{"Entity": 6, "Fact": 2, "Session": 1}
+	wantRels := map[string]int64{"FROM": 2, "MENTIONS": 9, "RELATES": 7}
+	if !maps.Equal(removed.Nodes, wantNodes) || !maps.Equal(removed.Relationships, wantRels) {
+		t.Fatalf("removed %v / %v, want %v / %v", removed.Nodes, removed.Relationships, wantNodes, wantRels)
+	}
+
+	left, err := g.Count(ctx, []string{sessA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left.Total() != 0 {
+		t.Fatalf("after the prune the graph still holds %v / %v of session A", left.Nodes, left.Relationships)
+	}
+	again, err := g.Prune(ctx, []string{sessA}, 2)
+	if err != nil || again.Total() != 0 {
+		t.Fatalf("a repeated prune removed %v / %v (err %v)", again.Nodes, again.Relationships, err)
+	}
+}
+
+func TestPruneRefusesIDsThatAreNotSessionIDs(t *testing.T) {
+	ctx := testCtx(t)
+	g := freshGraph(t)
+	if err := fixture.WriteGraph(ctx, g, hostileFacts); err != nil {
+		t.Fatal(err)
+	}
+	before := elementsOf(t, ctx, g)
+	for _, ids := range [][]string{{`"] OR 1=1 //`}, {strings.ToUpper(sessA)}, {sessA, "x"}} {
+		if _, err := g.Prune(ctx, ids, 10); err == nil {
+			t.Errorf("%q: accepted", ids)
+		}
+	}
+	if after := elementsOf(t, ctx, g); !maps.Equal(after, before) {
+		t.Fatal("a refused prune changed the graph")
+	}
+}
+
+func TestPruneFailsWhenFalkorDBIsDown(t *testing.T) {
+	c, err := graph.Open("falkor://127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	if _, err := c.Graph("memory").Prune(testCtx(t), []string{sessA}, 10); err == nil {
+		t.Fatal("a prune against a closed port succeeded")
+	}
+}
+
+func entityNames(t *testing.T, g *graph.Graph) []string {
+	t.Helper()
+	res, err := g.ReadQuery(testCtx(t), "MATCH (e:Entity) RETURN e.name", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for res.Next() {
+		v, err := res.Record().GetByIndex(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, v.(string))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func uniq(names []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, n := range names {
+		if !seen[fixture.EntityKey(n)] {
+			seen[fixture.EntityKey(n)] = true
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,214 @@
+package graph
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Source says which provenance still exists in the source of truth (the
+// memory's Postgres). It returns the IDs among those given that do not.
+type Source interface {
+	MissingSessions(ctx context.Context, ids []string) ([]string, error)
+	MissingFacts(ctx context.Context, ids []int64) ([]int64, error)
+}
+
+// SweepOptions bound the full reconciliation.
+type SweepOptions struct {
+	// Limit bounds the elements one delete query removes.
+	Limit int
+	// Chunk bounds the IDs checked against the source or pruned per call.
+	Chunk int
+	// MaxOrphanFraction refuses a sweep that would remove more than this
+	// fraction of the sessions (or facts) the graph holds: pointed at the
+	// wrong or an empty database, a sweep would otherwise wipe the graph.
+	MaxOrphanFraction float64
+}
+
+// SweepResult is what a sweep checked and removed; numbers only.
+type SweepResult struct {
+	Removed Counts
+	// SessionsChecked and FactsChecked are the distinct provenance IDs found in the graph.
+	SessionsChecked, FactsChecked int
+	// OrphanSessions and OrphanFacts had no row in the source.
+	OrphanSessions, OrphanFacts int
+	// Unverifiable counts provenance values that are not IDs the source can
+	// hold (not a UUID, not an integer); their elements are left alone.
+	Unverifiable int
+}
+
+// ErrSweepRefused is returned, with nothing removed, when the orphans
+// exceed SweepOptions.MaxOrphanFraction.
+var ErrSweepRefused = errors.New("sweep refused")
+
+// Sweep is the full reconciliation of the decision record (no orphan
+// policy): it removes every element whose provenance no longer exists in
+// the source — sessions, then single facts — and then entities left with
+// no relationship at all. Elements written after an erasure from a stale
+// source have no source row and go too.
+func (g *Graph) Sweep(ctx context.Context, src Source, o SweepOptions) (SweepResult, error) {
+	res := SweepResult{Removed: newCounts()}
+	if o.Limit < 1 {
+		o.Limit = 1000
+	}
+	if o.Chunk < 1 {
+		o.Chunk = 1000
+	}
+	l, err := g.readLayout(ctx)
+	if err != nil {
+		return res, err
+	}
+
+	sessions, facts, bad, err := g.provenance(ctx, l)
+	if err != nil {
+		return res, err
+	}
+	res.SessionsChecked, res.FactsChecked, res.Unverifiable = len(sessions), len(facts), bad
+	var orphanSessions []string
+	for c := range slices.Chunk(sessions, o.Chunk) {
+		m, err := src.MissingSessions(ctx, c)
+		if err != nil {
+			return res, err
+		}
+		orphanSessions = append(orphanSessions, m...)
+	}
+	var orphanFacts []int64
+	for c := range slices.Chunk(facts, o.Chunk) {
+		m, err := src.MissingFacts(ctx, c)
+		if err != nil {
+			return res, err
+		}
+		orphanFacts = append(orphanFacts, m...)
+	}
+	res.OrphanSessions, res.OrphanFacts = len(orphanSessions), len(orphanFacts)
+	if err := refuse("sessions", len(orphanSessions), len(sessions), o.MaxOrphanFraction); err != nil {
+		return res, err
+	}
+	if err := refuse("facts", len(orphanFacts), len(facts), o.MaxOrphanFraction); err != nil {
+		return res, err
+	}
+
+	for c := range slices.Chunk(orphanSessions, o.Chunk) {
+		n, err := g.Prune(ctx, c, o.Limit)
+		if err != nil {
+			return res, err
+		}
+		res.Removed.Add(n)
+	}
+	for c := range slices.Chunk(orphanFacts, o.Chunk) {
+		p := map[string]any{"f": c, "n": o.Limit}
+		for _, t := range l.relTypes {
+			_, rels, err := g.drain(ctx, "MATCH ()-[r:`"+t+"`]->() WHERE r.fact_id IN $f WITH r LIMIT $n DELETE r RETURN count(r)", p, o.Limit)
+			if err != nil {
+				return res, err
+			}
+			res.Removed.Relationships[t] += rels
+		}
+		if l.hasFact {
+			nodes, rels, err := g.drain(ctx, "MATCH (x:`"+LabelFact+"`) WHERE x.id IN $f WITH x LIMIT $n DELETE x RETURN count(x)", p, o.Limit)
+			if err != nil {
+				return res, err
+			}
+			res.Removed.Nodes[LabelFact] += nodes
+			res.Removed.Relationships[AttachedKey] += rels
+		}
+	}
+	if l.hasEntity {
+		nodes, _, err := g.drain(ctx, "MATCH (e:`"+LabelEntity+"`) WHERE NOT (e)--() WITH e LIMIT $n DELETE e RETURN count(e)",
+			map[string]any{"n": o.Limit}, o.Limit)
+		if err != nil {
+			return res, err
+		}
+		res.Removed.Nodes[LabelEntity] += nodes
+	}
+	dropZeros(res.Removed)
+	return res, nil
+}
+
+func refuse(what string, orphans, total int, maxFraction float64) error {
+	if maxFraction <= 0 || maxFraction >= 1 || orphans == 0 {
+		return nil
+	}
+	if float64(orphans) > maxFraction*float64(total) {
+		return fmt.Errorf("%w: %d of %d %s in the graph have no row in Postgres (more than %.0f%%); check the store points at the right database",
+			ErrSweepRefused, orphans, total, what, maxFraction*100)
+	}
+	return nil
+}
+
+// provenance lists the distinct session and fact IDs the graph refers to.
+func (g *Graph) provenance(ctx context.Context, l layout) (sessions []string, facts []int64, unverifiable int, err error) {
+	seenS := map[string]bool{}
+	seenF := map[int64]bool{}
+	addS := func(q string) error {
+		res, err := g.ReadQuery(ctx, q, nil)
+		if err != nil {
+			return err
+		}
+		cells, err := column(res)
+		if err != nil {
+			return err
+		}
+		for _, v := range cells {
+			s, ok := v.(string)
+			switch {
+			case v == nil:
+			case !ok || !sessionID.MatchString(s):
+				unverifiable++
+			case !seenS[s]:
+				seenS[s] = true
+				sessions = append(sessions, s)
+			}
+		}
+		return nil
+	}
+	addF := func(q string) error {
+		res, err := g.ReadQuery(ctx, q, nil)
+		if err != nil {
+			return err
+		}
+		cells, err := column(res)
+		if err != nil {
+			return err
+		}
+		for _, v := range cells {
+			f, ok := v.(int64)
+			switch {
+			case v == nil:
+			case !ok:
+				unverifiable++
+			case !seenF[f]:
+				seenF[f] = true
+				facts = append(facts, f)
+			}
+		}
+		return nil
+	}
+	if l.hasSession {
+		if err = addS("MATCH (x:`" + LabelSession + "`) RETURN DISTINCT x.id"); err != nil {
+			return
+		}
+	}
+	for _, lb := range l.sessionLabels {
+		if err = addS("MATCH (x:`" + lb + "`) RETURN DISTINCT x.session_id"); err != nil {
+			return
+		}
+	}
+	for _, t := range l.relTypes {
+		if err = addS("MATCH ()-[r:`" + t + "`]->() RETURN DISTINCT r.session_id"); err != nil {
+			return
+		}
+		if err = addF("MATCH ()-[r:`" + t + "`]->() RETURN DISTINCT r.fact_id"); err != nil {
+			return
+		}
+	}
+	if l.hasFact {
+		if err = addF("MATCH (x:`" + LabelFact + "`) RETURN DISTINCT x.id"); err != nil {
+			return
+		}
+	}
+	slices.Sort(sessions)
+	slices.Sort(facts)
+	return sessions, facts, unverifiable, nil
+}
