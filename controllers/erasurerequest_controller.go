@@ -26,6 +26,7 @@ import (
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/evidence"
+	"github.com/lethe-dev/lethe/internal/graph"
 	"github.com/lethe-dev/lethe/internal/postgres"
 )
 
@@ -45,6 +46,7 @@ type ErasureRequestReconciler struct {
 	Recorder     events.EventRecorder
 	Clock        clock.PassiveClock
 	Pools        *postgres.Pools
+	Graphs       *graph.Clients
 
 	// ReverifyInterval is how often a completed request is checked for
 	// resurrected sessions.
@@ -55,6 +57,12 @@ type ErasureRequestReconciler struct {
 	ProbeBudget int
 	// RetryAfter is the wait after an unreachable database or a missing store.
 	RetryAfter time.Duration
+	// GraphBatch bounds the erased sessions one graph prune (and receipt) covers.
+	GraphBatch int
+	// GraphDeleteLimit bounds the graph elements one delete query removes.
+	GraphDeleteLimit int
+	// GraphTimeout bounds the graph work of one pass.
+	GraphTimeout time.Duration
 
 	// probes keeps the sampled embeddings between the delete and the residue
 	// probe, in memory only, keyed by request UID.
@@ -139,12 +147,26 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 			return s.result, nil
 		}
 	}
-	// Completed: re-verify on an interval (restored backups).
+	// Completed: re-verify on an interval (restored backups, stale graph
+	// writes). Only from the latest status: what a re-verification does
+	// must land in the history, and a stale pass could not write it.
+	if fresh, err := r.isFresh(ctx, er); err != nil || !fresh {
+		return ctrl.Result{RequeueAfter: time.Second}, err
+	}
 	if err := r.reverify(ctx, s); err != nil {
 		log.Error(err, "re-verification failed")
 		return ctrl.Result{RequeueAfter: r.RetryAfter}, nil
 	}
 	return ctrl.Result{RequeueAfter: r.ReverifyInterval}, nil
+}
+
+// isFresh reports whether er is the API server's latest version.
+func (r *ErasureRequestReconciler) isFresh(ctx context.Context, er *lethev1.ErasureRequest) (bool, error) {
+	latest := &lethev1.ErasureRequest{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(er), latest); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return latest.ResourceVersion == er.ResourceVersion, nil
 }
 
 // faultHook, set only by tests (export_test.go), simulates a crash at a
@@ -240,7 +262,9 @@ func (r *ErasureRequestReconciler) patchStatus(ctx context.Context, s *scope) er
 	if equality.Semantic.DeepEqual(s.before.Status, s.req.Status) {
 		return nil
 	}
-	return r.Client.Status().Patch(ctx, s.req, client.MergeFrom(s.before))
+	// Optimistic: a pass that started from a stale cache must not
+	// overwrite a newer status; it gets a conflict and runs again.
+	return r.Client.Status().Patch(ctx, s.req, client.MergeFromWithOptions(s.before, client.MergeFromWithOptimisticLock{}))
 }
 
 // request is the database's view of the erasure request.
@@ -287,6 +311,15 @@ func (r *ErasureRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.RetryAfter == 0 {
 		r.RetryAfter = 15 * time.Second
+	}
+	if r.GraphBatch == 0 {
+		r.GraphBatch = 50
+	}
+	if r.GraphDeleteLimit == 0 {
+		r.GraphDeleteLimit = 1000
+	}
+	if r.GraphTimeout == 0 {
+		r.GraphTimeout = 5 * time.Minute
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&lethev1.ErasureRequest{}, builder.WithPredicates(predicate.Or(

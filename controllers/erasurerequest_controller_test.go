@@ -41,6 +41,13 @@ const (
 
 func newMemoryEnv(t *testing.T, prefix string) *memoryEnv {
 	t.Helper()
+	return newMemoryEnvWith(t, prefix, nil, nil)
+}
+
+// newMemoryEnvWith runs setup after seeding and before the store exists,
+// and mutate on the store before it is created.
+func newMemoryEnvWith(t *testing.T, prefix string, setup func(*memoryEnv), mutate func(*lethev1.MemoryStore)) *memoryEnv {
+	t.Helper()
 	ctx := context.Background()
 	e := &memoryEnv{ns: newNamespace(t, prefix), dsn: migratedDatabase(t)}
 	conn, err := pgx.Connect(ctx, e.dsn)
@@ -66,8 +73,16 @@ func newMemoryEnv(t *testing.T, prefix string) *memoryEnv {
 	if err := fixture.DeriveProfile(ctx, conn, "t1", "project of alice and bob", erasedA, keptB); err != nil {
 		t.Fatal(err)
 	}
+	if setup != nil {
+		setup(e)
+	}
 	createSecret(t, e.ns, "pg", map[string]string{"dsn": e.dsn})
-	e.store = newStore(e.ns, func(s *lethev1.MemoryStore) { s.Spec.TenantID = "t1" })
+	e.store = newStore(e.ns, func(s *lethev1.MemoryStore) {
+		s.Spec.TenantID = "t1"
+		if mutate != nil {
+			mutate(s)
+		}
+	})
 	if err := k8s.Create(ctx, e.store); err != nil {
 		t.Fatal(err)
 	}

@@ -281,27 +281,22 @@ func (r *ErasureRequestReconciler) replicasCaughtUp(ctx context.Context, s *scop
 	return true, nil
 }
 
-// graph prunes the knowledge graph. Without a FalkorDB section it completes
-// with NotConfigured; the pruning itself lands with the graph issue.
-func (r *ErasureRequestReconciler) graph(_ context.Context, s *scope) (bool, error) {
-	return r.notYet(s, lethev1.ConditionGraphReconciled, s.store.Spec.FalkorDB != nil, "no FalkorDB graph is configured for this store")
-}
-
 // backups rotates the Velero backups. Without a Velero section it completes
 // with NotConfigured; the rotation itself lands with the backups issue.
 func (r *ErasureRequestReconciler) backups(_ context.Context, s *scope) (bool, error) {
-	return r.notYet(s, lethev1.ConditionBackupsRotated, s.store.Spec.Velero != nil, "no Velero backups are configured for this store")
-}
-
-func (r *ErasureRequestReconciler) notYet(s *scope, cond string, configured bool, msg string) (bool, error) {
-	if meta.IsStatusConditionTrue(s.req.Status.Conditions, cond) {
+	if meta.IsStatusConditionTrue(s.req.Status.Conditions, lethev1.ConditionBackupsRotated) {
 		return true, nil
 	}
-	if configured {
-		r.setStep(s, cond, false, lethev1.ReasonPending, "this Lethe version cannot do this step yet; the request waits here")
-		s.result = ctrl.Result{RequeueAfter: r.ReverifyInterval}
-		return false, nil
+	if s.store.Spec.Velero == nil {
+		return r.notConfigured(s, lethev1.ConditionBackupsRotated, "no Velero backups are configured for this store")
 	}
+	r.setStep(s, lethev1.ConditionBackupsRotated, false, lethev1.ReasonPending, "this Lethe version cannot do this step yet; the request waits here")
+	s.result = ctrl.Result{RequeueAfter: r.ReverifyInterval}
+	return false, nil
+}
+
+// notConfigured completes a step the store has no section for.
+func (r *ErasureRequestReconciler) notConfigured(s *scope, cond string, msg string) (bool, error) {
 	r.setStep(s, cond, true, lethev1.ReasonNotConfigured, msg)
 	r.milestone(s, milestoneOf[cond], lethev1.ReasonNotConfigured, r.Clock.Now(), map[string]string{"step": cond, "reason": lethev1.ReasonNotConfigured}, cond+": not configured")
 	return true, nil
@@ -312,8 +307,11 @@ func (r *ErasureRequestReconciler) notYet(s *scope, cond string, configured bool
 func (r *ErasureRequestReconciler) reverify(ctx context.Context, s *scope) error {
 	er := s.req
 	res, err := s.eraser.Reerase(ctx, string(er.UID), len(er.Status.History), func(b postgres.BatchResult) (string, error) { return evidence.Digest(b) })
-	if err != nil || res.Skipped {
+	if err != nil {
 		return err
+	}
+	if res.Skipped {
+		return r.reverifyGraph(ctx, s)
 	}
 	ev := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: mtime(res.DeletedAt), Counts: toCounts(res.Rows),
 		Note: fmt.Sprintf("%d resurrected session(s) erased again", res.Sessions)}

@@ -55,6 +55,11 @@ type MemoryStoreReconciler struct {
 	NotReadyRetry   time.Duration
 	// ProbeTimeout bounds each external check.
 	ProbeTimeout time.Duration
+	// SweepTimeout bounds one full graph reconciliation.
+	SweepTimeout time.Duration
+	// SweepMaxOrphanFraction refuses a sweep that would remove more than
+	// this fraction of the graph's sessions or facts (0 or 1: no limit).
+	SweepMaxOrphanFraction float64
 }
 
 // +kubebuilder:rbac:groups=erasure.lethe.dev,resources=memorystores,verbs=get;list;watch
@@ -90,6 +95,16 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		store.Status.Schema = next
 	}
 	store.Status.ObservedGeneration = store.Generation
+	requeue := r.RecheckInterval
+	if facts.graphConfigured && facts.graph == nil && facts.postgres == nil &&
+		meta.IsStatusConditionTrue(store.Status.Conditions, lethev1.MemoryStoreSchemaCompliant) {
+		wait := r.sweepWait(store)
+		if wait <= 0 {
+			r.sweep(ctx, store, facts.primary)
+			wait = r.sweepWait(store)
+		}
+		requeue = min(requeue, wait)
+	}
 
 	if !equality.Semantic.DeepEqual(before.Status, store.Status) {
 		if err := r.Client.Status().Patch(ctx, store, client.MergeFrom(before)); err != nil {
@@ -113,7 +128,7 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if ready.Status != metav1.ConditionTrue {
 		return ctrl.Result{RequeueAfter: r.NotReadyRetry}, nil
 	}
-	return ctrl.Result{RequeueAfter: r.RecheckInterval}, nil
+	return ctrl.Result{RequeueAfter: requeue}, nil
 }
 
 // observe runs every external check of the store.
@@ -121,11 +136,10 @@ func (r *MemoryStoreReconciler) observe(ctx context.Context, store *lethev1.Memo
 	var f storeFacts
 	spec := store.Spec
 
-	var primary *pgxpool.Pool
-	primary, f.postgres = r.checkPostgres(ctx, store)
+	f.primary, f.postgres = r.checkPostgres(ctx, store)
 	if f.postgres == nil {
 		actx, cancel := context.WithTimeout(ctx, r.ProbeTimeout)
-		rep, err := postgres.AuditSchema(actx, primary, spec.Postgres.Schema)
+		rep, err := postgres.AuditSchema(actx, f.primary, spec.Postgres.Schema)
 		cancel()
 		if err != nil {
 			f.schemaErr = err
@@ -234,6 +248,9 @@ func (r *MemoryStoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.NotReadyRetry == 0 {
 		r.NotReadyRetry = 30 * time.Second
+	}
+	if r.SweepTimeout == 0 {
+		r.SweepTimeout = 30 * time.Minute
 	}
 	if r.ProbeTimeout == 0 {
 		r.ProbeTimeout = 10 * time.Second

@@ -1,6 +1,8 @@
 package controllers
 
 import (
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"fmt"
 	"slices"
 	"strings"
@@ -17,6 +19,8 @@ import (
 type storeFacts struct {
 	// postgres is nil when the primary and every replica answered.
 	postgres *failure
+	// primary is the primary's pool when it answered.
+	primary *pgxpool.Pool
 	// schema is the audit's report; nil when it could not run.
 	schema *postgres.SchemaReport
 	// schemaErr is set when the audit query itself failed.

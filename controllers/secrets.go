@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/graph"
 )
 
 // readSecretKey reads one key of a Secret in namespace straight from the API
@@ -28,4 +29,21 @@ func readSecretKey(ctx context.Context, reader client.Reader, namespace string, 
 		return "", fail(lethev1.ReasonSecretKeyMissing, "Secret %s/%s has no key %q", namespace, ref.Name, ref.Key)
 	}
 	return string(v), nil
+}
+
+// storeGraph returns a store's graph, reading the URL from its Secret.
+func storeGraph(ctx context.Context, reader client.Reader, clients *graph.Clients, store *lethev1.MemoryStore) (*graph.Graph, *failure) {
+	url, f := readSecretKey(ctx, reader, store.Namespace, store.Spec.FalkorDB.URLSecretRef)
+	if f != nil {
+		return nil, f
+	}
+	cl, err := clients.Get(poolKey(store, "graph"), url)
+	if err != nil {
+		return nil, fail(lethev1.ReasonInvalidSecret, "%v", err)
+	}
+	name := store.Spec.FalkorDB.Graph
+	if name == "" {
+		name = "memory"
+	}
+	return cl.Graph(name), nil
 }

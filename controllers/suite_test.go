@@ -110,6 +110,9 @@ func run(m *testing.M) (int, error) {
 		RecheckInterval: 2 * time.Second,
 		NotReadyRetry:   500 * time.Millisecond,
 		ProbeTimeout:    3 * time.Second,
+		// The tests' graphs are small: a sweep refusing to remove more than
+		// half of one is exercised in internal/graph.
+		SweepMaxOrphanFraction: 0.9,
 	}).SetupWithManager(mgr); err != nil {
 		return 1, err
 	}
@@ -120,6 +123,10 @@ func run(m *testing.M) (int, error) {
 		Recorder:         mgr.GetEventRecorder("lethe-erasurerequest"),
 		Clock:            operatorClock,
 		Pools:            pools,
+		Graphs:           graphs,
+		GraphBatch:       1,
+		GraphDeleteLimit: 2,
+		GraphTimeout:     3 * time.Second,
 		ReverifyInterval: time.Second,
 		BatchSize:        2,
 		ProbeBudget:      16,

@@ -136,6 +136,7 @@ const (
 	ReasonVerificationFailed  = "VerificationFailed"
 	ReasonGraphUnavailable    = "GraphUnavailable"
 	ReasonGraphPruned         = "GraphPruned"
+	ReasonGraphPruning        = "GraphPruning"
 	ReasonBackupsExpiring     = "BackupsExpiring"
 	ReasonBackupsGone         = "BackupsGone"
 	ReasonCompleted           = "Completed"

@@ -200,6 +200,45 @@ type MemoryStoreStatus struct {
 	// lastSweep is when the full graph reconciliation last completed.
 	// +optional
 	LastSweep *metav1.Time `json:"lastSweep,omitempty"`
+
+	// graphSweep is what the last full graph reconciliation attempt checked and removed.
+	// +optional
+	GraphSweep *GraphSweepStatus `json:"graphSweep,omitempty"`
+}
+
+// Results of a graph sweep.
+const (
+	SweepCompleted = "Completed"
+	// SweepRefused: more orphans than the manager's limit; nothing was removed.
+	SweepRefused = "Refused"
+	SweepFailed  = "Failed"
+)
+
+// GraphSweepStatus is one full reconciliation of the graph from Postgres:
+// elements whose provenance no longer exists there are removed.
+type GraphSweepStatus struct {
+	// result is Completed, Refused (too many orphans: nothing removed) or Failed.
+	// +kubebuilder:validation:Enum=Completed;Refused;Failed
+	Result string `json:"result"`
+	// message says why a sweep was refused or failed.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Message string `json:"message,omitempty"`
+	// startedAt and completedAt of the attempt.
+	StartedAt metav1.Time `json:"startedAt"`
+	// +optional
+	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+	// sessionsChecked and factsChecked are the distinct provenance IDs found in the graph.
+	SessionsChecked int64 `json:"sessionsChecked"`
+	FactsChecked    int64 `json:"factsChecked"`
+	// orphanSessions and orphanFacts had no row in Postgres.
+	OrphanSessions int64 `json:"orphanSessions"`
+	OrphanFacts    int64 `json:"orphanFacts"`
+	// removed counts the nodes and relationships removed, by label and type.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	Removed []TableCount `json:"removed,omitempty"`
 }
 
 // MemoryStore describes one LLM memory system (Postgres, FalkorDB, Velero) that

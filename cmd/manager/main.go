@@ -84,6 +84,9 @@ type managerFlags struct {
 	reverify               time.Duration
 	batchSize              int
 	probeBudget            int
+	graphBatch             int
+	graphDeleteLimit       int
+	sweepMaxOrphanPercent  int
 }
 
 func runManager(args []string) int {
@@ -99,6 +102,9 @@ func runManager(args []string) int {
 	fs.DurationVar(&f.reverify, "reverify-interval", time.Hour, "how often a completed ErasureRequest is checked for resurrected sessions")
 	fs.IntVar(&f.batchSize, "delete-batch-size", 100, "sessions deleted per database transaction")
 	fs.IntVar(&f.probeBudget, "residue-probe-budget", 64, "erased embeddings per request that the residue probe queries")
+	fs.IntVar(&f.graphBatch, "graph-batch-size", 50, "erased sessions pruned from the graph per batch (one receipt each)")
+	fs.IntVar(&f.graphDeleteLimit, "graph-delete-limit", 1000, "graph elements one delete query removes at most (FalkorDB has crashed on very large single deletes)")
+	fs.IntVar(&f.sweepMaxOrphanPercent, "sweep-max-orphan-percent", 50, "refuse a graph sweep that would remove more than this percentage of the graph's sessions or facts; 100 disables the guard")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	fs.Usage = func() {
@@ -160,14 +166,15 @@ func runManager(args []string) int {
 	defer graphs.Close()
 
 	if err := (&controllers.MemoryStoreReconciler{
-		Client:          mgr.GetClient(),
-		SecretReader:    mgr.GetAPIReader(),
-		Recorder:        mgr.GetEventRecorder("lethe-memorystore"),
-		Pools:           pools,
-		Graphs:          graphs,
-		Velero:          backups.Detector{Discovery: disc},
-		RecheckInterval: f.storeRecheck,
-		ProbeTimeout:    f.probeTimeout,
+		Client:                 mgr.GetClient(),
+		SecretReader:           mgr.GetAPIReader(),
+		Recorder:               mgr.GetEventRecorder("lethe-memorystore"),
+		Pools:                  pools,
+		Graphs:                 graphs,
+		Velero:                 backups.Detector{Discovery: disc},
+		RecheckInterval:        f.storeRecheck,
+		ProbeTimeout:           f.probeTimeout,
+		SweepMaxOrphanFraction: float64(f.sweepMaxOrphanPercent) / 100,
 	}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "set up the MemoryStore controller")
 		return 1
@@ -179,6 +186,9 @@ func runManager(args []string) int {
 		SecretReader:     mgr.GetAPIReader(),
 		Recorder:         mgr.GetEventRecorder("lethe-erasurerequest"),
 		Pools:            pools,
+		Graphs:           graphs,
+		GraphBatch:       f.graphBatch,
+		GraphDeleteLimit: f.graphDeleteLimit,
 		ReverifyInterval: f.reverify,
 		BatchSize:        f.batchSize,
 		ProbeBudget:      f.probeBudget,
@@ -218,6 +228,15 @@ func validateFlags(f managerFlags) error {
 	}
 	if f.batchSize < 1 || f.batchSize > 1000 {
 		errs = append(errs, fmt.Errorf("--delete-batch-size must be between 1 and 1000, got %d", f.batchSize))
+	}
+	if f.graphBatch < 1 || f.graphBatch > 1000 {
+		errs = append(errs, fmt.Errorf("--graph-batch-size must be between 1 and 1000, got %d", f.graphBatch))
+	}
+	if f.graphDeleteLimit < 1 || f.graphDeleteLimit > 100000 {
+		errs = append(errs, fmt.Errorf("--graph-delete-limit must be between 1 and 100000, got %d", f.graphDeleteLimit))
+	}
+	if f.sweepMaxOrphanPercent < 1 || f.sweepMaxOrphanPercent > 100 {
+		errs = append(errs, fmt.Errorf("--sweep-max-orphan-percent must be between 1 and 100, got %d", f.sweepMaxOrphanPercent))
 	}
 	if f.probeBudget < 0 || f.probeBudget > 10000 {
 		errs = append(errs, fmt.Errorf("--residue-probe-budget must be between 0 and 10000, got %d", f.probeBudget))

@@ -58,24 +58,30 @@ func TestMigrateCommandRefusesBadArguments(t *testing.T) {
 }
 
 func TestManagerFlagsAreValidated(t *testing.T) {
-	ok := managerFlags{storeRecheck: time.Minute, probeTimeout: time.Second, pgMaxConns: 4, reverify: time.Hour, batchSize: 100, probeBudget: 64}
+	ok := managerFlags{storeRecheck: time.Minute, probeTimeout: time.Second, pgMaxConns: 4, reverify: time.Hour, batchSize: 100, probeBudget: 64,
+		graphBatch: 50, graphDeleteLimit: 1000, sweepMaxOrphanPercent: 50}
 	if err := validateFlags(ok); err != nil {
 		t.Fatalf("valid flags refused: %v", err)
 	}
-	for name, f := range map[string]managerFlags{
-		"--store-recheck-interval": {storeRecheck: time.Second, probeTimeout: time.Second, pgMaxConns: 4, reverify: time.Hour, batchSize: 1},
-		"--probe-timeout":          {storeRecheck: time.Minute, probeTimeout: 0, pgMaxConns: 4, reverify: time.Hour, batchSize: 1},
-		"--postgres-max-conns":     {storeRecheck: time.Minute, probeTimeout: time.Second, pgMaxConns: 0, reverify: time.Hour, batchSize: 1},
-		"--reverify-interval":      {storeRecheck: time.Minute, probeTimeout: time.Second, pgMaxConns: 4, reverify: time.Second, batchSize: 1},
-		"--delete-batch-size":      {storeRecheck: time.Minute, probeTimeout: time.Second, pgMaxConns: 4, reverify: time.Hour, batchSize: 0},
-		"--residue-probe-budget":   {storeRecheck: time.Minute, probeTimeout: time.Second, pgMaxConns: 4, reverify: time.Hour, batchSize: 1, probeBudget: -1},
+	for name, change := range map[string]func(*managerFlags){
+		"--store-recheck-interval":   func(f *managerFlags) { f.storeRecheck = time.Second },
+		"--probe-timeout":            func(f *managerFlags) { f.probeTimeout = 0 },
+		"--postgres-max-conns":       func(f *managerFlags) { f.pgMaxConns = 0 },
+		"--reverify-interval":        func(f *managerFlags) { f.reverify = time.Second },
+		"--delete-batch-size":        func(f *managerFlags) { f.batchSize = 0 },
+		"--residue-probe-budget":     func(f *managerFlags) { f.probeBudget = -1 },
+		"--graph-batch-size":         func(f *managerFlags) { f.graphBatch = 0 },
+		"--graph-delete-limit":       func(f *managerFlags) { f.graphDeleteLimit = 1e6 },
+		"--sweep-max-orphan-percent": func(f *managerFlags) { f.sweepMaxOrphanPercent = 101 },
 	} {
+		f := ok
+		change(&f)
 		err := validateFlags(f)
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: got %v, want an error naming the flag", name, err)
 		}
 	}
-	if err := validateFlags(managerFlags{}); err == nil || strings.Count(err.Error(), "--") != 5 {
-		t.Errorf("want all five problems reported at once, got %v", fmt.Sprint(err))
+	if err := validateFlags(managerFlags{}); err == nil || strings.Count(err.Error(), "--") != 8 {
+		t.Errorf("want all eight problems reported at once, got %v", fmt.Sprint(err))
 	}
 }

@@ -55,27 +55,14 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-// snapshot is every element of a graph as comparable strings, by session.
-type snapshot map[string]int
+// snapshot is every element of a graph as comparable strings.
+type snapshot = map[string]int
 
 func elementsOf(t testing.TB, ctx context.Context, g *graph.Graph) snapshot {
 	t.Helper()
-	out := snapshot{}
-	for _, q := range []string{
-		"MATCH (x) RETURN labels(x)[0] + ' ' + coalesce(x.session_id, x.id, x.key, '') + ' ' + coalesce(toString(x.id), '') + ' ' + coalesce(x.name, '')",
-		"MATCH (a)-[r]->(b) RETURN type(r) + ' ' + coalesce(r.session_id, '') + ' ' + coalesce(toString(r.fact_id), '') + ' ' + coalesce(a.key, toString(a.id)) + '>' + coalesce(b.key, toString(b.id))",
-	} {
-		res, err := g.ReadQuery(ctx, q, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for res.Next() {
-			v, err := res.Record().GetByIndex(0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[fmt.Sprint(v)]++
-		}
+	out, err := testenv.GraphElements(ctx, g)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

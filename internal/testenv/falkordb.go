@@ -16,6 +16,7 @@ import (
 type FalkorDB struct {
 	Port int
 	Dir  string
+	args []string
 	proc *process
 }
 
@@ -50,20 +51,41 @@ func StartFalkorDB() (*FalkorDB, error) {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	cmd := exec.Command(server, "--port", itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", dir, "--loadmodule", module)
-	proc, err := start("valkey-server", cmd, syscall.SIGKILL)
-	if err != nil {
+	f := &FalkorDB{Port: port, Dir: dir, args: []string{server, "--port", itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--loadmodule", module}}
+	if err := f.launch(); err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	f := &FalkorDB{Port: port, Dir: dir, proc: proc}
-	if err := proc.waitFor(20*time.Second, f.ping); err != nil {
-		f.Stop()
 		return nil, err
 	}
 	return f, nil
 }
+
+func (f *FalkorDB) launch() error {
+	proc, err := start("valkey-server", exec.Command(f.args[0], f.args[1:]...), syscall.SIGKILL)
+	if err != nil {
+		return err
+	}
+	f.proc = proc
+	if err := proc.waitFor(20*time.Second, f.ping); err != nil {
+		proc.stop(syscall.SIGKILL, time.Second)
+		return err
+	}
+	return nil
+}
+
+// SaveAndStop writes the data to disk (SAVE) and stops the server by PID,
+// keeping its folder: Restart brings it back with the same data and port,
+// as a FalkorDB with persistence would come back from an outage.
+func (f *FalkorDB) SaveAndStop() error {
+	if err := f.command("*1\r\n$4\r\nSAVE\r\n", "+OK"); err != nil {
+		return fmt.Errorf("SAVE: %w", err)
+	}
+	f.proc.stop(syscall.SIGTERM, 10*time.Second)
+	return nil
+}
+
+// Restart starts a server stopped by SaveAndStop on the same port and folder.
+func (f *FalkorDB) Restart() error { return f.launch() }
 
 // URL is the falkor:// URL of the server.
 func (f *FalkorDB) URL() string { return fmt.Sprintf("falkor://127.0.0.1:%d", f.Port) }
@@ -73,21 +95,29 @@ func (f *FalkorDB) Addr() string { return fmt.Sprintf("127.0.0.1:%d", f.Port) }
 
 // ping checks the server answers and the graph module is loaded.
 func (f *FalkorDB) ping() error {
+	if err := f.command("*1\r\n$10\r\nGRAPH.LIST\r\n", "*"); err != nil {
+		return fmt.Errorf("GRAPH.LIST: %w: is the FalkorDB module loaded?", err)
+	}
+	return nil
+}
+
+// command sends one RESP command and checks the reply's first line.
+func (f *FalkorDB) command(resp, wantPrefix string) error {
 	conn, err := net.DialTimeout("tcp", f.Addr(), time.Second)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = conn.Close() }()
-	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := conn.Write([]byte("*1\r\n$10\r\nGRAPH.LIST\r\n")); err != nil {
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conn.Write([]byte(resp)); err != nil {
 		return err
 	}
 	line, err := bufio.NewReader(conn).ReadString('\n')
 	if err != nil {
 		return err
 	}
-	if !strings.HasPrefix(line, "*") {
-		return fmt.Errorf("GRAPH.LIST answered %q: is the FalkorDB module loaded?", strings.TrimSpace(line))
+	if !strings.HasPrefix(line, wantPrefix) {
+		return fmt.Errorf("answered %q", strings.TrimSpace(line))
 	}
 	return nil
 }

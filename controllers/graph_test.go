@@ -1,0 +1,269 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/controllers"
+	"github.com/lethe-dev/lethe/internal/fixture"
+	"github.com/lethe-dev/lethe/internal/graph"
+	"github.com/lethe-dev/lethe/internal/testenv"
+)
+
+// graphEnv is a memoryEnv whose store has a FalkorDB graph derived from its facts.
+type graphEnv struct {
+	*memoryEnv
+	g      *graph.Graph
+	before map[string]int
+}
+
+// Entities of the facts: "Shared" is named by erasedA and keptB, "OnlyA" and
+// "OnlyA2" by one erased session each, the content marker by both erased
+// sessions, "Other" by tenant t2's session.
+func newGraphEnv(t *testing.T, prefix, url string, plant func(context.Context, *graph.Graph)) *graphEnv {
+	t.Helper()
+	ctx := context.Background()
+	ge := &graphEnv{}
+	graphName := ""
+	setup := func(e *memoryEnv) {
+		for id, names := range map[string]string{erasedA: " Shared OnlyA", erasedA2: " OnlyA2", keptB: " Shared Kept", otherT2: " Other Shared"} {
+			if _, err := e.conn.Exec(ctx, `UPDATE memory.facts SET content = content || $2 WHERE session_id = $1`, id, names); err != nil {
+				t.Fatal(err)
+			}
+		}
+		graphName = "g-" + e.ns
+		c, err := graph.Open(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		ge.g = c.Graph(graphName)
+		if err := fixture.DeriveGraph(ctx, e.conn, "memory", ge.g); err != nil {
+			t.Fatal(err)
+		}
+		if ge.before, err = testenv.GraphElements(ctx, ge.g); err != nil {
+			t.Fatal(err)
+		}
+		if plant != nil {
+			plant(ctx, ge.g)
+		}
+		createSecret(t, e.ns, "falkor", map[string]string{"url": url})
+	}
+	ge.memoryEnv = newMemoryEnvWith(t, prefix, setup, func(s *lethev1.MemoryStore) {
+		s.Spec.FalkorDB = &lethev1.FalkorDBSpec{URLSecretRef: lethev1.SecretKeyRef{Name: "falkor", Key: "url"}, Graph: graphName}
+	})
+	return ge
+}
+
+// wantAfterErasure is the graph before, less every element of the erased
+// sessions and the entities only they named.
+func (ge *graphEnv) wantAfterErasure() map[string]int {
+	want := map[string]int{}
+	for k, v := range ge.before {
+		if strings.Contains(k, erasedA) || strings.Contains(k, erasedA2) {
+			continue
+		}
+		if slices.ContainsFunc([]string{"onlya ", "onlya2 ", strings.ToLower(marker) + " "}, func(p string) bool { return strings.HasPrefix(k, "Entity "+p) }) {
+			continue
+		}
+		want[k] = v
+	}
+	return want
+}
+
+func (ge *graphEnv) elements(t *testing.T) map[string]int {
+	t.Helper()
+	got, err := testenv.GraphElements(context.Background(), ge.g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func TestGraphStepPrunesOnlyWhatTheErasedSessionsAlone(t *testing.T) {
+	ge := newGraphEnv(t, "graph", fdb.URL(), nil)
+	if _, ok := ge.before["Entity shared  Shared"]; !ok {
+		t.Fatalf("fixture: no shared entity in %v", ge.before)
+	}
+	// Tenant t2's session is named too: it is not found for t1 and its graph stays.
+	er := ge.request(t, "forget", func(er *lethev1.ErasureRequest) {
+		er.Spec.SessionIDs = append(er.Spec.SessionIDs, otherT2)
+	})
+	waitPhase(t, er, lethev1.PhaseBackupsRotated)
+	if got, want := ge.elements(t), ge.wantAfterErasure(); !maps.Equal(got, want) {
+		t.Fatalf("graph after the erasure\n got %v\nwant %v", got, want)
+	}
+	if !slices.Contains(historyPhases(er), string(lethev1.PhaseGraphReconciled)) {
+		t.Fatalf("history %v has no GraphReconciled entry", historyPhases(er))
+	}
+	ev := stepEvidence(t, er, lethev1.ConditionGraphReconciled)
+	counts := map[string]int64{}
+	for _, c := range ev.Counts {
+		counts[c.Table] = c.Rows
+	}
+	if counts["graph nodes :Fact"] != 5 || counts["graph nodes :Session"] != 2 || counts["graph nodes :Entity"] != 3 {
+		t.Fatalf("graph evidence counts %v", counts)
+	}
+	if len(ev.Verification) == 0 {
+		t.Fatal("no graph verification recorded")
+	}
+	for _, v := range ev.Verification {
+		if v.Found != 0 {
+			t.Errorf("verification %q found %d", v.Check, v.Found)
+		}
+	}
+	if n := ge.count(t, `SELECT count(*) FROM lethe.erasure_receipts WHERE request_uid = $1 AND step = 'GraphReconciled'`, string(er.UID)); n != 2 {
+		t.Fatalf("%d graph receipts, want one per batch of one session: 2", n)
+	}
+	assertNoPersonalData(t, er)
+
+	// A deriver working from a stale source writes a fact of an erased
+	// session again: the re-verification prunes it and records it.
+	if err := fixture.WriteGraph(context.Background(), ge.g, []fixture.GraphFact{{ID: 424242, SessionID: erasedA, Entities: []string{"Shared", "Stale"}}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(er), er); err != nil {
+			return err
+		}
+		if !slices.Contains(historyPhases(er), string(lethev1.PhaseBackupsRotated)+"/"+lethev1.ReasonResurrected) {
+			return fmt.Errorf("history %v", historyPhases(er))
+		}
+		return nil
+	})
+	if got, want := ge.elements(t), ge.wantAfterErasure(); !maps.Equal(got, want) {
+		t.Fatalf("graph after the re-verification\n got %v\nwant %v", got, want)
+	}
+}
+
+func TestGraphOutageAndCrashesBetweenBatches(t *testing.T) {
+	own, err := testenv.StartFalkorDB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(own.Stop)
+	ge := newGraphEnv(t, "graph-outage", own.URL(), nil)
+
+	var mu sync.Mutex
+	crashes := 0
+	restore := controllers.SetFaultHook(func(ns, point string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if ns == ge.ns && point == "between-graph-batches" && crashes < 2 {
+			crashes++
+			return true
+		}
+		return false
+	})
+	t.Cleanup(restore)
+
+	if err := own.SaveAndStop(); err != nil {
+		t.Fatal(err)
+	}
+	er := ge.request(t, "forget", nil)
+	c := waitStepReason(t, er, lethev1.ConditionGraphReconciled, lethev1.ReasonGraphUnavailable)
+	if !strings.Contains(c.Message, "FalkorDB") {
+		t.Fatalf("condition message %q does not say FalkorDB is the problem", c.Message)
+	}
+	if err := own.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, er, lethev1.PhaseBackupsRotated)
+	if got, want := ge.elements(t), ge.wantAfterErasure(); !maps.Equal(got, want) {
+		t.Fatalf("graph after outage and crashes\n got %v\nwant %v", got, want)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if crashes != 2 {
+		t.Fatalf("%d crashes between graph batches, want 2", crashes)
+	}
+	if n := ge.count(t, `SELECT count(*) FROM lethe.erasure_receipts WHERE request_uid = $1 AND step = 'GraphReconciled'`, string(er.UID)); n != 2 {
+		t.Fatalf("%d graph receipts, want 2", n)
+	}
+}
+
+func TestStoreSweepRemovesOrphansAndRecordsIt(t *testing.T) {
+	const orphan = "eeeeeeee-0000-4000-8000-00000000000e"
+	plant := func(ctx context.Context, g *graph.Graph) {
+		if err := fixture.WriteGraph(ctx, g, []fixture.GraphFact{{ID: 909090, SessionID: orphan, Entities: []string{"Shared", "Ghost"}}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.Query(ctx, "CREATE (:Entity {key: 'lonely', name: 'Lonely'})", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := sweepCount(t, lethev1.SweepCompleted)
+	ge := newGraphEnv(t, "sweep", fdb.URL(), plant)
+	store := &lethev1.MemoryStore{}
+	eventually(t, 30*time.Second, func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(ge.store), store); err != nil {
+			return err
+		}
+		if s := store.Status.GraphSweep; s == nil || s.Result != lethev1.SweepCompleted || store.Status.LastSweep == nil {
+			return fmt.Errorf("graphSweep %+v", s)
+		}
+		return nil
+	})
+	s := store.Status.GraphSweep
+	removed := map[string]int64{}
+	for _, c := range s.Removed {
+		removed[c.Table] = c.Rows
+	}
+	if s.OrphanSessions != 1 || removed["graph nodes :Session"] != 1 || removed["graph nodes :Fact"] != 1 || removed["graph nodes :Entity"] != 2 {
+		t.Fatalf("sweep status %+v", s)
+	}
+	if got := ge.elements(t); !maps.Equal(got, ge.before) {
+		t.Fatalf("graph after the sweep\n got %v\nwant %v", got, ge.before)
+	}
+	if after := sweepCount(t, lethev1.SweepCompleted); after <= before {
+		t.Fatalf("lethe_graph_sweeps_total{result=Completed} stayed at %v", after)
+	}
+	if !meta.IsStatusConditionTrue(store.Status.Conditions, lethev1.MemoryStoreGraphReady) {
+		t.Fatal("GraphReady is not True")
+	}
+}
+
+func sweepCount(t *testing.T, result string) float64 {
+	t.Helper()
+	mfs, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "lethe_graph_sweeps_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+func stepEvidence(t *testing.T, er *lethev1.ErasureRequest, step string) lethev1.StepEvidence {
+	t.Helper()
+	if er.Status.Evidence != nil {
+		for _, s := range er.Status.Evidence.Steps {
+			if s.Step == step {
+				return s
+			}
+		}
+	}
+	t.Fatalf("no evidence of step %s", step)
+	return lethev1.StepEvidence{}
+}
