@@ -215,6 +215,18 @@ func (r *MemoryStoreReconciler) checkGraph(ctx context.Context, store *lethev1.M
 	if err := cl.Ping(pctx); err != nil {
 		return fail(lethev1.ReasonConnectionFailed, "%v", err)
 	}
+	// The provenance indexes exist before the first erasure needs them
+	// (remembered per client: only the first check creates them). Building
+	// them on a large graph takes seconds, hence the sweep's timeout.
+	g, f := storeGraph(ctx, r.SecretReader, r.Graphs, store)
+	if f != nil {
+		return f
+	}
+	ictx, icancel := context.WithTimeout(ctx, r.SweepTimeout)
+	defer icancel()
+	if err := g.EnsureIndexes(ictx); err != nil {
+		return fail(lethev1.ReasonConnectionFailed, "the provenance indexes could not be created: %v", err)
+	}
 	return nil
 }
 

@@ -185,7 +185,9 @@ func (g *Graph) run(ctx context.Context, cmd, query string, params map[string]an
 	}
 	raw, err := g.c.db.Conn.Do(ctx, args...).Result()
 	if err != nil {
-		return nil, fmt.Errorf("graph %s: %w", g.name, err)
+		// The query text is Lethe's own (values travel in the header), so it
+		// may be named; the parameters are not.
+		return nil, fmt.Errorf("graph %s, query %.48q…: %w", g.name, query, err)
 	}
 	return falkordb.QueryResultNew(g.fg, raw)
 }
@@ -223,3 +225,4 @@ func column(res *falkordb.QueryResult) ([]any, error) {
 	}
 	return out, nil
 }
+

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/lethe-dev/lethe/internal/fixture"
 	"github.com/lethe-dev/lethe/internal/graph"
 )
@@ -141,4 +143,39 @@ func uniq(names []string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// FalkorDB 4.16.3 left a deleted node in label scans when its label still had
+// pending additions from a bulk write (see syncLabels); every later read of
+// the label failed. The sizes are those at which it reproduced.
+func TestPruneAfterABulkWriteLeavesTheLabelReadable(t *testing.T) {
+	ctx := testCtx(t)
+	dsn, err := pg.MigratedDatabase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	ids, err := fixture.SeedBulk(ctx, conn, "memory", "bulk", 3000, 8, 20000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := freshGraph(t)
+	if err := fixture.DeriveGraph(ctx, conn, "memory", g); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Prune(ctx, ids[:1], 1000); err != nil {
+		t.Fatal(err)
+	}
+	res, err := g.ReadQuery(ctx, "MATCH (x:Session) RETURN count(x.id)", nil)
+	if err != nil {
+		t.Fatalf("the Session label is unreadable after a prune: %v", err)
+	}
+	res.Next()
+	if n, _ := res.Record().GetByIndex(0); n != int64(len(ids)-1) {
+		t.Fatalf("%v sessions readable, want %d", n, len(ids)-1)
+	}
 }

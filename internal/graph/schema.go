@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // The graph model of memory-schema.md: every node and relationship carries
@@ -21,6 +22,7 @@ const (
 	propID        = "id"
 	propSessionID = "session_id"
 	propFactID    = "fact_id"
+	propKey       = "key"
 )
 
 // layout is the labels and relationship types present in the graph.
@@ -58,7 +60,38 @@ func (g *Graph) readLayout(ctx context.Context) (layout, error) {
 	if l.relTypes, err = g.names(ctx, "CALL db.relationshipTypes() YIELD relationshipType RETURN relationshipType"); err != nil {
 		return l, err
 	}
-	return l, g.ensureIndexes(ctx, l)
+	if err := g.ensureIndexes(ctx, l); err != nil {
+		return l, err
+	}
+	return l, g.waitForIndexes(ctx)
+}
+
+// waitForIndexes returns once no index of the graph is still being built.
+// FalkorDB builds an index on existing data in the background, and deleting
+// nodes while it does so corrupted the graph in our runs (a later read of
+// the label failed with "Attempted to access undefined attribute" and a
+// further one crashed the server). So Lethe never deletes while an index,
+// its own or anyone's, is under construction.
+func (g *Graph) waitForIndexes(ctx context.Context) error {
+	for {
+		n, err := g.count(ctx, "CALL db.indexes() YIELD status WHERE status <> 'OPERATIONAL' RETURN count(status)", nil)
+		if err != nil || n == 0 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d index(es) of graph %s still under construction: %w", n, g.name, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// EnsureIndexes creates the provenance indexes Lethe queries by and waits
+// until they are built. The MemoryStore controller calls it when it checks
+// the graph, so that they exist before the first erasure.
+func (g *Graph) EnsureIndexes(ctx context.Context) error {
+	_, err := g.readLayout(ctx)
+	return err
 }
 
 func (g *Graph) names(ctx context.Context, q string) ([]string, error) {
@@ -97,6 +130,9 @@ func (g *Graph) ensureIndexes(ctx context.Context, l layout) error {
 	}
 	if l.hasFact {
 		ws = append(ws, want{"(n:`" + LabelFact + "`)", propID})
+	}
+	if l.hasEntity {
+		ws = append(ws, want{"(n:`" + LabelEntity + "`)", propKey})
 	}
 	for _, lb := range l.sessionLabels {
 		ws = append(ws, want{"(n:`" + lb + "`)", propSessionID})
