@@ -225,4 +225,3 @@ func column(res *falkordb.QueryResult) ([]any, error) {
 	}
 	return out, nil
 }
-

@@ -179,3 +179,19 @@ func TestPruneAfterABulkWriteLeavesTheLabelReadable(t *testing.T) {
 		t.Fatalf("%v sessions readable, want %d", n, len(ids)-1)
 	}
 }
+
+func TestAGraphThatDoesNotExistHasNothingToPrune(t *testing.T) {
+	ctx := testCtx(t)
+	g := freshGraph(t)
+	if err := g.EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]func() (graph.Counts, error){
+		"prune": func() (graph.Counts, error) { return g.Prune(ctx, []string{sessA}, 10) },
+		"count": func() (graph.Counts, error) { return g.Count(ctx, []string{sessA}) },
+	} {
+		if c, err := f(); err != nil || c.Total() != 0 {
+			t.Errorf("%s on a missing graph: %v / %v (err %v)", name, c.Nodes, c.Relationships, err)
+		}
+	}
+}

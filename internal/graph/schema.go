@@ -42,6 +42,10 @@ func (g *Graph) readLayout(ctx context.Context) (layout, error) {
 	var l layout
 	labels, err := g.names(ctx, "CALL db.labels() YIELD label RETURN label")
 	if err != nil {
+		if strings.Contains(err.Error(), "empty key") {
+			// No graph under this key (yet): nothing derived, nothing to do.
+			return l, nil
+		}
 		return l, err
 	}
 	for _, lb := range labels {
