@@ -50,21 +50,24 @@ echo "Schema audit: cascading tables and vector columns"
 kubectl -n "$ns" get memorystore memory -o jsonpath='{.status.schema.cascadingTables}{"\n"}{.status.schema.vectorColumns}{"\n"}'
 
 # --- erasure ---------------------------------------------------------------
-log "seeding synthetic sessions (rounds, facts, embeddings, a shared cache entry, a derived profile)"
+log "seeding synthetic sessions (rounds, facts, embeddings, a shared cache entry, a derived profile) and deriving their graph"
 go run ./hack/demo-seed
-# Graph pruning and backup rotation land in later releases: the requests use a
-# store over the same database without the graph and Velero sections, so those
-# steps complete as NotConfigured.
+# Backup rotation lands in a later release: the requests use a store over the
+# same database and graph without the Velero section, so that step completes
+# as NotConfigured.
 cat <<YAML | kubectl -n "$ns" apply -f -
 apiVersion: erasure.lethe.dev/v1alpha1
 kind: MemoryStore
 metadata:
-  name: memory-pg
+  name: memory-graph
 spec:
   postgres:
     dsnSecretRef: {name: memory-postgres, key: dsn}
+  falkordb:
+    urlSecretRef: {name: memory-falkordb, key: url}
+    graph: memory
 YAML
-kubectl -n "$ns" wait memorystore/memory-pg --for=condition=Ready --timeout=60s >/dev/null
+kubectl -n "$ns" wait memorystore/memory-graph --for=condition=Ready --timeout=60s >/dev/null
 psql_counts() {
 	psql "$LETHE_PG_DSN" -Atc "SELECT 'sessions=' || (SELECT count(*) FROM memory.sessions) || ' rounds=' || (SELECT count(*) FROM memory.rounds)
 		|| ' facts=' || (SELECT count(*) FROM memory.facts) || ' cache=' || (SELECT count(*) FROM memory_derived.embedding_cache)
@@ -72,13 +75,14 @@ psql_counts() {
 }
 echo
 echo "memory database before: $(psql_counts)"
+echo "knowledge graph before: $(go run ./hack/demo-seed -graph-counts)"
 cat <<YAML | kubectl -n "$ns" apply -f -
 apiVersion: erasure.lethe.dev/v1alpha1
 kind: ErasureRequest
 metadata:
   name: forget-immediate
 spec:
-  storeRef: {name: memory-pg}
+  storeRef: {name: memory-graph}
   sessionIDs: [0d3c6f7e-1a2b-4c5d-8e9f-000000000001, 0d3c6f7e-1a2b-4c5d-8e9f-000000000002, 6f1c2a4e-8b3d-4f5a-9c7e-1d2b3a4c5e6f]
   immediate: true
   reason: "demo: deadline-bound request DPO-1142"
@@ -88,7 +92,7 @@ kind: ErasureRequest
 metadata:
   name: forget-with-grace
 spec:
-  storeRef: {name: memory-pg}
+  storeRef: {name: memory-graph}
   sessionIDs: [0d3c6f7e-1a2b-4c5d-8e9f-000000000004]
   gracePeriod: 168h
 YAML
@@ -97,6 +101,8 @@ kubectl -n "$ns" wait erasurerequest/forget-immediate --for=jsonpath='{.status.p
 kubectl -n "$ns" wait erasurerequest/forget-with-grace --for=jsonpath='{.status.phase}'=Tombstoned --timeout=60s >/dev/null ||
 	{ kubectl -n "$ns" get erasurerequest forget-with-grace -o yaml >&2; die "forget-with-grace was not tombstoned"; }
 echo "memory database after:  $(psql_counts)"
+echo "knowledge graph after:  $(go run ./hack/demo-seed -graph-counts)"
+echo "  (Orion and Lyra stay: sessions three and four still mention them; Vega and Draco, named only by the erased sessions, are gone)"
 echo
 echo "\$ kubectl -n $ns get erasurerequests"
 kubectl -n "$ns" get erasurerequests
@@ -105,6 +111,8 @@ for r in forget-immediate forget-with-grace; do
 	echo "History of $r (a hash chain; each entry names the digest of the one before):"
 	kubectl -n "$ns" get erasurerequest "$r" -o jsonpath='{range .status.history[*]}  {.time}  {.phase}{" "}{.event}{"\n"}    evidence {.evidenceDigest}{"\n"}    digest   {.digest}{"\n"}{end}'
 	echo "  plan: $(kubectl -n "$ns" get erasurerequest "$r" -o jsonpath='{.status.plan.sessionsFound} found, not found: {.status.plan.notFoundSessionIDs}, embeddings {.status.plan.embeddings}, cache entries {.status.plan.contentIndexEntries}, derived records {.status.plan.derivedRecords}')"
+	echo "  graph step evidence:"
+	kubectl -n "$ns" get erasurerequest "$r" -o jsonpath='{range .status.evidence.steps[?(@.step=="GraphReconciled")]}{range .counts[*]}    removed {.table}: {.rows}{"\n"}{end}{range .verification[*]}    verified {.check}: {.found} found{"\n"}{end}    {.note}{"\n"}{end}'
 	echo "  conditions:"
 	kubectl -n "$ns" get erasurerequest "$r" -o jsonpath='{range .status.conditions[*]}    {.type}={.status} ({.reason}){"\n"}{end}'
 done

@@ -1,36 +1,87 @@
 // Command demo-seed writes synthetic sessions into the dev stack's memory
 // database for `make demo`: four sessions with rounds, facts, embeddings and
 // cache entries, one cache entry shared by two sessions' identical text, and a
-// profile derived from two sessions. It prints the session IDs, nothing else.
+// profile derived from two sessions; then it derives the knowledge graph from
+// the facts into FalkorDB, as the memory system would. Entities (Orion, Vega,
+// Lyra, Draco) are shared between sessions. With -graph-counts it only
+// prints how many nodes and relationships the graph holds, by label and type.
 package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	pgxvec "github.com/pgvector/pgvector-go/pgx"
 
 	"github.com/lethe-dev/lethe/internal/fixture"
+	"github.com/lethe-dev/lethe/internal/graph"
 )
 
 // The demo's sessions (fixed IDs, so the demo's requests can name them).
 var sessions = []fixture.Session{
-	{ID: "0d3c6f7e-1a2b-4c5d-8e9f-000000000001", Tenant: "default", Rounds: 4, Text: "synthetic transcript one", Seed: 1},
-	{ID: "0d3c6f7e-1a2b-4c5d-8e9f-000000000002", Tenant: "default", Rounds: 3, Text: "synthetic transcript two", Seed: 2},
-	{ID: "0d3c6f7e-1a2b-4c5d-8e9f-000000000003", Tenant: "default", Rounds: 5, Text: "synthetic transcript three", Seed: 3},
-	{ID: "0d3c6f7e-1a2b-4c5d-8e9f-000000000004", Tenant: "default", Rounds: 2, Text: "synthetic transcript four", Seed: 4},
+	{ID: "0d3c6f7e-1a2b-4c5d-8e9f-000000000001", Tenant: "default", Rounds: 4, Text: "synthetic transcript one about Orion and Vega", Seed: 1},
+	{ID: "0d3c6f7e-1a2b-4c5d-8e9f-000000000002", Tenant: "default", Rounds: 3, Text: "synthetic transcript two about Vega and Draco", Seed: 2},
+	{ID: "0d3c6f7e-1a2b-4c5d-8e9f-000000000003", Tenant: "default", Rounds: 5, Text: "synthetic transcript three about Orion and Lyra", Seed: 3},
+	{ID: "0d3c6f7e-1a2b-4c5d-8e9f-000000000004", Tenant: "default", Rounds: 2, Text: "synthetic transcript four about Lyra", Seed: 4},
 }
 
 func main() {
+	counts := flag.Bool("graph-counts", false, "print the graph's nodes and relationships by label and type, and exit")
+	flag.Parse()
+	run := seed
+	if *counts {
+		run = graphCounts
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "demo-seed:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
+// memoryGraph opens the dev stack's graph "memory".
+func memoryGraph() (*graph.Graph, func(), error) {
+	url := os.Getenv("LETHE_FALKORDB_URL")
+	if url == "" {
+		return nil, nil, fmt.Errorf("LETHE_FALKORDB_URL is not set: source .dev/env first")
+	}
+	c, err := graph.Open(url)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c.Graph("memory"), func() { _ = c.Close() }, nil
+}
+
+func graphCounts() error {
+	g, done, err := memoryGraph()
+	if err != nil {
+		return err
+	}
+	defer done()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var parts []string
+	for _, q := range []string{"MATCH (n) RETURN labels(n)[0], count(n) ORDER BY labels(n)[0]", "MATCH ()-[r]->() RETURN type(r), count(r) ORDER BY type(r)"} {
+		res, err := g.ReadQuery(ctx, q, nil)
+		if err != nil {
+			return err
+		}
+		for res.Next() {
+			rec := res.Record()
+			k, _ := rec.GetByIndex(0)
+			n, _ := rec.GetByIndex(1)
+			parts = append(parts, fmt.Sprintf("%v=%v", k, n))
+		}
+	}
+	fmt.Println(strings.Join(parts, " "))
+	return nil
+}
+
+func seed() error {
 	ctx := context.Background()
 	dsn := os.Getenv("LETHE_PG_DSN")
 	if dsn == "" {
@@ -70,5 +121,13 @@ func run() error {
 			}
 		}
 	}
-	return fixture.DeriveProfile(ctx, conn, "default", "project summary of sessions one and two", sessions[0].ID, sessions[1].ID)
+	if err := fixture.DeriveProfile(ctx, conn, "default", "project summary of sessions one and two", sessions[0].ID, sessions[1].ID); err != nil {
+		return err
+	}
+	g, done, err := memoryGraph()
+	if err != nil {
+		return err
+	}
+	defer done()
+	return fixture.DeriveGraph(ctx, conn, "memory", g)
 }
