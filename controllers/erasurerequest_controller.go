@@ -25,6 +25,7 @@ import (
 	"github.com/pgvector/pgvector-go"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/backups"
 	"github.com/lethe-dev/lethe/internal/evidence"
 	"github.com/lethe-dev/lethe/internal/graph"
 	"github.com/lethe-dev/lethe/internal/postgres"
@@ -47,6 +48,10 @@ type ErasureRequestReconciler struct {
 	Clock        clock.PassiveClock
 	Pools        *postgres.Pools
 	Graphs       *graph.Clients
+	// Velero tells whether Velero's CRDs are served (asked on every pass).
+	Velero VeleroDetector
+	// Rotator updates Velero's objects; by default Client writes, APIReader reads.
+	Rotator backups.Rotator
 
 	// ReverifyInterval is how often a completed request is checked for
 	// resurrected sessions.
@@ -63,6 +68,8 @@ type ErasureRequestReconciler struct {
 	GraphDeleteLimit int
 	// GraphTimeout bounds the graph work of one pass.
 	GraphTimeout time.Duration
+	// BackupRecheck bounds the wait between checks of Backups still expiring.
+	BackupRecheck time.Duration
 
 	// probes keeps the sampled embeddings between the delete and the residue
 	// probe, in memory only, keyed by request UID.
@@ -320,6 +327,18 @@ func (r *ErasureRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.GraphTimeout == 0 {
 		r.GraphTimeout = 5 * time.Minute
+	}
+	if r.BackupRecheck == 0 {
+		r.BackupRecheck = 10 * time.Minute
+	}
+	if r.Rotator.Client == nil {
+		r.Rotator.Client = r.Client
+	}
+	if r.Rotator.Reader == nil {
+		r.Rotator.Reader = r.APIReader
+	}
+	if r.Rotator.Concurrency == 0 {
+		r.Rotator.Concurrency = 8
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&lethev1.ErasureRequest{}, builder.WithPredicates(predicate.Or(

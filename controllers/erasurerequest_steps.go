@@ -281,20 +281,6 @@ func (r *ErasureRequestReconciler) replicasCaughtUp(ctx context.Context, s *scop
 	return true, nil
 }
 
-// backups rotates the Velero backups. Without a Velero section it completes
-// with NotConfigured; the rotation itself lands with the backups issue.
-func (r *ErasureRequestReconciler) backups(_ context.Context, s *scope) (bool, error) {
-	if meta.IsStatusConditionTrue(s.req.Status.Conditions, lethev1.ConditionBackupsRotated) {
-		return true, nil
-	}
-	if s.store.Spec.Velero == nil {
-		return r.notConfigured(s, lethev1.ConditionBackupsRotated, "no Velero backups are configured for this store")
-	}
-	r.setStep(s, lethev1.ConditionBackupsRotated, false, lethev1.ReasonPending, "this Lethe version cannot do this step yet; the request waits here")
-	s.result = ctrl.Result{RequeueAfter: r.ReverifyInterval}
-	return false, nil
-}
-
 // notConfigured completes a step the store has no section for.
 func (r *ErasureRequestReconciler) notConfigured(s *scope, cond string, msg string) (bool, error) {
 	r.setStep(s, cond, true, lethev1.ReasonNotConfigured, msg)
@@ -311,7 +297,10 @@ func (r *ErasureRequestReconciler) reverify(ctx context.Context, s *scope) error
 		return err
 	}
 	if res.Skipped {
-		return r.reverifyGraph(ctx, s)
+		if err := r.reverifyGraph(ctx, s); err != nil {
+			return err
+		}
+		return r.reverifyBackups(ctx, s)
 	}
 	ev := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: mtime(res.DeletedAt), Counts: toCounts(res.Rows),
 		Note: fmt.Sprintf("%d resurrected session(s) erased again", res.Sessions)}

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/fixture"
 	"github.com/lethe-dev/lethe/internal/testenv"
 )
 
@@ -63,7 +64,12 @@ func waitCondition(t *testing.T, store *lethev1.MemoryStore, condType string, st
 func TestStoreWithEveryLayerBecomesReadyOnceVeleroIsInstalled(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t, "ready")
-	createSecret(t, ns, "pg", map[string]string{"dsn": migratedDatabase(t)})
+	dsn := migratedDatabase(t)
+	conn := connectVector(t, dsn)
+	if err := fixture.Seed(ctx, conn, fixture.Session{ID: erasedA, Tenant: "default", Rounds: 1, Text: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	createSecret(t, ns, "pg", map[string]string{"dsn": dsn})
 	createSecret(t, ns, "falkor", map[string]string{"url": fdb.URL()})
 	store := newStore(ns, func(s *lethev1.MemoryStore) {
 		s.Spec.FalkorDB = &lethev1.FalkorDBSpec{URLSecretRef: lethev1.SecretKeyRef{Name: "falkor", Key: "url"}}
@@ -74,6 +80,16 @@ func TestStoreWithEveryLayerBecomesReadyOnceVeleroIsInstalled(t *testing.T) {
 	}
 	waitCondition(t, store, lethev1.MemoryStoreBackupsReady, metav1.ConditionFalse, lethev1.ReasonVeleroNotInstalled)
 	waitCondition(t, store, lethev1.MemoryStoreReady, metav1.ConditionFalse, lethev1.ReasonNotReady)
+	// A request against the store erases in Postgres and waits at the backup step.
+	er := &lethev1.ErasureRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "forget", Namespace: ns},
+		Spec: lethev1.ErasureRequestSpec{StoreRef: lethev1.StoreReference{Name: store.Name},
+			SessionIDs: []lethev1.SessionID{erasedA}, Immediate: true, Reason: "R4"},
+	}
+	if err := k8s.Create(ctx, er); err != nil {
+		t.Fatal(err)
+	}
+	waitStepReason(t, er, lethev1.ConditionBackupsRotated, lethev1.ReasonVeleroNotInstalled)
 
 	dir, err := testenv.VeleroCRDDir()
 	if err != nil {
@@ -83,6 +99,11 @@ func TestStoreWithEveryLayerBecomesReadyOnceVeleroIsInstalled(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCondition(t, store, lethev1.MemoryStoreReady, metav1.ConditionTrue, lethev1.ReasonAllReady)
+	// The same manager, without a restart, sees Velero and completes the request.
+	waitPhase(t, er, lethev1.PhaseBackupsRotated)
+	if c := meta.FindStatusCondition(er.Status.Conditions, lethev1.ConditionBackupsRotated); c.Reason != lethev1.ReasonBackupsGone {
+		t.Fatalf("BackupsRotated = %s/%s, want BackupsGone (no Backup exists)", c.Reason, c.Message)
+	}
 	for typ, reason := range map[string]string{
 		lethev1.MemoryStorePostgresReady:   lethev1.ReasonConnected,
 		lethev1.MemoryStoreSchemaCompliant: lethev1.ReasonCompliant,

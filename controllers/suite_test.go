@@ -31,6 +31,7 @@ import (
 	"github.com/lethe-dev/lethe/internal/graph"
 	"github.com/lethe-dev/lethe/internal/postgres"
 	"github.com/lethe-dev/lethe/internal/testenv"
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 )
 
 // The suite runs the real thing: kube-apiserver + etcd, PostgreSQL with
@@ -82,6 +83,7 @@ func run(m *testing.M) (int, error) {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = lethev1.AddToScheme(scheme)
+	_ = velerov1.AddToScheme(scheme)
 	if k8s, err = client.New(cp.Config, client.Options{Scheme: scheme}); err != nil {
 		return 1, err
 	}
@@ -124,6 +126,8 @@ func run(m *testing.M) (int, error) {
 		Clock:            operatorClock,
 		Pools:            pools,
 		Graphs:           graphs,
+		Velero:           backups.Detector{Discovery: disc},
+		BackupRecheck:    time.Second,
 		GraphBatch:       1,
 		GraphDeleteLimit: 2,
 		GraphTimeout:     3 * time.Second,

@@ -139,6 +139,7 @@ const (
 	ReasonGraphPruning        = "GraphPruning"
 	ReasonBackupsExpiring     = "BackupsExpiring"
 	ReasonBackupsGone         = "BackupsGone"
+	ReasonInvalidSpec         = "InvalidSpec"
 	ReasonCompleted           = "Completed"
 	ReasonInProgress          = "InProgress"
 	ReasonFailed              = "Failed"
@@ -208,10 +209,39 @@ type StepEvidence struct {
 	// +listType=atomic
 	// +optional
 	Verification []Verification `json:"verification,omitempty"`
+	// backups are the Velero Backups that may hold the erased data (BackupsRotated step).
+	// +kubebuilder:validation:MaxItems=1000
+	// +listType=atomic
+	// +optional
+	Backups []BackupEvidence `json:"backups,omitempty"`
 	// note is a short statement without personal data, e.g. "probed 50 of 4000 embeddings".
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Note string `json:"note,omitempty"`
+}
+
+// BackupEvidence is one Velero Backup that started before the deletion committed
+// and so may hold the erased sessions.
+type BackupEvidence struct {
+	// name of the Backup in the store's Velero namespace.
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// startedAt is the Backup's status.startTimestamp.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// originalExpiration is the expiration the Backup had before Lethe changed it.
+	// +optional
+	OriginalExpiration *metav1.Time `json:"originalExpiration,omitempty"`
+	// expiration is the expiration after Lethe's change (never later than the original).
+	// +optional
+	Expiration *metav1.Time `json:"expiration,omitempty"`
+	// deleteBackupRequest names the DeleteBackupRequest Lethe created (immediate requests).
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	DeleteBackupRequest string `json:"deleteBackupRequest,omitempty"`
+	// goneAt is when Lethe first found the Backup gone.
+	// +optional
+	GoneAt *metav1.Time `json:"goneAt,omitempty"`
 }
 
 // Verification is one check run after a step.

@@ -29,6 +29,7 @@ import (
 	"github.com/lethe-dev/lethe/internal/backups"
 	"github.com/lethe-dev/lethe/internal/graph"
 	"github.com/lethe-dev/lethe/internal/postgres"
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 )
 
 func main() {
@@ -87,6 +88,7 @@ type managerFlags struct {
 	graphBatch             int
 	graphDeleteLimit       int
 	sweepMaxOrphanPercent  int
+	backupRecheck          time.Duration
 }
 
 func runManager(args []string) int {
@@ -105,6 +107,7 @@ func runManager(args []string) int {
 	fs.IntVar(&f.graphBatch, "graph-batch-size", 50, "erased sessions pruned from the graph per batch (one receipt each)")
 	fs.IntVar(&f.graphDeleteLimit, "graph-delete-limit", 1000, "graph elements one delete query removes at most (FalkorDB has crashed on very large single deletes)")
 	fs.IntVar(&f.sweepMaxOrphanPercent, "sweep-max-orphan-percent", 50, "refuse a graph sweep that would remove more than this percentage of the graph's sessions or facts; 100 disables the guard")
+	fs.DurationVar(&f.backupRecheck, "backup-recheck-interval", 10*time.Minute, "longest wait between checks of Velero Backups still expiring (a request also rechecks at the next expiration)")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	fs.Usage = func() {
@@ -128,6 +131,12 @@ func runManager(args []string) int {
 	}
 	if err := lethev1.AddToScheme(scheme); err != nil {
 		log.Error(err, "register Lethe types")
+		return 1
+	}
+	// Velero's types are read and written uncached: its CRDs may be
+	// installed after the manager starts.
+	if err := velerov1.AddToScheme(scheme); err != nil {
+		log.Error(err, "register Velero types")
 		return 1
 	}
 
@@ -187,6 +196,8 @@ func runManager(args []string) int {
 		Recorder:         mgr.GetEventRecorder("lethe-erasurerequest"),
 		Pools:            pools,
 		Graphs:           graphs,
+		Velero:           backups.Detector{Discovery: disc},
+		BackupRecheck:    f.backupRecheck,
 		GraphBatch:       f.graphBatch,
 		GraphDeleteLimit: f.graphDeleteLimit,
 		ReverifyInterval: f.reverify,
@@ -237,6 +248,9 @@ func validateFlags(f managerFlags) error {
 	}
 	if f.sweepMaxOrphanPercent < 1 || f.sweepMaxOrphanPercent > 100 {
 		errs = append(errs, fmt.Errorf("--sweep-max-orphan-percent must be between 1 and 100, got %d", f.sweepMaxOrphanPercent))
+	}
+	if f.backupRecheck < time.Second {
+		errs = append(errs, fmt.Errorf("--backup-recheck-interval must be at least 1s, got %s", f.backupRecheck))
 	}
 	if f.probeBudget < 0 || f.probeBudget > 10000 {
 		errs = append(errs, fmt.Errorf("--residue-probe-budget must be between 0 and 10000, got %d", f.probeBudget))

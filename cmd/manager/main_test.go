@@ -59,7 +59,7 @@ func TestMigrateCommandRefusesBadArguments(t *testing.T) {
 
 func TestManagerFlagsAreValidated(t *testing.T) {
 	ok := managerFlags{storeRecheck: time.Minute, probeTimeout: time.Second, pgMaxConns: 4, reverify: time.Hour, batchSize: 100, probeBudget: 64,
-		graphBatch: 50, graphDeleteLimit: 1000, sweepMaxOrphanPercent: 50}
+		graphBatch: 50, graphDeleteLimit: 1000, sweepMaxOrphanPercent: 50, backupRecheck: time.Minute}
 	if err := validateFlags(ok); err != nil {
 		t.Fatalf("valid flags refused: %v", err)
 	}
@@ -73,6 +73,7 @@ func TestManagerFlagsAreValidated(t *testing.T) {
 		"--graph-batch-size":         func(f *managerFlags) { f.graphBatch = 0 },
 		"--graph-delete-limit":       func(f *managerFlags) { f.graphDeleteLimit = 1e6 },
 		"--sweep-max-orphan-percent": func(f *managerFlags) { f.sweepMaxOrphanPercent = 101 },
+		"--backup-recheck-interval":  func(f *managerFlags) { f.backupRecheck = 0 },
 	} {
 		f := ok
 		change(&f)
@@ -81,7 +82,7 @@ func TestManagerFlagsAreValidated(t *testing.T) {
 			t.Errorf("%s: got %v, want an error naming the flag", name, err)
 		}
 	}
-	if err := validateFlags(managerFlags{}); err == nil || strings.Count(err.Error(), "--") != 8 {
-		t.Errorf("want all eight problems reported at once, got %v", fmt.Sprint(err))
+	if err := validateFlags(managerFlags{}); err == nil || strings.Count(err.Error(), "--") != 9 {
+		t.Errorf("want all nine problems reported at once, got %v", fmt.Sprint(err))
 	}
 }

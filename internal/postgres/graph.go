@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -25,6 +26,21 @@ func (e *Eraser) ErasedSessions(ctx context.Context, uid string) ([]string, erro
 		return nil, fmt.Errorf("read erased sessions: %w", err)
 	}
 	return ids, nil
+}
+
+// DeletedAt is when this request's deletion last committed (the latest
+// erased_at of its sessions, by the database's clock); zero when it erased
+// nothing. Backups started before it may hold the erased sessions.
+func (e *Eraser) DeletedAt(ctx context.Context, uid string) (time.Time, error) {
+	var t *time.Time
+	if err := e.Pool.QueryRow(ctx, `SELECT max(erased_at) FROM lethe.erasure_ledger
+		WHERE request_uid = $1 AND scope = 'session' AND erased_at IS NOT NULL`, uid).Scan(&t); err != nil {
+		return time.Time{}, fmt.Errorf("read the deletion time: %w", err)
+	}
+	if t == nil {
+		return time.Time{}, nil
+	}
+	return *t, nil
 }
 
 // StepReceipt is one receipt row of a step.

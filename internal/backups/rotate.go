@@ -1,0 +1,218 @@
+package backups
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	"github.com/vmware-tanzu/velero/pkg/label"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// What Lethe writes on Velero's objects.
+const (
+	// AnnotationErasedPrefix + request UID marks a Backup as holding data a
+	// request erased; the value is the request's namespace/name.
+	AnnotationErasedPrefix = "erasure.lethe.dev/erased-"
+	// AnnotationOriginalExpiration keeps the expiration a Backup had before
+	// Lethe first shortened it (RFC 3339), for the evidence.
+	AnnotationOriginalExpiration = "erasure.lethe.dev/original-expiration"
+	// LabelRequestUID marks the DeleteBackupRequests Lethe created.
+	LabelRequestUID = "erasure.lethe.dev/request-uid"
+)
+
+// Request is what the backup step needs to know of an erasure request.
+type Request struct {
+	UID, Namespace, Name string
+	// Immediate requests delete the Backups (DeleteBackupRequest) instead of
+	// shortening their expiration.
+	Immediate bool
+	// DeletedAt is when the deletion committed, by the database's clock.
+	// Backups started before it may hold the erased sessions.
+	DeletedAt time.Time
+	// Window is the store's rotationWindow: such a Backup expires at the
+	// latest at DeletedAt + Window.
+	Window time.Duration
+}
+
+// Deadline is the latest expiration a Backup holding the data may keep.
+func (r Request) Deadline() time.Time { return r.DeletedAt.Add(r.Window) }
+
+// Scope is where a store's Backups are and which of them are its own.
+type Scope struct {
+	Namespace string
+	Selector  labels.Selector
+}
+
+// Backup is one Backup that may hold the erased data, as Lethe left it.
+type Backup struct {
+	Name               string
+	UID                string
+	StartedAt          time.Time
+	OriginalExpiration *time.Time
+	Expiration         *time.Time
+	// DeleteRequest names the DeleteBackupRequest for it (immediate requests).
+	DeleteRequest string
+	// Changed is true when this call shortened it or requested its deletion.
+	Changed bool
+}
+
+// Rotator makes the Backups that may hold erased data expire.
+type Rotator struct {
+	// Client writes (patches, creates).
+	Client client.Client
+	// Reader reads straight from the API server: Lethe keeps no cache of
+	// Velero's objects (the CRDs may be installed after the manager starts,
+	// and a DeleteBackupRequest must never be created twice from a stale
+	// cache).
+	Reader client.Reader
+	// Concurrency bounds the writes in flight.
+	Concurrency int
+}
+
+// Holding lists the Backups of the scope that started before the deletion.
+func (r Rotator) Holding(ctx context.Context, sc Scope, req Request) ([]velerov1.Backup, error) {
+	list := &velerov1.BackupList{}
+	if err := r.Reader.List(ctx, list, client.InNamespace(sc.Namespace), client.MatchingLabelsSelector{Selector: sc.Selector}); err != nil {
+		return nil, fmt.Errorf("list Velero Backups in %s: %w", sc.Namespace, err)
+	}
+	var out []velerov1.Backup
+	for _, b := range list.Items {
+		// A Backup not started yet will read the database after the deletion.
+		if st := b.Status.StartTimestamp; st != nil && st.Time.Before(req.DeletedAt) {
+			out = append(out, b)
+		}
+	}
+	slices.SortFunc(out, func(a, b velerov1.Backup) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Rotate marks every Backup that may hold the erased data, and shortens its
+// expiration to the deadline (never lengthening it) or, for an immediate
+// request, creates one DeleteBackupRequest for it unless one exists. It is
+// safe to repeat: a second call changes nothing.
+func (r Rotator) Rotate(ctx context.Context, sc Scope, req Request) ([]Backup, error) {
+	holding, err := r.Holding(ctx, sc, req)
+	if err != nil || len(holding) == 0 {
+		return nil, err
+	}
+	var dbrs map[string]string
+	if req.Immediate {
+		if dbrs, err = r.deleteRequests(ctx, sc.Namespace); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]Backup, len(holding))
+	errs := make([]error, len(holding))
+	sem := make(chan struct{}, max(1, r.Concurrency))
+	var wg sync.WaitGroup
+	for i := range holding {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			out[i], errs[i] = r.rotateOne(ctx, &holding[i], req, dbrs)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+func (r Rotator) rotateOne(ctx context.Context, b *velerov1.Backup, req Request, dbrs map[string]string) (Backup, error) {
+	res := Backup{Name: b.Name, UID: string(b.UID), StartedAt: b.Status.StartTimestamp.Time}
+	orig := b.DeepCopy()
+	ann := b.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[AnnotationErasedPrefix+req.UID] = req.Namespace + "/" + req.Name
+	if exp := b.Status.Expiration; exp != nil {
+		t := exp.Time
+		res.Expiration = &t
+		res.OriginalExpiration = &t
+	}
+	if v, ok := ann[AnnotationOriginalExpiration]; ok {
+		if t, err := time.Parse(time.RFC3339, v); err == nil {
+			res.OriginalExpiration = &t
+		}
+	}
+	if !req.Immediate {
+		deadline := req.Deadline()
+		if exp := b.Status.Expiration; exp == nil || exp.Time.After(deadline) {
+			if exp != nil {
+				if _, ok := ann[AnnotationOriginalExpiration]; !ok {
+					ann[AnnotationOriginalExpiration] = exp.Time.UTC().Format(time.RFC3339)
+				}
+			}
+			b.Status.Expiration = &metav1.Time{Time: deadline}
+			res.Expiration = &deadline
+			res.Changed = true
+		}
+	}
+	b.SetAnnotations(ann)
+	if res.Changed || orig.GetAnnotations()[AnnotationErasedPrefix+req.UID] == "" {
+		// Backup has no status subresource: one merge patch changes both.
+		if err := r.Client.Patch(ctx, b, client.MergeFrom(orig)); err != nil {
+			return res, fmt.Errorf("mark Backup %s/%s: %w", b.Namespace, b.Name, err)
+		}
+	}
+	if req.Immediate {
+		if name, ok := dbrs[dbrKey(b.Name, string(b.UID))]; ok {
+			res.DeleteRequest = name
+			return res, nil
+		}
+		dbr := &velerov1.DeleteBackupRequest{
+			ObjectMeta: metav1.ObjectMeta{
+				Namespace:    b.Namespace,
+				GenerateName: generateName(b.Name),
+				// The labels Velero's own garbage collector de-duplicates by.
+				Labels: map[string]string{
+					velerov1.BackupNameLabel: label.GetValidName(b.Name),
+					velerov1.BackupUIDLabel:  string(b.UID),
+					LabelRequestUID:          req.UID,
+				},
+			},
+			Spec: velerov1.DeleteBackupRequestSpec{BackupName: b.Name},
+		}
+		if err := r.Client.Create(ctx, dbr); err != nil {
+			return res, fmt.Errorf("create DeleteBackupRequest for %s/%s: %w", b.Namespace, b.Name, err)
+		}
+		res.DeleteRequest = dbr.Name
+		res.Changed = true
+	}
+	return res, nil
+}
+
+// deleteRequests maps backup (name, uid) to an existing DeleteBackupRequest.
+func (r Rotator) deleteRequests(ctx context.Context, ns string) (map[string]string, error) {
+	list := &velerov1.DeleteBackupRequestList{}
+	if err := r.Reader.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return nil, fmt.Errorf("list DeleteBackupRequests in %s: %w", ns, err)
+	}
+	out := map[string]string{}
+	for _, d := range list.Items {
+		out[dbrKey(d.Spec.BackupName, d.Labels[velerov1.BackupUIDLabel])] = d.Name
+	}
+	return out, nil
+}
+
+func dbrKey(name, uid string) string { return name + "\x00" + uid }
+
+// generateName keeps the generated name within 63 characters.
+func generateName(backup string) string {
+	if len(backup) > 45 {
+		backup = backup[:45]
+	}
+	return strings.TrimRight(backup, "-.") + "-lethe-"
+}
