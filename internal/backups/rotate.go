@@ -149,7 +149,7 @@ func (r Rotator) rotateOne(ctx context.Context, b *velerov1.Backup, req Request,
 	}
 	if !req.Immediate {
 		deadline := req.Deadline()
-		if exp := b.Status.Expiration; exp == nil || exp.Time.After(deadline) {
+		if exp := b.Status.Expiration; exp == nil || exp.After(deadline) {
 			if exp != nil {
 				if _, ok := ann[AnnotationOriginalExpiration]; !ok {
 					ann[AnnotationOriginalExpiration] = exp.Time.UTC().Format(time.RFC3339)
