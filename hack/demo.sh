@@ -21,7 +21,7 @@ fi
 log "building and starting the manager"
 go build -o "$LOCALBIN/manager" ./cmd/manager
 "$LOCALBIN/manager" --kubeconfig "$KUBECONFIG" --metrics-bind-address 0 --health-probe-bind-address 127.0.0.1:0 \
-	--store-recheck-interval 30s >.dev/manager.log 2>&1 &
+	--store-recheck-interval 30s --backup-recheck-interval 2s >.dev/manager.log 2>&1 &
 echo $! >.dev/manager.pid
 
 ns=lethe-demo
@@ -52,22 +52,22 @@ kubectl -n "$ns" get memorystore memory -o jsonpath='{.status.schema.cascadingTa
 # --- erasure ---------------------------------------------------------------
 log "seeding synthetic sessions (rounds, facts, embeddings, a shared cache entry, a derived profile) and deriving their graph"
 go run ./hack/demo-seed
-# Backup rotation lands in a later release: the requests use a store over the
-# same database and graph without the Velero section, so that step completes
-# as NotConfigured.
-cat <<YAML | kubectl -n "$ns" apply -f -
-apiVersion: erasure.lethe.dev/v1alpha1
-kind: MemoryStore
+# Velero's Backups of the memory system: one taken yesterday (it may hold the
+# sessions about to be erased), one of another application.
+kubectl get namespace velero >/dev/null 2>&1 || kubectl create namespace velero >/dev/null
+started=$(date -u -d '-1 day' +%Y-%m-%dT%H:%M:%SZ)
+expires=$(date -u -d '+30 days' +%Y-%m-%dT%H:%M:%SZ)
+for b in "memory-nightly:memory" "billing-nightly:billing"; do
+	cat <<YAML | kubectl -n velero apply -f - >/dev/null
+apiVersion: velero.io/v1
+kind: Backup
 metadata:
-  name: memory-graph
-spec:
-  postgres:
-    dsnSecretRef: {name: memory-postgres, key: dsn}
-  falkordb:
-    urlSecretRef: {name: memory-falkordb, key: url}
-    graph: memory
+  name: ${b%%:*}
+  labels: {app.kubernetes.io/part-of: ${b##*:}}
+spec: {}
+status: {phase: Completed, startTimestamp: "$started", expiration: "$expires"}
 YAML
-kubectl -n "$ns" wait memorystore/memory-graph --for=condition=Ready --timeout=60s >/dev/null
+done
 psql_counts() {
 	psql "$LETHE_PG_DSN" -Atc "SELECT 'sessions=' || (SELECT count(*) FROM memory.sessions) || ' rounds=' || (SELECT count(*) FROM memory.rounds)
 		|| ' facts=' || (SELECT count(*) FROM memory.facts) || ' cache=' || (SELECT count(*) FROM memory_derived.embedding_cache)
@@ -82,7 +82,7 @@ kind: ErasureRequest
 metadata:
   name: forget-immediate
 spec:
-  storeRef: {name: memory-graph}
+  storeRef: {name: memory}
   sessionIDs: [0d3c6f7e-1a2b-4c5d-8e9f-000000000001, 0d3c6f7e-1a2b-4c5d-8e9f-000000000002, 6f1c2a4e-8b3d-4f5a-9c7e-1d2b3a4c5e6f]
   immediate: true
   reason: "demo: deadline-bound request DPO-1142"
@@ -92,10 +92,19 @@ kind: ErasureRequest
 metadata:
   name: forget-with-grace
 spec:
-  storeRef: {name: memory-graph}
+  storeRef: {name: memory}
   sessionIDs: [0d3c6f7e-1a2b-4c5d-8e9f-000000000004]
   gracePeriod: 168h
 YAML
+kubectl -n "$ns" wait erasurerequest/forget-immediate --for=jsonpath='{.status.conditions[?(@.type=="BackupsRotated")].reason}'=BackupsExpiring --timeout=120s >/dev/null ||
+	{ kubectl -n "$ns" get erasurerequest forget-immediate -o yaml >&2; die "forget-immediate did not reach the backup step"; }
+echo
+echo "forget-immediate waits for the backup taken yesterday: $(kubectl -n "$ns" get erasurerequest forget-immediate -o jsonpath='{.status.conditions[?(@.type=="BackupsRotated")].message}')"
+echo "\$ kubectl -n velero get deletebackuprequests -o custom-columns=NAME:.metadata.name,BACKUP:.spec.backupName"
+kubectl -n velero get deletebackuprequests -o custom-columns=NAME:.metadata.name,BACKUP:.spec.backupName
+echo "(billing-nightly is another application's backup: not selected, untouched)"
+log "playing Velero: processing the DeleteBackupRequest deletes the backup"
+kubectl -n velero delete backup memory-nightly >/dev/null
 kubectl -n "$ns" wait erasurerequest/forget-immediate --for=jsonpath='{.status.phase}'=BackupsRotated --timeout=120s >/dev/null ||
 	{ kubectl -n "$ns" get erasurerequest forget-immediate -o yaml >&2; die "forget-immediate did not complete"; }
 kubectl -n "$ns" wait erasurerequest/forget-with-grace --for=jsonpath='{.status.phase}'=Tombstoned --timeout=60s >/dev/null ||
@@ -113,6 +122,8 @@ for r in forget-immediate forget-with-grace; do
 	echo "  plan: $(kubectl -n "$ns" get erasurerequest "$r" -o jsonpath='{.status.plan.sessionsFound} found, not found: {.status.plan.notFoundSessionIDs}, embeddings {.status.plan.embeddings}, cache entries {.status.plan.contentIndexEntries}, derived records {.status.plan.derivedRecords}')"
 	echo "  graph step evidence:"
 	kubectl -n "$ns" get erasurerequest "$r" -o jsonpath='{range .status.evidence.steps[?(@.step=="GraphReconciled")]}{range .counts[*]}    removed {.table}: {.rows}{"\n"}{end}{range .verification[*]}    verified {.check}: {.found} found{"\n"}{end}    {.note}{"\n"}{end}'
+	echo "  backup step evidence:"
+	kubectl -n "$ns" get erasurerequest "$r" -o jsonpath='{range .status.evidence.steps[?(@.step=="BackupsRotated")]}{range .backups[*]}    {.name}: started {.startedAt}, would have expired {.originalExpiration}, DeleteBackupRequest {.deleteBackupRequest}, gone {.goneAt}{"\n"}{end}{end}'
 	echo "  conditions:"
 	kubectl -n "$ns" get erasurerequest "$r" -o jsonpath='{range .status.conditions[*]}    {.type}={.status} ({.reason}){"\n"}{end}'
 done

@@ -90,6 +90,8 @@ type managerFlags struct {
 	graphDeleteLimit       int
 	sweepMaxOrphanPercent  int
 	backupRecheck          time.Duration
+	kubeQPS                float64
+	kubeBurst              int
 }
 
 func runManager(args []string) int {
@@ -109,6 +111,8 @@ func runManager(args []string) int {
 	fs.IntVar(&f.graphDeleteLimit, "graph-delete-limit", 1000, "graph elements one delete query removes at most (FalkorDB has crashed on very large single deletes)")
 	fs.IntVar(&f.sweepMaxOrphanPercent, "sweep-max-orphan-percent", 50, "refuse a graph sweep that would remove more than this percentage of the graph's sessions or facts; 100 disables the guard")
 	fs.DurationVar(&f.backupRecheck, "backup-recheck-interval", 10*time.Minute, "longest wait between checks of Velero Backups still expiring (a request also rechecks at the next expiration)")
+	fs.Float64Var(&f.kubeQPS, "kube-api-qps", 100, "queries per second the manager's Kubernetes client may send")
+	fs.IntVar(&f.kubeBurst, "kube-api-burst", 200, "burst above --kube-api-qps the Kubernetes client may send")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	fs.Usage = func() {
@@ -146,6 +150,9 @@ func runManager(args []string) int {
 		log.Error(err, "no Kubernetes configuration: pass --kubeconfig or run in a cluster")
 		return 1
 	}
+	// The backup step writes one patch per Backup: at 100 QPS, 1,000 Backups
+	// take 8 s (P6); client-go's default of 20 would take 50 s.
+	cfg.QPS, cfg.Burst = float32(f.kubeQPS), f.kubeBurst
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Metrics:                       metricsserver.Options{BindAddress: f.metricsAddr},
@@ -249,6 +256,9 @@ func validateFlags(f managerFlags) error {
 	}
 	if f.sweepMaxOrphanPercent < 1 || f.sweepMaxOrphanPercent > 100 {
 		errs = append(errs, fmt.Errorf("--sweep-max-orphan-percent must be between 1 and 100, got %d", f.sweepMaxOrphanPercent))
+	}
+	if f.kubeQPS <= 0 || f.kubeBurst < 1 {
+		errs = append(errs, fmt.Errorf("--kube-api-qps and --kube-api-burst must be positive, got %v and %d", f.kubeQPS, f.kubeBurst))
 	}
 	if f.backupRecheck < time.Second {
 		errs = append(errs, fmt.Errorf("--backup-recheck-interval must be at least 1s, got %s", f.backupRecheck))

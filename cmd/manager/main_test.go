@@ -59,7 +59,7 @@ func TestMigrateCommandRefusesBadArguments(t *testing.T) {
 
 func TestManagerFlagsAreValidated(t *testing.T) {
 	ok := managerFlags{storeRecheck: time.Minute, probeTimeout: time.Second, pgMaxConns: 4, reverify: time.Hour, batchSize: 100, probeBudget: 64,
-		graphBatch: 50, graphDeleteLimit: 1000, sweepMaxOrphanPercent: 50, backupRecheck: time.Minute}
+		graphBatch: 50, graphDeleteLimit: 1000, sweepMaxOrphanPercent: 50, backupRecheck: time.Minute, kubeQPS: 100, kubeBurst: 200}
 	if err := validateFlags(ok); err != nil {
 		t.Fatalf("valid flags refused: %v", err)
 	}
@@ -74,6 +74,7 @@ func TestManagerFlagsAreValidated(t *testing.T) {
 		"--graph-delete-limit":       func(f *managerFlags) { f.graphDeleteLimit = 1e6 },
 		"--sweep-max-orphan-percent": func(f *managerFlags) { f.sweepMaxOrphanPercent = 101 },
 		"--backup-recheck-interval":  func(f *managerFlags) { f.backupRecheck = 0 },
+		"--kube-api-qps":             func(f *managerFlags) { f.kubeQPS = 0 },
 	} {
 		f := ok
 		change(&f)
@@ -82,7 +83,7 @@ func TestManagerFlagsAreValidated(t *testing.T) {
 			t.Errorf("%s: got %v, want an error naming the flag", name, err)
 		}
 	}
-	if err := validateFlags(managerFlags{}); err == nil || strings.Count(err.Error(), "--") != 9 {
-		t.Errorf("want all nine problems reported at once, got %v", fmt.Sprint(err))
+	if err := validateFlags(managerFlags{}); err == nil || strings.Count(err.Error(), "--") != 11 {
+		t.Errorf("want all ten problems (eleven flags named) reported at once, got %v", fmt.Sprint(err))
 	}
 }
