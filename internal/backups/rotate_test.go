@@ -1,0 +1,82 @@
+package backups_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/lethe-dev/lethe/internal/backups"
+)
+
+// Edge cases of the pure logic, on controller-runtime's fake client; the
+// controller tests run the same code against a real API server.
+func TestRotateEdgeCases(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := velerov1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	before := &metav1.Time{Time: deleted.Add(-time.Hour)}
+	longName := strings.Repeat("very-long-backup-name-", 5) + "x"
+	objs := []client.Object{
+		&velerov1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "no-expiration", Namespace: "velero", Labels: map[string]string{"app": "m"}},
+			Status: velerov1.BackupStatus{StartTimestamp: before}},
+		&velerov1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "not-started", Namespace: "velero", Labels: map[string]string{"app": "m"}}},
+		&velerov1.Backup{ObjectMeta: metav1.ObjectMeta{Name: longName, Namespace: "velero", Labels: map[string]string{"app": "m"}, UID: "u1"},
+			Status: velerov1.BackupStatus{StartTimestamp: before}},
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
+	r := backups.Rotator{Client: c, Reader: c, Concurrency: 2}
+	sc := backups.Scope{Namespace: "velero", Selector: labels.SelectorFromSet(labels.Set{"app": "m"})}
+	req := backups.Request{UID: "r1", Namespace: "team", Name: "forget", DeletedAt: deleted, Window: 24 * time.Hour}
+
+	got, err := r.Rotate(context.Background(), sc, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d backups held, want 2 (a backup not started yet holds nothing): %+v", len(got), got)
+	}
+	b := &velerov1.Backup{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "velero", Name: "no-expiration"}, b); err != nil {
+		t.Fatal(err)
+	}
+	if b.Status.Expiration == nil || !b.Status.Expiration.Equal(&metav1.Time{Time: req.Deadline()}) {
+		t.Fatalf("a Backup without expiration got %v, want the deadline %s", b.Status.Expiration, req.Deadline())
+	}
+	if _, ok := b.Annotations[backups.AnnotationOriginalExpiration]; ok {
+		t.Fatal("an original expiration was recorded for a Backup that had none")
+	}
+
+	req.Immediate = true
+	if _, err := r.Rotate(context.Background(), sc, req); err != nil {
+		t.Fatal(err)
+	}
+	dbrs := &velerov1.DeleteBackupRequestList{}
+	if err := c.List(context.Background(), dbrs); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dbrs.Items {
+		if d.Spec.BackupName != longName {
+			continue
+		}
+		if errs := validation.IsValidLabelValue(d.Labels[velerov1.BackupNameLabel]); len(errs) > 0 {
+			t.Errorf("backup-name label of a long name is not a valid label value: %v", errs)
+		}
+		// The API server appends 5 characters to generateName.
+		if len(d.GenerateName)+5 > validation.DNS1123LabelMaxLength {
+			t.Errorf("generateName %q makes a name longer than 63 characters", d.GenerateName)
+		}
+		return
+	}
+	t.Fatalf("no DeleteBackupRequest for the long-named Backup: %+v", dbrs.Items)
+}
