@@ -70,6 +70,9 @@ type ErasureRequestReconciler struct {
 	GraphTimeout time.Duration
 	// BackupRecheck bounds the wait between checks of Backups still expiring.
 	BackupRecheck time.Duration
+	// ReceiptKeySecret names the Secret with the receipt signing key; empty:
+	// receipts are unsigned.
+	ReceiptKeySecret types.NamespacedName
 
 	// probes keeps the sampled embeddings between the delete and the residue
 	// probe, in memory only, keyed by request UID.
@@ -153,6 +156,10 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		if !done {
 			return s.result, nil
 		}
+	}
+	if err := r.issueReceipt(ctx, s); err != nil {
+		log.Error(err, "the receipt could not be issued")
+		return ctrl.Result{RequeueAfter: r.RetryAfter}, nil
 	}
 	// Completed: re-verify on an interval (restored backups, stale graph
 	// writes). Only from the latest status: what a re-verification does
@@ -263,6 +270,9 @@ func (r *ErasureRequestReconciler) patchStatus(ctx context.Context, s *scope) er
 	st := &s.req.Status
 	st.Phase = derivePhase(st.Conditions, s.req.Spec.DryRun)
 	ready, stalled := summary(st.Conditions, st.Phase, s.req.Generation)
+	if st.Phase == lethev1.PhaseBackupsRotated && st.Receipt != nil && st.Receipt.Envelope == "" {
+		ready.Message += "; the receipt is unsigned: no signing key is configured (--receipt-key-secret)"
+	}
 	meta.SetStatusCondition(&st.Conditions, ready)
 	meta.SetStatusCondition(&st.Conditions, stalled)
 	st.ObservedGeneration = s.req.Generation

@@ -11,12 +11,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	pgxvec "github.com/pgvector/pgvector-go/pgx"
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/controllers"
 	"github.com/lethe-dev/lethe/internal/evidence"
 	"github.com/lethe-dev/lethe/internal/fixture"
 	"github.com/lethe-dev/lethe/internal/testenv"
@@ -214,6 +216,7 @@ func TestImmediateRequestErasesEveryLayerAndOnlyThat(t *testing.T) {
 		t.Errorf("Ready = %+v", ready)
 	}
 	assertNoPersonalData(t, er)
+	assertSignedReceipt(t, er)
 }
 
 // assertNoPersonalData greps the status, the events and the manager's logs
@@ -444,5 +447,37 @@ func TestDeletingARequestDuringTheGracePeriodLiftsTheTombstone(t *testing.T) {
 	}
 	if n := e.count(t, `SELECT count(*) FROM lethe.erasure_receipts WHERE request_uid = $1 AND step = 'Cancelled'`, string(er.UID)); n != 1 {
 		t.Errorf("withdrawal receipt: %d, want 1 (the database keeps the record)", n)
+	}
+}
+
+// assertSignedReceipt checks the receipt with the public key the manager
+// published, and that an altered history fails the check.
+func assertSignedReceipt(t *testing.T, er *lethev1.ErasureRequest) {
+	t.Helper()
+	ctx := context.Background()
+	eventually(t, 10*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(er), er); err != nil {
+			return err
+		}
+		if er.Status.Receipt == nil || er.Status.Receipt.Envelope == "" {
+			return fmt.Errorf("no signed receipt: %+v", er.Status.Receipt)
+		}
+		return nil
+	})
+	cm := &corev1.ConfigMap{}
+	if err := k8s.Get(ctx, receiptKeySecret, cm); err != nil {
+		t.Fatalf("the public key is not published: %v", err)
+	}
+	pub, err := evidence.ParsePublicKey([]byte(cm.Data[controllers.ReceiptPublicKey]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := evidence.VerifyReceipt(ctx, er, pub); err != nil {
+		t.Fatalf("the receipt does not verify: %v", err)
+	}
+	tampered := er.DeepCopy()
+	tampered.Status.History[0].Time = metav1.NewTime(tampered.Status.History[0].Time.Add(time.Hour))
+	if err := evidence.VerifyReceipt(ctx, tampered, pub); err == nil {
+		t.Fatal("a history with an edited entry verifies")
 	}
 }

@@ -3,12 +3,18 @@ package controllers_test
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"os"
 	"sync"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/jackc/pgx/v5"
 	pgxvec "github.com/pgvector/pgvector-go/pgx"
@@ -100,6 +106,10 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 1, err
 	}
+	// Receipts are signed with a key from a Secret, as an operator would configure it.
+	if err := createReceiptKey(context.Background()); err != nil {
+		return 1, err
+	}
 	graphs := &graph.Clients{}
 	defer graphs.Close()
 	defer pools.Close()
@@ -129,6 +139,7 @@ func run(m *testing.M) (int, error) {
 		Graphs:           graphs,
 		Velero:           backups.Detector{Discovery: disc},
 		BackupRecheck:    time.Second,
+		ReceiptKeySecret: receiptKeySecret,
 		GraphBatch:       1,
 		GraphDeleteLimit: 2,
 		GraphTimeout:     3 * time.Second,
@@ -259,4 +270,22 @@ func connectVector(t *testing.T, dsn string) *pgx.Conn {
 		t.Fatal(err)
 	}
 	return conn
+}
+
+var receiptKeySecret = types.NamespacedName{Namespace: "lethe-system", Name: "lethe-receipt-key"}
+
+func createReceiptKey(ctx context.Context) error {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		return err
+	}
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: receiptKeySecret.Namespace}}); err != nil {
+		return err
+	}
+	return k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: receiptKeySecret.Namespace, Name: receiptKeySecret.Name},
+		Data: map[string][]byte{controllers.ReceiptPrivateKey: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})}})
 }

@@ -9,8 +9,11 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
@@ -92,6 +95,7 @@ type managerFlags struct {
 	backupRecheck          time.Duration
 	kubeQPS                float64
 	kubeBurst              int
+	receiptKey             string
 }
 
 func runManager(args []string) int {
@@ -113,6 +117,7 @@ func runManager(args []string) int {
 	fs.DurationVar(&f.backupRecheck, "backup-recheck-interval", 10*time.Minute, "longest wait between checks of Velero Backups still expiring (a request also rechecks at the next expiration)")
 	fs.Float64Var(&f.kubeQPS, "kube-api-qps", 100, "queries per second the manager's Kubernetes client may send")
 	fs.IntVar(&f.kubeBurst, "kube-api-burst", 200, "burst above --kube-api-qps the Kubernetes client may send")
+	fs.StringVar(&f.receiptKey, "receipt-key-secret", "", "NAMESPACE/NAME of the Secret whose "+controllers.ReceiptPrivateKey+" (PEM ed25519) signs receipts; the public key is published in a ConfigMap of the same name. Empty: receipts are unsigned")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	fs.Usage = func() {
@@ -126,6 +131,7 @@ func runManager(args []string) int {
 		fmt.Fprintln(os.Stderr, "manager:", err)
 		return 2
 	}
+	receiptKey, _ := parseNamespacedName(f.receiptKey)
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
 
@@ -206,6 +212,7 @@ func runManager(args []string) int {
 		Graphs:           graphs,
 		Velero:           backups.Detector{Discovery: disc},
 		BackupRecheck:    f.backupRecheck,
+		ReceiptKeySecret: receiptKey,
 		GraphBatch:       f.graphBatch,
 		GraphDeleteLimit: f.graphDeleteLimit,
 		ReverifyInterval: f.reverify,
@@ -260,6 +267,9 @@ func validateFlags(f managerFlags) error {
 	if f.kubeQPS <= 0 || f.kubeBurst < 1 {
 		errs = append(errs, fmt.Errorf("--kube-api-qps and --kube-api-burst must be positive, got %v and %d", f.kubeQPS, f.kubeBurst))
 	}
+	if _, err := parseNamespacedName(f.receiptKey); err != nil {
+		errs = append(errs, fmt.Errorf("--receipt-key-secret: %w", err))
+	}
 	if f.backupRecheck < time.Second {
 		errs = append(errs, fmt.Errorf("--backup-recheck-interval must be at least 1s, got %s", f.backupRecheck))
 	}
@@ -270,4 +280,16 @@ func validateFlags(f managerFlags) error {
 		errs = append(errs, fmt.Errorf("--postgres-max-conns must be between 1 and 100, got %d", f.pgMaxConns))
 	}
 	return errors.Join(errs...)
+}
+
+// parseNamespacedName parses "namespace/name" ("" is the zero value).
+func parseNamespacedName(s string) (types.NamespacedName, error) {
+	if s == "" {
+		return types.NamespacedName{}, nil
+	}
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return types.NamespacedName{}, fmt.Errorf("want NAMESPACE/NAME, got %q", s)
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
 }
