@@ -18,10 +18,16 @@ if [ "${LETHE_DEMO_KEEP:-}" != 1 ]; then
 	trap 'hack/dev-stack.sh down' EXIT
 fi
 
-log "building and starting the manager"
+log "building the manager and the kubectl plugin; a receipt signing key in lethe-system"
 go build -o "$LOCALBIN/manager" ./cmd/manager
+go build -o "$LOCALBIN/kubectl-erasure" ./cmd/kubectl-erasure
+export PATH="$LOCALBIN:$PATH" # `kubectl erasure` finds the plugin on the PATH
+kubectl get namespace lethe-system >/dev/null 2>&1 || kubectl create namespace lethe-system >/dev/null
+if ! kubectl -n lethe-system get secret lethe-receipt-key >/dev/null 2>&1; then
+	kubectl -n lethe-system create secret generic lethe-receipt-key --from-file=private-key.pem=<(go run ./hack/genkey) >/dev/null
+fi
 "$LOCALBIN/manager" --kubeconfig "$KUBECONFIG" --metrics-bind-address 0 --health-probe-bind-address 127.0.0.1:0 \
-	--store-recheck-interval 30s --backup-recheck-interval 2s >.dev/manager.log 2>&1 &
+	--store-recheck-interval 30s --backup-recheck-interval 2s --receipt-key-secret lethe-system/lethe-receipt-key >.dev/manager.log 2>&1 &
 echo $! >.dev/manager.pid
 
 ns=lethe-demo
@@ -127,6 +133,14 @@ for r in forget-immediate forget-with-grace; do
 	echo "  conditions:"
 	kubectl -n "$ns" get erasurerequest "$r" -o jsonpath='{range .status.conditions[*]}    {.type}={.status} ({.reason}){"\n"}{end}'
 done
+
+echo
+echo "What an auditor runs (the kubectl plugin):"
+echo "\$ kubectl erasure history forget-immediate -n $ns"
+kubectl erasure history forget-immediate -n "$ns"
+echo
+echo "\$ kubectl erasure verify forget-immediate -n $ns"
+kubectl erasure verify forget-immediate -n "$ns"
 
 if [ "${LETHE_DEMO_KEEP:-}" = 1 ]; then
 	echo
