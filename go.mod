@@ -14,6 +14,7 @@ require (
 	github.com/secure-systems-lab/go-securesystemslib v0.11.1
 	github.com/spf13/cobra v1.10.2
 	github.com/vmware-tanzu/velero v1.18.1
+	github.com/yuin/gopher-lua v1.1.2
 	go.uber.org/zap v1.27.1
 	google.golang.org/protobuf v1.36.12
 	k8s.io/api v0.37.2
