@@ -14,6 +14,7 @@ import (
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/backups"
+	"github.com/lethe-dev/lethe/internal/metrics"
 )
 
 // +kubebuilder:rbac:groups=velero.io,resources=backups,verbs=get;list;patch
@@ -47,6 +48,7 @@ func (r *ErasureRequestReconciler) backups(ctx context.Context, s *scope) (bool,
 		r.setStep(s, lethev1.ConditionBackupsRotated, false, lethev1.ReasonBackupsExpiring, "the Velero Backups could not be updated; Lethe retries: "+err.Error())
 		return false, err
 	}
+	countBackupWork(found)
 	now := r.Clock.Now()
 	entries := mergeBackups(previousBackups(er), found, now)
 	remaining := slices.DeleteFunc(slices.Clone(entries), func(b lethev1.BackupEvidence) bool { return b.GoneAt != nil })
@@ -130,6 +132,7 @@ func (r *ErasureRequestReconciler) reverifyBackups(ctx context.Context, s *scope
 	if err != nil {
 		return err
 	}
+	countBackupWork(found)
 	var changed []backups.Backup
 	for _, b := range found {
 		if b.Changed {
@@ -243,4 +246,16 @@ func expirationRange(bs []lethev1.BackupEvidence) (earliest, latest *time.Time) 
 		}
 	}
 	return earliest, latest
+}
+
+func countBackupWork(found []backups.Backup) {
+	for _, b := range found {
+		switch {
+		case !b.Changed:
+		case b.DeleteRequest != "":
+			metrics.BackupWork.WithLabelValues("delete_requested").Inc()
+		default:
+			metrics.BackupWork.WithLabelValues("shortened").Inc()
+		}
+	}
 }

@@ -2,10 +2,14 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -28,6 +32,7 @@ import (
 	"github.com/lethe-dev/lethe/internal/backups"
 	"github.com/lethe-dev/lethe/internal/evidence"
 	"github.com/lethe-dev/lethe/internal/graph"
+	"github.com/lethe-dev/lethe/internal/metrics"
 	"github.com/lethe-dev/lethe/internal/postgres"
 )
 
@@ -253,6 +258,9 @@ func (r *ErasureRequestReconciler) setStep(s *scope, condType string, ok bool, r
 
 // milestone appends a history entry chained to the last one and emits an event.
 func (r *ErasureRequestReconciler) milestone(s *scope, phase lethev1.Phase, event string, at time.Time, ev any, note string) {
+	if h := s.req.Status.History; len(h) > 0 && event != lethev1.ReasonResurrected {
+		metrics.StepDuration.WithLabelValues(string(phase)).Observe(max(0, at.Sub(h[len(h)-1].Time.Time).Seconds()))
+	}
 	d, err := evidence.Digest(ev)
 	if err != nil {
 		d = "sha256:unavailable"
@@ -349,6 +357,11 @@ func (r *ErasureRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.Rotator.Concurrency == 0 {
 		r.Rotator.Concurrency = 8
+	}
+	if err := crmetrics.Registry.Register(newRequestCollector(mgr.GetClient(), r.Clock)); err != nil {
+		if !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+			return err
+		}
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&lethev1.ErasureRequest{}, builder.WithPredicates(predicate.Or(

@@ -16,6 +16,7 @@ import (
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/evidence"
+	"github.com/lethe-dev/lethe/internal/metrics"
 	"github.com/lethe-dev/lethe/internal/postgres"
 )
 
@@ -229,6 +230,14 @@ func (r *ErasureRequestReconciler) delete(ctx context.Context, s *scope) (bool, 
 	r.setStep(s, lethev1.ConditionDeleted, true, lethev1.ReasonSessionsDeleted,
 		"the sessions, every row cascading from them, their content-keyed entries and derived records are deleted and verified absent")
 	r.milestone(s, lethev1.PhaseDeleted, "", last, ev, ev.Note)
+	mode := "grace"
+	if er.Spec.Immediate {
+		mode = "immediate"
+	}
+	metrics.TombstoneReaper.WithLabelValues(mode).Add(float64(sessions))
+	for _, c := range counts {
+		metrics.RowsDeleted.WithLabelValues(c.Table).Add(float64(c.Rows))
+	}
 	return true, nil
 }
 

@@ -45,3 +45,35 @@ var (
 func init() {
 	crmetrics.Registry.MustRegister(GraphPruned, GraphSweeps, GraphSweepRemoved, GraphSweepLastCompletion, GraphSweepDuration)
 }
+
+var (
+	// StepDuration is the time from one milestone of a request to the next.
+	StepDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "lethe_erasure_step_duration_seconds",
+		Help:    "Time from a request's previous milestone to this one, by the milestone reached.",
+		Buckets: []float64{0.1, 1, 10, 60, 600, 3600, 6 * 3600, 86400, 7 * 86400, 30 * 86400},
+	}, []string{"phase"})
+
+	// RowsDeleted counts rows removed by the Deleted step, by table.
+	RowsDeleted = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lethe_erasure_rows_deleted_total",
+		Help: "Rows removed by erasures, by schema-qualified table (the cascade included).",
+	}, []string{"table"})
+
+	// TombstoneReaper counts sessions deleted after their tombstone's grace
+	// period, the decision record's memory-tombstone-reaper counter.
+	TombstoneReaper = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lethe_tombstone_reaper_sessions_deleted_total",
+		Help: "Tombstoned sessions hard-deleted, by how (grace: after the grace period; immediate).",
+	}, []string{"mode"})
+
+	// BackupWork counts Velero changes, by kind (shortened, delete_requested).
+	BackupWork = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lethe_backups_changed_total",
+		Help: "Velero Backups made to expire by erasures: expiration shortened or DeleteBackupRequest created.",
+	}, []string{"action"})
+)
+
+func init() {
+	crmetrics.Registry.MustRegister(StepDuration, RowsDeleted, TombstoneReaper, BackupWork)
+}
