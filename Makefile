@@ -11,6 +11,7 @@ SHELL := /usr/bin/env bash -o pipefail
 # --- pinned versions ---------------------------------------------------------
 CONTROLLER_GEN_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION  ?= v2.15.0
+HELM_VERSION           ?= v3.22.0
 KUBE_VERSION           ?= 1.37.2
 ETCD_VERSION           ?= 3.6.16
 PG_MAJOR               ?= 15
@@ -24,6 +25,7 @@ export LETHE_CACHE
 LOCALBIN := $(CURDIR)/bin
 CONTROLLER_GEN := $(LOCALBIN)/controller-gen
 GOLANGCI_LINT  := $(LOCALBIN)/golangci-lint
+export LETHE_HELM := $(LOCALBIN)/helm
 
 # What the tests need to find the real services (see internal/testenv).
 export KUBEBUILDER_ASSETS      := $(LOCALBIN)/k8s
@@ -41,6 +43,11 @@ help: ## Show this help.
 .PHONY: manifests
 manifests: controller-gen ## Generate the CRDs and RBAC from the markers.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./api/..." paths="./controllers/..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	@# The Helm chart ships the same CRDs and the same manager rules.
+	@mkdir -p charts/lethe/crds charts/lethe/files
+	@cp config/crd/bases/*.yaml charts/lethe/crds/
+	@cp config/rbac/role.yaml charts/lethe/files/manager-role.yaml
+	@cp config/prometheus/rules.yaml charts/lethe/files/prometheus-rules.yaml
 
 .PHONY: generate
 generate: controller-gen ## Generate deepcopy code from the markers.
@@ -48,9 +55,9 @@ generate: controller-gen ## Generate deepcopy code from the markers.
 
 .PHONY: verify-gen
 verify-gen: generate manifests ## Fail when generated files differ from what is committed.
-	@if [ -n "$$(git status --porcelain -- api config)" ]; then \
+	@if [ -n "$$(git status --porcelain -- api config charts)" ]; then \
 		echo "generated files are out of date; run 'make generate manifests' and commit:"; \
-		git status --porcelain -- api config; git --no-pager diff --stat -- api config; exit 1; fi
+		git status --porcelain -- api config charts; git --no-pager diff --stat -- api config charts; exit 1; fi
 
 .PHONY: fmt
 fmt: ## go fmt.
@@ -66,7 +73,7 @@ lint: golangci-lint ## Run golangci-lint.
 
 ##@ Test
 .PHONY: test-deps
-test-deps: envtest-assets postgres falkordb ## Install and cache every service the tests start.
+test-deps: envtest-assets postgres falkordb helm ## Install and cache every service and tool the tests start.
 
 .PHONY: test
 test: test-deps manifests generate ## Install what the tests need, then run every test against real services.
@@ -99,6 +106,10 @@ demo: ## Run the demo: dev stack, manager, a sample MemoryStore reaching Ready.
 	hack/demo.sh
 
 ##@ Dependencies
+.PHONY: helm
+helm: ## Build and cache helm (the chart's tests run helm lint and helm template).
+	@hack/go-install-tool.sh helm helm.sh/helm/v3/cmd/helm $(HELM_VERSION)
+
 .PHONY: envtest-assets
 envtest-assets: ## Build and cache kube-apiserver and etcd (minutes the first time).
 	@hack/install-control-plane.sh >/dev/null
