@@ -1,5 +1,5 @@
 # Multi-stage build: a static manager binary on a distroless, non-root base.
-FROM golang:1.26 AS build
+FROM golang:1.26.8 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
