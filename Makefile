@@ -76,8 +76,18 @@ lint: golangci-lint ## Run golangci-lint.
 test-deps: envtest-assets postgres falkordb helm ## Install and cache every service and tool the tests start.
 
 .PHONY: test
-test: test-deps manifests generate ## Install what the tests need, then run every test against real services.
+test: test-deps manifests generate ## Install what the tests need, then run every test against real services, then a short fuzz run.
 	go test $(GO_TEST_FLAGS) ./...
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=5s
+
+# Fuzz targets: a short run of each in `make test`; `make fuzz FUZZTIME=30m` for a long one.
+FUZZ_TARGETS := FuzzParamsHeader:./internal/graph FuzzVerify:./internal/evidence FuzzCreateRequest:./internal/erasurecli
+FUZZTIME ?= 5s
+
+.PHONY: fuzz
+fuzz: test-deps ## Run every fuzz target for FUZZTIME (5s by default).
+	@for t in $(FUZZ_TARGETS); do echo "fuzz $${t%%:*} ($(FUZZTIME))"; \
+		go test -run '^$$' -fuzz "^$${t%%:*}$$" -fuzztime $(FUZZTIME) $${t#*:} || exit 1; done
 
 .PHONY: bench
 bench: test-deps ## Run the benchmarks (ratios against a baseline in the same run).
