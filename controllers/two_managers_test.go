@@ -1,0 +1,123 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/controllers"
+	"github.com/lethe-dev/lethe/internal/fixture"
+	"github.com/lethe-dev/lethe/internal/graph"
+	"github.com/lethe-dev/lethe/internal/postgres"
+)
+
+// A second manager with leader election off runs beside the suite's (as a
+// paused leader that wakes up after losing its lease would): both reconcile
+// every request at once. The database-side guards let each session be
+// deleted once, every request completes, and each history has one Deleted
+// entry (R5).
+func TestTwoManagersAtOnceDeleteEachSessionOnce(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = lethev1.AddToScheme(scheme)
+	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
+		Scheme:     scheme,
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Client:     client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secondPools := &postgres.Pools{Options: postgres.Options{Vector: true}}
+	defer secondPools.Close()
+	if err := (&controllers.ErasureRequestReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), SecretReader: mgr.GetAPIReader(),
+		Recorder: mgr.GetEventRecorder("lethe-second"), Pools: secondPools, Graphs: &graph.Clients{},
+		BatchSize: 2, ReverifyInterval: time.Second, RetryAfter: 300 * time.Millisecond,
+	}).SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("second manager: %v", err)
+		}
+	}()
+
+	e := newMemoryEnv(t, "two-managers")
+	const requests, perRequest = 8, 3
+	var all []string
+	for i := 0; i < requests*perRequest; i++ {
+		id := fmt.Sprintf("33333333-3333-4333-8333-%012d", i)
+		all = append(all, id)
+		if err := fixture.Seed(context.Background(), e.conn, fixture.Session{ID: id, Tenant: "t1", Rounds: 1, Text: "x", Seed: 100 + i, NoProfile: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keptBefore := e.sessionRows(t, keptB)
+	var ers []*lethev1.ErasureRequest
+	for r := 0; r < requests; r++ {
+		ids := all[r*perRequest : (r+1)*perRequest]
+		ers = append(ers, e.request(t, fmt.Sprintf("forget-%d", r), func(er *lethev1.ErasureRequest) {
+			er.Spec.SessionIDs = nil
+			for _, id := range ids {
+				er.Spec.SessionIDs = append(er.Spec.SessionIDs, lethev1.SessionID(id))
+			}
+		}))
+	}
+	for _, er := range ers {
+		waitPhase(t, er, lethev1.PhaseBackupsRotated)
+		deleted := 0
+		for _, p := range historyPhases(er) {
+			if p == string(lethev1.PhaseDeleted) {
+				deleted++
+			}
+		}
+		if deleted != 1 {
+			t.Errorf("%s: %d Deleted entries in %v", er.Name, deleted, historyPhases(er))
+		}
+		// One receipt per batch: 3 sessions in batches of 2.
+		if n := e.count(t, `SELECT count(*) FROM lethe.erasure_receipts WHERE request_uid = $1 AND step = 'Deleted'`, string(er.UID)); n != 2 {
+			t.Errorf("%s: %d Deleted receipts, want 2", er.Name, n)
+		}
+		if n := e.count(t, `SELECT coalesce(sum(sessions), 0) FROM lethe.erasure_receipts WHERE request_uid = $1 AND step = 'Deleted'`, string(er.UID)); n != perRequest {
+			t.Errorf("%s: the receipts count %d deleted sessions, want %d", er.Name, n, perRequest)
+		}
+	}
+	for _, id := range all {
+		if n := e.sessionRows(t, id); n != 0 {
+			t.Errorf("session %s has %d rows left", id, n)
+		}
+	}
+	// Both managers acted: each recorded events for these requests.
+	evs := &eventsv1.EventList{}
+	if err := k8s.List(context.Background(), evs, client.InNamespace(e.ns)); err != nil {
+		t.Fatal(err)
+	}
+	by := map[string]int{}
+	for _, ev := range evs.Items {
+		by[ev.ReportingController]++
+	}
+	if by["lethe-second"] == 0 || by["lethe-erasurerequest"] == 0 {
+		t.Errorf("events by reporting controller %v: both managers should have acted", by)
+	}
+	if n := e.sessionRows(t, keptB); n != keptBefore {
+		t.Errorf("the kept session went from %d to %d rows", keptBefore, n)
+	}
+}
