@@ -407,7 +407,8 @@ func TestResidueIsReportedWithItsTable(t *testing.T) {
 	e := newMemoryEnv(t, "residue")
 	// An export job copied one of the session's embeddings somewhere the cascade cannot reach.
 	if _, err := e.conn.Exec(context.Background(), `CREATE TABLE public.analytics_vectors (id int, v vector(384));
-		INSERT INTO public.analytics_vectors SELECT 1, embedding FROM memory.rounds WHERE session_id = '`+erasedA+`' LIMIT 1`); err != nil {
+		INSERT INTO public.analytics_vectors SELECT 1, embedding FROM memory.rounds WHERE session_id = '`+erasedA+`' LIMIT 1;
+		GRANT SELECT ON public.analytics_vectors TO lethe_operator -- what an adopter grants so Lethe can probe it`); err != nil {
 		t.Fatal(err)
 	}
 	er := e.request(t, "forget-with-residue", nil)

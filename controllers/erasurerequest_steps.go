@@ -196,6 +196,9 @@ func (r *ErasureRequestReconciler) delete(ctx context.Context, s *scope) (bool, 
 	}
 	residue, err := s.eraser.ProbeResidue(ctx, res.Probe, residueDistance)
 	if err != nil {
+		// E.g. a vector column the manager's role may not read: say so
+		// (grant it SELECT) rather than leave "deleting" standing.
+		r.setStep(s, lethev1.ConditionDeleted, false, lethev1.ReasonDeleting, "deleted; the residue probe failed and is retried: "+err.Error())
 		return false, err
 	}
 	var residueCols []string

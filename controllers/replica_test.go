@@ -15,6 +15,9 @@ import (
 func TestDeletedWaitsForTheReplicas(t *testing.T) {
 	ctx := context.Background()
 	primary := ownMemoryDatabase(t)
+	// The manager's login role exists before the replica is cloned (its
+	// replay is paused below).
+	managerDSN(t, primary.DSN("memory"), true)
 	replica, err := primary.StartReplica()
 	if err != nil {
 		t.Fatal(err)

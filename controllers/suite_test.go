@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"sync"
 	"testing"
@@ -215,6 +216,13 @@ func newNamespace(t *testing.T, prefix string) string {
 
 func createSecret(t *testing.T, ns, name string, data map[string]string) {
 	t.Helper()
+	// The manager connects as the least-privileged role of migration 00004
+	// (S3), never as the superuser the tests seed with.
+	for _, k := range []string{"dsn", "replica"} {
+		if v, ok := data[k]; ok {
+			data[k] = managerDSN(t, v, k == "dsn")
+		}
+	}
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, StringData: data}
 	if err := k8s.Create(context.Background(), s); err != nil {
 		t.Fatal(err)
@@ -288,4 +296,31 @@ func createReceiptKey(ctx context.Context) error {
 	}
 	return k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: receiptKeySecret.Namespace, Name: receiptKeySecret.Name},
 		Data: map[string][]byte{controllers.ReceiptPrivateKey: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})}})
+}
+
+// managerDSN turns a superuser DSN of a test cluster into the DSN of the
+// login role lethe_manager, a member of lethe_operator, creating the role in
+// that cluster when create is set (a replica gets it by replication).
+func managerDSN(t *testing.T, dsn string, create bool) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil || u.User == nil || u.User.Username() != "postgres" {
+		return dsn
+	}
+	if create {
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = conn.Close(ctx) }()
+		if _, err := conn.Exec(ctx, `DO $$ BEGIN
+			IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'lethe_operator') THEN CREATE ROLE lethe_operator NOLOGIN; END IF;
+			IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'lethe_manager') THEN CREATE ROLE lethe_manager LOGIN IN ROLE lethe_operator; END IF;
+			END $$`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u.User = url.User("lethe_manager")
+	return u.String()
 }
