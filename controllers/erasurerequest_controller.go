@@ -22,6 +22,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -75,6 +76,9 @@ type ErasureRequestReconciler struct {
 	GraphTimeout time.Duration
 	// BackupRecheck bounds the wait between checks of Backups still expiring.
 	BackupRecheck time.Duration
+	// MaxConcurrentReconciles is how many requests are worked on at once
+	// (each in its own transactions; the database guards make that safe).
+	MaxConcurrentReconciles int
 	// ReceiptKeySecret names the Secret with the receipt signing key; empty:
 	// receipts are unsigned.
 	ReceiptKeySecret types.NamespacedName
@@ -368,5 +372,6 @@ func (r *ErasureRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{},
 			deletionPredicate()))).
 		Named("erasurerequest").
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Complete(r)
 }

@@ -96,6 +96,7 @@ type managerFlags struct {
 	kubeQPS                float64
 	kubeBurst              int
 	receiptKey             string
+	concurrency            int
 }
 
 func runManager(args []string) int {
@@ -118,6 +119,7 @@ func runManager(args []string) int {
 	fs.Float64Var(&f.kubeQPS, "kube-api-qps", 100, "queries per second the manager's Kubernetes client may send")
 	fs.IntVar(&f.kubeBurst, "kube-api-burst", 200, "burst above --kube-api-qps the Kubernetes client may send")
 	fs.StringVar(&f.receiptKey, "receipt-key-secret", "", "NAMESPACE/NAME of the Secret whose "+controllers.ReceiptPrivateKey+" (PEM ed25519) signs receipts; the public key is published in a ConfigMap of the same name. Empty: receipts are unsigned")
+	fs.IntVar(&f.concurrency, "max-concurrent-reconciles", 4, "ErasureRequests worked on at once")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	fs.Usage = func() {
@@ -204,20 +206,21 @@ func runManager(args []string) int {
 	}
 
 	if err := (&controllers.ErasureRequestReconciler{
-		Client:           mgr.GetClient(),
-		APIReader:        mgr.GetAPIReader(),
-		SecretReader:     mgr.GetAPIReader(),
-		Recorder:         mgr.GetEventRecorder("lethe-erasurerequest"),
-		Pools:            pools,
-		Graphs:           graphs,
-		Velero:           backups.Detector{Discovery: disc},
-		BackupRecheck:    f.backupRecheck,
-		ReceiptKeySecret: receiptKey,
-		GraphBatch:       f.graphBatch,
-		GraphDeleteLimit: f.graphDeleteLimit,
-		ReverifyInterval: f.reverify,
-		BatchSize:        f.batchSize,
-		ProbeBudget:      f.probeBudget,
+		Client:                  mgr.GetClient(),
+		APIReader:               mgr.GetAPIReader(),
+		SecretReader:            mgr.GetAPIReader(),
+		Recorder:                mgr.GetEventRecorder("lethe-erasurerequest"),
+		Pools:                   pools,
+		Graphs:                  graphs,
+		Velero:                  backups.Detector{Discovery: disc},
+		BackupRecheck:           f.backupRecheck,
+		ReceiptKeySecret:        receiptKey,
+		MaxConcurrentReconciles: f.concurrency,
+		GraphBatch:              f.graphBatch,
+		GraphDeleteLimit:        f.graphDeleteLimit,
+		ReverifyInterval:        f.reverify,
+		BatchSize:               f.batchSize,
+		ProbeBudget:             f.probeBudget,
 	}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "set up the ErasureRequest controller")
 		return 1
@@ -269,6 +272,9 @@ func validateFlags(f managerFlags) error {
 	}
 	if _, err := parseNamespacedName(f.receiptKey); err != nil {
 		errs = append(errs, fmt.Errorf("--receipt-key-secret: %w", err))
+	}
+	if f.concurrency < 1 || f.concurrency > 64 {
+		errs = append(errs, fmt.Errorf("--max-concurrent-reconciles must be between 1 and 64, got %d", f.concurrency))
 	}
 	if f.backupRecheck < time.Second {
 		errs = append(errs, fmt.Errorf("--backup-recheck-interval must be at least 1s, got %s", f.backupRecheck))

@@ -37,8 +37,8 @@ func TestMigrateCommandAppliesAndReportsTheVersion(t *testing.T) {
 	if err := conn.QueryRow(ctx, `SELECT max(version_id) FROM lethe_goose_db_version WHERE is_applied`).Scan(&version); err != nil {
 		t.Fatal(err)
 	}
-	if version != 3 {
-		t.Fatalf("database at version %d, want 3", version)
+	if version != 4 {
+		t.Fatalf("database at version %d, want 4", version)
 	}
 
 	// The DSN may come from the environment instead of the process list.
@@ -59,22 +59,23 @@ func TestMigrateCommandRefusesBadArguments(t *testing.T) {
 
 func TestManagerFlagsAreValidated(t *testing.T) {
 	ok := managerFlags{storeRecheck: time.Minute, probeTimeout: time.Second, pgMaxConns: 4, reverify: time.Hour, batchSize: 100, probeBudget: 64,
-		graphBatch: 50, graphDeleteLimit: 1000, sweepMaxOrphanPercent: 50, backupRecheck: time.Minute, kubeQPS: 100, kubeBurst: 200}
+		graphBatch: 50, graphDeleteLimit: 1000, sweepMaxOrphanPercent: 50, backupRecheck: time.Minute, kubeQPS: 100, kubeBurst: 200, concurrency: 4}
 	if err := validateFlags(ok); err != nil {
 		t.Fatalf("valid flags refused: %v", err)
 	}
 	for name, change := range map[string]func(*managerFlags){
-		"--store-recheck-interval":   func(f *managerFlags) { f.storeRecheck = time.Second },
-		"--probe-timeout":            func(f *managerFlags) { f.probeTimeout = 0 },
-		"--postgres-max-conns":       func(f *managerFlags) { f.pgMaxConns = 0 },
-		"--reverify-interval":        func(f *managerFlags) { f.reverify = time.Second },
-		"--delete-batch-size":        func(f *managerFlags) { f.batchSize = 0 },
-		"--residue-probe-budget":     func(f *managerFlags) { f.probeBudget = -1 },
-		"--graph-batch-size":         func(f *managerFlags) { f.graphBatch = 0 },
-		"--graph-delete-limit":       func(f *managerFlags) { f.graphDeleteLimit = 1e6 },
-		"--sweep-max-orphan-percent": func(f *managerFlags) { f.sweepMaxOrphanPercent = 101 },
-		"--backup-recheck-interval":  func(f *managerFlags) { f.backupRecheck = 0 },
-		"--kube-api-qps":             func(f *managerFlags) { f.kubeQPS = 0 },
+		"--store-recheck-interval":    func(f *managerFlags) { f.storeRecheck = time.Second },
+		"--probe-timeout":             func(f *managerFlags) { f.probeTimeout = 0 },
+		"--postgres-max-conns":        func(f *managerFlags) { f.pgMaxConns = 0 },
+		"--reverify-interval":         func(f *managerFlags) { f.reverify = time.Second },
+		"--delete-batch-size":         func(f *managerFlags) { f.batchSize = 0 },
+		"--residue-probe-budget":      func(f *managerFlags) { f.probeBudget = -1 },
+		"--graph-batch-size":          func(f *managerFlags) { f.graphBatch = 0 },
+		"--graph-delete-limit":        func(f *managerFlags) { f.graphDeleteLimit = 1e6 },
+		"--sweep-max-orphan-percent":  func(f *managerFlags) { f.sweepMaxOrphanPercent = 101 },
+		"--backup-recheck-interval":   func(f *managerFlags) { f.backupRecheck = 0 },
+		"--kube-api-qps":              func(f *managerFlags) { f.kubeQPS = 0 },
+		"--max-concurrent-reconciles": func(f *managerFlags) { f.concurrency = 0 },
 	} {
 		f := ok
 		change(&f)
@@ -83,7 +84,7 @@ func TestManagerFlagsAreValidated(t *testing.T) {
 			t.Errorf("%s: got %v, want an error naming the flag", name, err)
 		}
 	}
-	if err := validateFlags(managerFlags{}); err == nil || strings.Count(err.Error(), "--") != 11 {
-		t.Errorf("want all ten problems (eleven flags named) reported at once, got %v", fmt.Sprint(err))
+	if err := validateFlags(managerFlags{}); err == nil || strings.Count(err.Error(), "--") != 12 {
+		t.Errorf("want all eleven problems (twelve flags named) reported at once, got %v", fmt.Sprint(err))
 	}
 }
