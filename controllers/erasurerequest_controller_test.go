@@ -151,6 +151,20 @@ func conditionsString(cs []metav1.Condition) string {
 	return strings.Join(parts, " ")
 }
 
+// waitHistoryEntry waits until er's history has an entry "Phase[/Event]".
+func waitHistoryEntry(t *testing.T, er *lethev1.ErasureRequest, entry string) {
+	t.Helper()
+	eventually(t, 30*time.Second, func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(er), er); err != nil {
+			return err
+		}
+		if !slices.Contains(historyPhases(er), entry) {
+			return fmt.Errorf("history %v has no %s", historyPhases(er), entry)
+		}
+		return nil
+	})
+}
+
 func historyPhases(er *lethev1.ErasureRequest) []string {
 	var out []string
 	for _, h := range er.Status.History {

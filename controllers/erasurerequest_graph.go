@@ -77,7 +77,7 @@ func (r *ErasureRequestReconciler) graph(ctx context.Context, s *scope) (bool, e
 		receipts[b] = postgres.StepReceipt{Batch: b, Sessions: len(chunk), Counts: countMap(counts)}
 	}
 
-	left, err := countGraph(gctx, g, ids, r.GraphBatch)
+	left, err := g.Count(gctx, ids)
 	if err != nil {
 		return false, r.graphDown(s, err)
 	}
@@ -97,7 +97,7 @@ func (r *ErasureRequestReconciler) graph(ctx context.Context, s *scope) (bool, e
 			return false, err
 		}
 		receipts[batch+len(receipts)] = postgres.StepReceipt{Sessions: len(ids), Counts: countMap(counts)}
-		if left, err = countGraph(gctx, g, ids, r.GraphBatch); err != nil {
+		if left, err = g.Count(gctx, ids); err != nil {
 			return false, r.graphDown(s, err)
 		}
 	}
@@ -153,7 +153,7 @@ func (r *ErasureRequestReconciler) reverifyGraph(ctx context.Context, s *scope) 
 	}
 	gctx, cancel := context.WithTimeout(ctx, r.GraphTimeout)
 	defer cancel()
-	left, err := countGraph(gctx, g, ids, r.GraphBatch)
+	left, err := g.Count(gctx, ids)
 	if err != nil || left.Total() == 0 {
 		return err
 	}
@@ -184,18 +184,6 @@ func pruneAll(ctx context.Context, g *graph.Graph, ids []string, batch, limit in
 		removed.Add(n)
 	}
 	return removed, nil
-}
-
-func countGraph(ctx context.Context, g *graph.Graph, ids []string, batch int) (graph.Counts, error) {
-	var left graph.Counts
-	for chunk := range slices.Chunk(ids, batch) {
-		n, err := g.Count(ctx, chunk)
-		if err != nil {
-			return left, err
-		}
-		left.Add(n)
-	}
-	return left, nil
 }
 
 func graphCounts(c graph.Counts) []postgres.Count {

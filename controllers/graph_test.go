@@ -133,15 +133,7 @@ func TestGraphStepPrunesOnlyWhatTheErasedSessionsAlone(t *testing.T) {
 	if err := fixture.WriteGraph(context.Background(), ge.g, []fixture.GraphFact{{ID: 424242, SessionID: erasedA, Entities: []string{"Shared", "Stale"}}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, func() error {
-		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(er), er); err != nil {
-			return err
-		}
-		if !slices.Contains(historyPhases(er), string(lethev1.PhaseBackupsRotated)+"/"+lethev1.ReasonResurrected) {
-			return fmt.Errorf("history %v", historyPhases(er))
-		}
-		return nil
-	})
+	waitHistoryEntry(t, er, string(lethev1.PhaseBackupsRotated)+"/"+lethev1.ReasonResurrected)
 	if got, want := ge.elements(t), ge.wantAfterErasure(); !maps.Equal(got, want) {
 		t.Fatalf("graph after the re-verification\n got %v\nwant %v", got, want)
 	}

@@ -100,7 +100,7 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		meta.IsStatusConditionTrue(store.Status.Conditions, lethev1.MemoryStoreSchemaCompliant) {
 		wait := r.sweepWait(store)
 		if wait <= 0 {
-			r.sweep(ctx, store, facts.primary)
+			r.sweep(ctx, store, facts.graphHandle, facts.primary)
 			wait = r.sweepWait(store)
 		}
 		requeue = min(requeue, wait)
@@ -150,7 +150,7 @@ func (r *MemoryStoreReconciler) observe(ctx context.Context, store *lethev1.Memo
 
 	if spec.FalkorDB != nil {
 		f.graphConfigured = true
-		f.graph = r.checkGraph(ctx, store)
+		f.graphHandle, f.graph = r.checkGraph(ctx, store)
 	}
 
 	if spec.Velero != nil {
@@ -179,7 +179,7 @@ func (r *MemoryStoreReconciler) checkPostgres(ctx context.Context, store *lethev
 	}
 	var primary *pgxpool.Pool
 	for _, t := range targets {
-		dsn, f := r.readSecret(ctx, store.Namespace, t.ref)
+		dsn, f := readSecretKey(ctx, r.SecretReader, store.Namespace, t.ref)
 		if f != nil {
 			f.message = t.name + ": " + f.message
 			return nil, f
@@ -200,39 +200,27 @@ func (r *MemoryStoreReconciler) checkPostgres(ctx context.Context, store *lethev
 	return primary, nil
 }
 
-// checkGraph pings FalkorDB; nil means it answered with the module loaded.
-func (r *MemoryStoreReconciler) checkGraph(ctx context.Context, store *lethev1.MemoryStore) *failure {
-	url, f := r.readSecret(ctx, store.Namespace, store.Spec.FalkorDB.URLSecretRef)
+// checkGraph pings FalkorDB and makes sure the provenance indexes exist; it
+// returns the store's graph when both succeeded.
+func (r *MemoryStoreReconciler) checkGraph(ctx context.Context, store *lethev1.MemoryStore) (*graph.Graph, *failure) {
+	g, f := storeGraph(ctx, r.SecretReader, r.Graphs, store)
 	if f != nil {
-		return f
-	}
-	cl, err := r.Graphs.Get(poolKey(store, "graph"), url)
-	if err != nil {
-		return fail(lethev1.ReasonInvalidSecret, "%v", err)
+		return nil, f
 	}
 	pctx, cancel := context.WithTimeout(ctx, r.ProbeTimeout)
 	defer cancel()
-	if err := cl.Ping(pctx); err != nil {
-		return fail(lethev1.ReasonConnectionFailed, "%v", err)
+	if err := g.Ping(pctx); err != nil {
+		return nil, fail(lethev1.ReasonConnectionFailed, "%v", err)
 	}
 	// The provenance indexes exist before the first erasure needs them
 	// (remembered per client: only the first check creates them). Building
 	// them on a large graph takes seconds, hence the sweep's timeout.
-	g, f := storeGraph(ctx, r.SecretReader, r.Graphs, store)
-	if f != nil {
-		return f
-	}
 	ictx, icancel := context.WithTimeout(ctx, r.SweepTimeout)
 	defer icancel()
 	if err := g.EnsureIndexes(ictx); err != nil {
-		return fail(lethev1.ReasonConnectionFailed, "the provenance indexes could not be created: %v", err)
+		return nil, fail(lethev1.ReasonConnectionFailed, "the provenance indexes could not be created: %v", err)
 	}
-	return nil
-}
-
-// readSecret reads one key of a Secret in the store's namespace.
-func (r *MemoryStoreReconciler) readSecret(ctx context.Context, namespace string, ref lethev1.SecretKeyRef) (string, *failure) {
-	return readSecretKey(ctx, r.SecretReader, namespace, ref)
+	return g, nil
 }
 
 // forget drops the cached connections of a deleted store.

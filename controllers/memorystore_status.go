@@ -3,6 +3,8 @@ package controllers
 import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lethe-dev/lethe/internal/graph"
+
 	"fmt"
 	"slices"
 	"strings"
@@ -28,6 +30,8 @@ type storeFacts struct {
 
 	graphConfigured bool
 	graph           *failure
+	// graphHandle is the store's graph when it answered.
+	graphHandle *graph.Graph
 
 	veleroConfigured bool
 	veleroInstalled  bool

@@ -41,17 +41,11 @@ func (r *MemoryStoreReconciler) sweepWait(store *lethev1.MemoryStore) time.Durat
 
 // sweep runs the full reconciliation of the store's graph from Postgres and
 // records it in status.graphSweep (and status.lastSweep when it completed).
-func (r *MemoryStoreReconciler) sweep(ctx context.Context, store *lethev1.MemoryStore, primary *pgxpool.Pool) {
+func (r *MemoryStoreReconciler) sweep(ctx context.Context, store *lethev1.MemoryStore, g *graph.Graph, primary *pgxpool.Pool) {
 	log := ctrl.LoggerFrom(ctx)
 	started := r.Clock.Now()
 	st := &lethev1.GraphSweepStatus{StartedAt: metav1.NewTime(started)}
 	store.Status.GraphSweep = st
-	g, f := storeGraph(ctx, r.SecretReader, r.Graphs, store)
-	if f != nil {
-		st.Result, st.Message = lethev1.SweepFailed, f.message
-		metrics.GraphSweeps.WithLabelValues(st.Result).Inc()
-		return
-	}
 	sctx, cancel := context.WithTimeout(ctx, r.SweepTimeout)
 	defer cancel()
 	res, err := g.Sweep(sctx, postgres.GraphSource{Pool: primary, Schema: store.Spec.Postgres.Schema},

@@ -3,10 +3,6 @@ package controllers_test
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"net/url"
@@ -36,6 +32,7 @@ import (
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/controllers"
 	"github.com/lethe-dev/lethe/internal/backups"
+	"github.com/lethe-dev/lethe/internal/evidence"
 	"github.com/lethe-dev/lethe/internal/fixture"
 	"github.com/lethe-dev/lethe/internal/graph"
 	"github.com/lethe-dev/lethe/internal/postgres"
@@ -283,11 +280,7 @@ func connectVector(t *testing.T, dsn string) *pgx.Conn {
 var receiptKeySecret = types.NamespacedName{Namespace: "lethe-system", Name: "lethe-receipt-key"}
 
 func createReceiptKey(ctx context.Context) error {
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		return err
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	key, err := evidence.GeneratePrivateKeyPEM()
 	if err != nil {
 		return err
 	}
@@ -295,7 +288,7 @@ func createReceiptKey(ctx context.Context) error {
 		return err
 	}
 	return k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: receiptKeySecret.Namespace, Name: receiptKeySecret.Name},
-		Data: map[string][]byte{controllers.ReceiptPrivateKey: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})}})
+		Data: map[string][]byte{controllers.ReceiptPrivateKey: key}})
 }
 
 // managerDSN turns a superuser DSN of a test cluster into the DSN of the

@@ -7,7 +7,6 @@ package controllers_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -169,15 +168,7 @@ func TestBackupsThatMayHoldErasedDataAreShortenedUntilGone(t *testing.T) {
 	// Velero re-syncs nightly-1 from its bucket with its original expiration:
 	// the re-verification shortens it again and the history records it.
 	ve.backup(t, "nightly-1", ve.app, now.Add(-2*time.Hour), longLived)
-	eventually(t, 30*time.Second, func() error {
-		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(er), er); err != nil {
-			return err
-		}
-		if !slices.Contains(historyPhases(er), string(lethev1.PhaseBackupsRotated)+"/"+lethev1.ReasonResurrected) {
-			return fmt.Errorf("history %v", historyPhases(er))
-		}
-		return nil
-	})
+	waitHistoryEntry(t, er, string(lethev1.PhaseBackupsRotated)+"/"+lethev1.ReasonResurrected)
 	if b := ve.get(t, "nightly-1"); !b.Status.Expiration.Time.Equal(deadline) {
 		t.Fatalf("re-synced nightly-1 expires %s, want %s", b.Status.Expiration, deadline)
 	}

@@ -4,21 +4,16 @@
 package main
 
 import (
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"os"
+
+	"github.com/lethe-dev/lethe/internal/evidence"
 )
 
 func main() {
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	key, err := evidence.GeneratePrivateKeyPEM()
 	if err == nil {
-		var der []byte
-		if der, err = x509.MarshalPKCS8PrivateKey(priv); err == nil {
-			err = pem.Encode(os.Stdout, &pem.Block{Type: "PRIVATE KEY", Bytes: der})
-		}
+		_, err = os.Stdout.Write(key)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "genkey:", err)

@@ -3,6 +3,7 @@ package evidence
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
@@ -34,6 +35,20 @@ type Key struct {
 	sv  *signerverifier.ED25519SignerVerifier
 	pub ed25519.PublicKey
 	id  string
+}
+
+// GeneratePrivateKeyPEM makes a new ed25519 key in the PEM form
+// ParsePrivateKey reads (what `openssl genpkey -algorithm ed25519` writes).
+func GeneratePrivateKeyPEM() ([]byte, error) {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
 }
 
 // ParsePrivateKey reads a PEM "PRIVATE KEY" (PKCS #8) ed25519 key, as

@@ -2,10 +2,6 @@ package evidence_test
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"strings"
 	"testing"
 	"time"
@@ -18,15 +14,11 @@ import (
 
 func newKey(t *testing.T) (*evidence.Key, *evidence.Key) {
 	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	pemKey, err := evidence.GeneratePrivateKeyPEM()
 	if err != nil {
 		t.Fatal(err)
 	}
-	der, err := x509.MarshalPKCS8PrivateKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := evidence.ParsePrivateKey(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+	k, err := evidence.ParsePrivateKey(pemKey)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/lethe-dev/lethe/internal/fixture"
 	"github.com/lethe-dev/lethe/internal/graph"
 	"github.com/lethe-dev/lethe/internal/postgres"
 )
@@ -27,24 +24,8 @@ var (
 
 func BenchmarkP5GraphStepVersusSweep(b *testing.B) {
 	ctx := context.Background()
-	dsn, err := pg.MigratedDatabase(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = conn.Close(ctx) }()
 	start := time.Now()
-	ids, err := fixture.SeedBulk(ctx, conn, "memory", "bench", *benchGraphSessions, *benchGraphFacts, *benchGraphEntities)
-	if err != nil {
-		b.Fatal(err)
-	}
-	g := freshGraph(b)
-	if err := fixture.DeriveGraph(ctx, conn, "memory", g); err != nil {
-		b.Fatal(err)
-	}
+	conn, ids, g := bulkGraph(b, "bench", *benchGraphSessions, *benchGraphFacts, *benchGraphEntities)
 	elements := graphSize(b, g)
 	b.Logf("P5 graph: %d sessions × %d facts → %d nodes + relationships, built in %s", len(ids), *benchGraphFacts, elements, time.Since(start).Round(time.Second))
 	if elements < 1_000_000 && *benchGraphSessions >= 18000 {

@@ -155,6 +155,9 @@ func (c *Client) Graph(name string) *Graph {
 	return &Graph{name: name, c: c, fg: c.db.SelectGraph(name)}
 }
 
+// Ping checks the server answers and has the graph module loaded.
+func (g *Graph) Ping(ctx context.Context) error { return g.c.Ping(ctx) }
+
 // Name is the graph's key.
 func (g *Graph) Name() string { return g.name }
 

@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lethe-dev/lethe/internal/fixture"
+
 	"github.com/lethe-dev/lethe/internal/graph"
 	"github.com/lethe-dev/lethe/internal/testenv"
 )
@@ -65,4 +69,30 @@ func elementsOf(t testing.TB, ctx context.Context, g *graph.Graph) snapshot {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// bulkGraph seeds sessions with facts (fixture.SeedBulk) into a fresh
+// migrated database and derives their graph into a fresh graph. The
+// connection is closed when the test ends.
+func bulkGraph(tb testing.TB, tenant string, sessions, facts, entities int) (*pgx.Conn, []string, *graph.Graph) {
+	tb.Helper()
+	ctx := context.Background()
+	dsn, err := pg.MigratedDatabase(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = conn.Close(ctx) })
+	ids, err := fixture.SeedBulk(ctx, conn, "memory", tenant, sessions, facts, entities)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	g := freshGraph(tb)
+	if err := fixture.DeriveGraph(ctx, conn, "memory", g); err != nil {
+		tb.Fatal(err)
+	}
+	return conn, ids, g
 }

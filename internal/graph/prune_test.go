@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/lethe-dev/lethe/internal/fixture"
 	"github.com/lethe-dev/lethe/internal/graph"
 )
@@ -150,23 +148,7 @@ func uniq(names []string) []string {
 // the label failed. The sizes are those at which it reproduced.
 func TestPruneAfterABulkWriteLeavesTheLabelReadable(t *testing.T) {
 	ctx := testCtx(t)
-	dsn, err := pg.MigratedDatabase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close(ctx) }()
-	ids, err := fixture.SeedBulk(ctx, conn, "memory", "bulk", 3000, 8, 20000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := freshGraph(t)
-	if err := fixture.DeriveGraph(ctx, conn, "memory", g); err != nil {
-		t.Fatal(err)
-	}
+	_, ids, g := bulkGraph(t, "bulk", 3000, 8, 20000)
 	if _, err := g.Prune(ctx, ids[:1], 1000); err != nil {
 		t.Fatal(err)
 	}

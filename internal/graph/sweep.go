@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -139,76 +140,59 @@ func refuse(what string, orphans, total int, maxFraction float64) error {
 
 // provenance lists the distinct session and fact IDs the graph refers to.
 func (g *Graph) provenance(ctx context.Context, l layout) (sessions []string, facts []int64, unverifiable int, err error) {
-	seenS := map[string]bool{}
-	seenF := map[int64]bool{}
-	addS := func(q string) error {
-		res, err := g.ReadQuery(ctx, q, nil)
-		if err != nil {
-			return err
-		}
-		cells, err := column(res)
-		if err != nil {
-			return err
-		}
-		for _, v := range cells {
-			s, ok := v.(string)
-			switch {
-			case v == nil:
-			case !ok || !sessionID.MatchString(s):
-				unverifiable++
-			case !seenS[s]:
-				seenS[s] = true
-				sessions = append(sessions, s)
-			}
-		}
-		return nil
-	}
-	addF := func(q string) error {
-		res, err := g.ReadQuery(ctx, q, nil)
-		if err != nil {
-			return err
-		}
-		cells, err := column(res)
-		if err != nil {
-			return err
-		}
-		for _, v := range cells {
-			f, ok := v.(int64)
-			switch {
-			case v == nil:
-			case !ok:
-				unverifiable++
-			case !seenF[f]:
-				seenF[f] = true
-				facts = append(facts, f)
-			}
-		}
-		return nil
-	}
+	var sessionQs, factQs []string
 	if l.hasSession {
-		if err = addS("MATCH (x:`" + LabelSession + "`) RETURN DISTINCT x.id"); err != nil {
-			return
-		}
+		sessionQs = append(sessionQs, "MATCH (x:`"+LabelSession+"`) RETURN DISTINCT x.id")
 	}
 	for _, lb := range l.sessionLabels {
-		if err = addS("MATCH (x:`" + lb + "`) RETURN DISTINCT x.session_id"); err != nil {
-			return
-		}
+		sessionQs = append(sessionQs, "MATCH (x:`"+lb+"`) RETURN DISTINCT x.session_id")
 	}
 	for _, t := range l.relTypes {
-		if err = addS("MATCH ()-[r:`" + t + "`]->() RETURN DISTINCT r.session_id"); err != nil {
-			return
-		}
-		if err = addF("MATCH ()-[r:`" + t + "`]->() RETURN DISTINCT r.fact_id"); err != nil {
-			return
-		}
+		sessionQs = append(sessionQs, "MATCH ()-[r:`"+t+"`]->() RETURN DISTINCT r.session_id")
+		factQs = append(factQs, "MATCH ()-[r:`"+t+"`]->() RETURN DISTINCT r.fact_id")
 	}
 	if l.hasFact {
-		if err = addF("MATCH (x:`" + LabelFact + "`) RETURN DISTINCT x.id"); err != nil {
-			return
+		factQs = append(factQs, "MATCH (x:`"+LabelFact+"`) RETURN DISTINCT x.id")
+	}
+	sessionSet, factSet := map[string]bool{}, map[int64]bool{}
+	for _, q := range sessionQs {
+		bad, err := distinct(ctx, g, q, sessionSet, func(v any) (string, bool) { s, ok := v.(string); return s, ok && sessionID.MatchString(s) })
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		unverifiable += bad
+	}
+	for _, q := range factQs {
+		bad, err := distinct(ctx, g, q, factSet, func(v any) (int64, bool) { f, ok := v.(int64); return f, ok })
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		unverifiable += bad
+	}
+	return slices.Sorted(maps.Keys(sessionSet)), slices.Sorted(maps.Keys(factSet)), unverifiable, nil
+}
+
+// distinct adds the non-null values of q's first column that valid accepts
+// to set, and counts the ones it does not (values the source cannot hold).
+func distinct[T comparable](ctx context.Context, g *Graph, q string, set map[T]bool, valid func(any) (T, bool)) (int, error) {
+	res, err := g.ReadQuery(ctx, q, nil)
+	if err != nil {
+		return 0, err
+	}
+	cells, err := column(res)
+	if err != nil {
+		return 0, err
+	}
+	bad := 0
+	for _, v := range cells {
+		if v == nil {
+			continue
+		}
+		if k, ok := valid(v); ok {
+			set[k] = true
+		} else {
+			bad++
 		}
 	}
-	slices.Sort(sessions)
-	slices.Sort(facts)
-	return sessions, facts, unverifiable, nil
+	return bad, nil
 }

@@ -18,23 +18,7 @@ const orphanSession = "dddddddd-0000-4000-8000-000000000004"
 
 func TestSweepRemovesPlantedOrphansAndKeepsEverythingWithSurvivingProvenance(t *testing.T) {
 	ctx := testCtx(t)
-	dsn, err := pg.MigratedDatabase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close(ctx) }()
-	ids, err := fixture.SeedBulk(ctx, conn, "memory", "t1", 20, 4, 15)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := freshGraph(t)
-	if err := fixture.DeriveGraph(ctx, conn, "memory", g); err != nil {
-		t.Fatal(err)
-	}
+	conn, ids, g := bulkGraph(t, "t1", 20, 4, 15)
 	// One session is tombstoned: it still exists and keeps its graph.
 	if _, err := conn.Exec(ctx, `UPDATE memory.sessions SET tombstoned_at = now(), tombstoned_by = 'x' WHERE id = $1`, ids[0]); err != nil {
 		t.Fatal(err)
