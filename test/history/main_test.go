@@ -1,0 +1,188 @@
+// Package history is Lethe's crash-safety history checker. Randomized runs
+// erase, cancel and wait out grace periods while the manager — the real
+// binary, as its own process — is killed with SIGKILL and restarted, its
+// database connections are terminated, and FalkorDB is restarted, all at
+// random moments. Every effect is recorded as it happens (committed database
+// statements by triggers, status writes and Velero objects by watches, graph
+// writes by FalkorDB's MONITOR), and the recorded history is then checked
+// against the invariants of operator.md.
+//
+// `go test ./test/history` runs the short mode (LETHE_HISTORY_RUNS, default
+// 6); `make history` runs the full mode (1,000 runs).
+package history
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/controllers"
+	"github.com/lethe-dev/lethe/internal/evidence"
+	"github.com/lethe-dev/lethe/internal/testenv"
+)
+
+// env is what every run shares: one control plane with Lethe's and Velero's
+// CRDs, one Postgres database (tenants keep runs apart, as in a
+// multi-tenant memory system), one FalkorDB (a graph key per run) and the
+// manager binary.
+type env struct {
+	cp         *testenv.ControlPlane
+	pg         *testenv.Postgres
+	fdb        *testenv.FalkorDB
+	k8s        client.WithWatch
+	dsn        string // superuser: seeding and recording
+	managerDSN string // the least-privileged role the manager runs as
+	bin        string
+	kubeconfig string
+	dir        string
+}
+
+var shared *env
+
+const (
+	veleroNS       = "velero"
+	receiptKeyNS   = "lethe-system"
+	receiptKeyName = "lethe-receipt-key"
+)
+
+func TestMain(m *testing.M) {
+	code, err := setup(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL: cannot set up the history checker's environment:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func setup(m *testing.M) (int, error) {
+	ctx := context.Background()
+	e := &env{}
+	var err error
+	if e.dir, err = os.MkdirTemp("", "lethe-history-"); err != nil {
+		return 1, err
+	}
+	defer func() { _ = os.RemoveAll(e.dir) }()
+	if e.bin, err = testenv.BuildManager(e.dir); err != nil {
+		return 1, err
+	}
+	if e.pg, err = testenv.StartPostgres(); err != nil {
+		return 1, err
+	}
+	defer e.pg.Stop()
+	if e.fdb, err = testenv.StartFalkorDB(); err != nil {
+		return 1, err
+	}
+	defer e.fdb.Stop()
+	lethe, err := testenv.LetheCRDDir()
+	if err != nil {
+		return 1, err
+	}
+	velero, err := testenv.VeleroCRDDir()
+	if err != nil {
+		return 1, err
+	}
+	if e.cp, err = testenv.StartControlPlane(lethe, velero); err != nil {
+		return 1, err
+	}
+	defer func() { _ = e.cp.Stop() }()
+	if e.kubeconfig, err = e.cp.WriteKubeconfig(e.dir); err != nil {
+		return 1, err
+	}
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = lethev1.AddToScheme(scheme)
+	_ = velerov1.AddToScheme(scheme)
+	cfg := *e.cp.Config
+	cfg.QPS, cfg.Burst = 500, 1000
+	if e.k8s, err = client.NewWithWatch(&cfg, client.Options{Scheme: scheme}); err != nil {
+		return 1, err
+	}
+	if e.dsn, err = e.pg.MigratedDatabase(ctx); err != nil {
+		return 1, err
+	}
+	if e.managerDSN, err = createManagerRole(ctx, e.dsn); err != nil {
+		return 1, err
+	}
+	if err := installRecorder(ctx, e.dsn); err != nil {
+		return 1, err
+	}
+	for _, ns := range []string{veleroNS, receiptKeyNS} {
+		if err := e.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return 1, err
+		}
+	}
+	key, err := evidence.GeneratePrivateKeyPEM()
+	if err != nil {
+		return 1, err
+	}
+	if err := e.k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: receiptKeyNS, Name: receiptKeyName},
+		Data: map[string][]byte{controllers.ReceiptPrivateKey: key}}); err != nil {
+		return 1, err
+	}
+	shared = e
+	code := m.Run()
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "manager log: %s (kept)\n", e.keepLog())
+	}
+	return code, nil
+}
+
+// keepLog copies the manager's log out of the temp folder for a failed run.
+func (e *env) keepLog() string {
+	raw, err := os.ReadFile(e.logPath())
+	if err != nil {
+		return "unavailable: " + err.Error()
+	}
+	out := filepath.Join(os.TempDir(), fmt.Sprintf("lethe-history-manager-%d.log", os.Getpid()))
+	if err := os.WriteFile(out, raw, 0o600); err != nil {
+		return "unavailable: " + err.Error()
+	}
+	return out
+}
+
+func (e *env) logPath() string { return filepath.Join(e.dir, "manager.log") }
+
+// createManagerRole adds the login role the manager connects as: a member
+// of migration 00004's lethe_operator, nothing more.
+func createManagerRole(ctx context.Context, dsn string) (string, error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	if _, err := conn.Exec(ctx, `DO $$ BEGIN
+		IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'lethe_manager') THEN CREATE ROLE lethe_manager LOGIN IN ROLE lethe_operator; END IF;
+		END $$`); err != nil {
+		return "", err
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "", err
+	}
+	u.User = url.User("lethe_manager")
+	return u.String(), nil
+}
+
+// startManager runs the manager binary with settings that make every step
+// take several transactions and batches, so that faults land inside them.
+func (e *env) startManager() (*testenv.ManagerProcess, error) {
+	return testenv.StartManager(e.bin, e.kubeconfig, e.logPath(),
+		"--metrics-bind-address=0", "--health-probe-bind-address=0",
+		"--delete-batch-size=1", "--graph-batch-size=1", "--graph-delete-limit=2",
+		"--backup-recheck-interval=1s", "--store-recheck-interval=10s", "--probe-timeout=3s",
+		"--max-concurrent-reconciles=4", "--postgres-max-conns=4",
+		"--receipt-key-secret="+receiptKeyNS+"/"+receiptKeyName)
+}

@@ -1,0 +1,157 @@
+package history
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+)
+
+// statusObs is one observed version of an ErasureRequest.
+type statusObs struct {
+	UID     string
+	RV      int64
+	Phase   lethev1.Phase
+	Cancel  bool
+	Claimed bool // the Deleted step has been claimed (or is done)
+	History []string
+	Deleted bool // the object was deleted
+}
+
+// backupObs is one observed version of a Velero Backup.
+type backupObs struct {
+	Name        string
+	UID         string
+	RV          int64
+	Expiration  *time.Time
+	Annotations map[string]string
+	Deleted     bool
+}
+
+// dbrObs is one observed DeleteBackupRequest.
+type dbrObs struct {
+	Name, BackupName, BackupUID string
+	Added                       bool
+}
+
+// apiRecorder watches the objects Lethe writes in the API server. The
+// watches start from the resource version of a list, so no change after
+// start is missed; a watch that ends is resumed from its last version.
+type apiRecorder struct {
+	mu       sync.Mutex
+	requests []statusObs
+	backups  []backupObs
+	dbrs     []dbrObs
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+func rvOf(o client.Object) int64 {
+	v, _ := strconv.ParseInt(o.GetResourceVersion(), 10, 64)
+	return v
+}
+
+func startAPIRecorder(ctx context.Context, c client.WithWatch) (*apiRecorder, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	r := &apiRecorder{cancel: cancel}
+	lists := []struct {
+		list  client.ObjectList
+		opts  []client.ListOption
+		apply func(watch.EventType, client.Object)
+	}{
+		{&lethev1.ErasureRequestList{}, nil, r.request},
+		{&velerov1.BackupList{}, []client.ListOption{client.InNamespace(veleroNS)}, r.backup},
+		{&velerov1.DeleteBackupRequestList{}, []client.ListOption{client.InNamespace(veleroNS)}, r.dbr},
+	}
+	for _, l := range lists {
+		if err := c.List(ctx, l.list, l.opts...); err != nil {
+			cancel()
+			return nil, err
+		}
+		rv := l.list.(interface{ GetResourceVersion() string }).GetResourceVersion()
+		r.wg.Add(1)
+		go r.follow(ctx, c, l.list, l.opts, rv, l.apply)
+	}
+	return r, nil
+}
+
+func (r *apiRecorder) follow(ctx context.Context, c client.WithWatch, list client.ObjectList, opts []client.ListOption, rv string, apply func(watch.EventType, client.Object)) {
+	defer r.wg.Done()
+	for ctx.Err() == nil {
+		w, err := c.Watch(ctx, list, append(opts, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}})...)
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		for ev := range w.ResultChan() {
+			o, ok := ev.Object.(client.Object)
+			if !ok {
+				continue
+			}
+			rv = o.GetResourceVersion()
+			if ev.Type == watch.Bookmark || ev.Type == watch.Error {
+				continue
+			}
+			apply(ev.Type, o)
+		}
+		w.Stop()
+	}
+}
+
+// stop ends the watches once they have seen everything up to now: the
+// caller lists first, so a final state is never missing from the record.
+func (r *apiRecorder) stop() {
+	r.cancel()
+	r.wg.Wait()
+}
+
+func (r *apiRecorder) request(t watch.EventType, o client.Object) {
+	er, ok := o.(*lethev1.ErasureRequest)
+	if !ok {
+		return
+	}
+	obs := statusObs{UID: string(er.UID), RV: rvOf(er), Phase: er.Status.Phase, Cancel: er.Spec.Cancel, Deleted: t == watch.Deleted}
+	if c := meta.FindStatusCondition(er.Status.Conditions, lethev1.ConditionDeleted); c != nil &&
+		(c.Reason == lethev1.ReasonDeleting || c.Status == "True") {
+		obs.Claimed = true
+	}
+	for _, h := range er.Status.History {
+		obs.History = append(obs.History, h.Digest)
+	}
+	r.mu.Lock()
+	r.requests = append(r.requests, obs)
+	r.mu.Unlock()
+}
+
+func (r *apiRecorder) backup(t watch.EventType, o client.Object) {
+	b, ok := o.(*velerov1.Backup)
+	if !ok {
+		return
+	}
+	obs := backupObs{Name: b.Name, UID: string(b.UID), RV: rvOf(b), Annotations: b.Annotations, Deleted: t == watch.Deleted}
+	if b.Status.Expiration != nil {
+		exp := b.Status.Expiration.Time
+		obs.Expiration = &exp
+	}
+	r.mu.Lock()
+	r.backups = append(r.backups, obs)
+	r.mu.Unlock()
+}
+
+func (r *apiRecorder) dbr(t watch.EventType, o client.Object) {
+	d, ok := o.(*velerov1.DeleteBackupRequest)
+	if !ok || t != watch.Added {
+		return
+	}
+	r.mu.Lock()
+	r.dbrs = append(r.dbrs, dbrObs{Name: d.Name, BackupName: d.Spec.BackupName, BackupUID: d.Labels[velerov1.BackupUIDLabel], Added: true})
+	r.mu.Unlock()
+}

@@ -1,0 +1,213 @@
+package history
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	pgxvec "github.com/pgvector/pgvector-go/pgx"
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/fixture"
+	"github.com/lethe-dev/lethe/internal/graph"
+)
+
+var names = []string{"Ada", "Grace", "Linus", "Ken", "Barbara", "Edsger"}
+
+// sessionID is a canonical UUID unique to (run, k).
+func sessionID(run, k int) string { return fmt.Sprintf("%08d-0000-4000-8000-%012d", run, k) }
+
+// newPlan draws a run's scenario: six sessions of its tenant (the last never
+// requested), an immediate request that also names another tenant's session
+// and an unknown ID, a request with a grace period that may be cancelled at
+// a random moment, and a third that may overlap either and may be cancelled.
+func newPlan(id int, seed uint64) *runPlan {
+	rng := rand.New(rand.NewPCG(seed, uint64(id)))
+	p := &runPlan{ID: id, Seed: seed, Tenant: fmt.Sprintf("h%d", id), GraphKey: fmt.Sprintf("history-%d", id),
+		Foreign: sessionID(id, 90), Unknown: sessionID(id, 99)}
+	for k := range 6 {
+		p.Own = append(p.Own, sessionID(id, k))
+	}
+	grace := func(choices ...int) time.Duration { return time.Duration(choices[rng.IntN(len(choices))]) * time.Second }
+	cancel := func(prob float64) time.Duration {
+		if rng.Float64() < prob {
+			return time.Duration(1+rng.IntN(4000)) * time.Millisecond
+		}
+		return 0
+	}
+	p.Requests = []*plannedRequest{
+		{Name: "a", Sessions: []string{p.Own[0], p.Own[1], p.Foreign, p.Unknown}, Immediate: true},
+		{Name: "b", Sessions: []string{p.Own[2], p.Own[3]}, Grace: grace(0, 1, 2, 3), CancelAfter: cancel(0.5)},
+		{Name: "c", Sessions: []string{p.Own[4]}, Grace: grace(0, 1, 2), CancelAfter: cancel(0.25)},
+	}
+	switch rng.IntN(5) {
+	case 0:
+		p.Requests[2].Sessions = append(p.Requests[2].Sessions, p.Own[1])
+	case 1:
+		p.Requests[2].Sessions = append(p.Requests[2].Sessions, p.Own[2])
+	}
+	return p
+}
+
+// seedRun writes the run's sessions (each mentioning two of a few names, so
+// entities are shared), derives its graph, and creates its Secrets, Backups
+// and MemoryStore. It returns the graph as it was first.
+func seedRun(ctx context.Context, e *env, conn *pgx.Conn, g *graph.Graph, p *runPlan) error {
+	rng := rand.New(rand.NewPCG(p.Seed, uint64(p.ID)+1))
+	for k, s := range append(slices.Clone(p.Own), p.Foreign) {
+		tenant := p.Tenant
+		if s == p.Foreign {
+			tenant = p.Tenant + "-other"
+		}
+		a, b := names[rng.IntN(len(names))], names[rng.IntN(len(names))]
+		if err := fixture.Seed(ctx, conn, fixture.Session{ID: s, Tenant: tenant, Rounds: 2, Text: a + " met " + b, Seed: p.ID*10 + k}); err != nil {
+			return err
+		}
+	}
+	facts, err := fixture.ReadFacts(ctx, conn, "memory")
+	if err != nil {
+		return err
+	}
+	facts = slices.DeleteFunc(facts, func(f fixture.GraphFact) bool { return !slices.Contains(p.Own, f.SessionID) })
+	if err := fixture.WriteGraph(ctx, g, facts); err != nil {
+		return err
+	}
+
+	p.NS = fmt.Sprintf("history-%d", p.ID)
+	if err := e.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.NS}}); err != nil {
+		return err
+	}
+	if err := e.k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "memory", Namespace: p.NS},
+		StringData: map[string]string{"dsn": e.managerDSN, "url": e.fdb.URL()}}); err != nil {
+		return err
+	}
+	p.Backup, p.Decoy = p.NS+"-nightly", p.NS+"-other-app"
+	for _, b := range []struct{ name, app string }{{p.Backup, p.NS}, {p.Decoy, p.NS + "-other"}} {
+		if err := e.k8s.Create(ctx, &velerov1.Backup{
+			ObjectMeta: metav1.ObjectMeta{Name: b.name, Namespace: veleroNS, Labels: map[string]string{"app": b.app}},
+			Status: velerov1.BackupStatus{Phase: velerov1.BackupPhaseCompleted,
+				StartTimestamp: &metav1.Time{Time: time.Now().Add(-time.Hour)},
+				Expiration:     &metav1.Time{Time: time.Now().Add(90 * 24 * time.Hour)}},
+		}); err != nil {
+			return err
+		}
+	}
+	ref := func(key string) lethev1.SecretKeyRef { return lethev1.SecretKeyRef{Name: "memory", Key: key} }
+	return e.k8s.Create(ctx, &lethev1.MemoryStore{
+		ObjectMeta: metav1.ObjectMeta{Name: "memory", Namespace: p.NS},
+		Spec: lethev1.MemoryStoreSpec{
+			TenantID: p.Tenant,
+			Postgres: lethev1.PostgresSpec{DSNSecretRef: ref("dsn")},
+			FalkorDB: &lethev1.FalkorDBSpec{URLSecretRef: ref("url"), Graph: p.GraphKey},
+			Velero: &lethev1.VeleroSpec{Namespace: veleroNS,
+				BackupSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": p.NS}},
+				RotationWindow: &metav1.Duration{Duration: time.Second}},
+		},
+	})
+}
+
+// createRequests applies the run's requests and returns when they exist.
+func createRequests(ctx context.Context, e *env, p *runPlan) error {
+	for _, r := range p.Requests {
+		er := &lethev1.ErasureRequest{
+			ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: p.NS},
+			Spec:       lethev1.ErasureRequestSpec{StoreRef: lethev1.StoreReference{Name: "memory"}, Immediate: r.Immediate},
+		}
+		for _, s := range r.Sessions {
+			er.Spec.SessionIDs = append(er.Spec.SessionIDs, lethev1.SessionID(s))
+		}
+		if r.Immediate {
+			er.Spec.Reason = "history checker"
+		} else {
+			er.Spec.GracePeriod = &metav1.Duration{Duration: r.Grace}
+		}
+		if err := e.k8s.Create(ctx, er); err != nil {
+			return fmt.Errorf("run %d: create %s: %w", p.ID, r.Name, err)
+		}
+		r.UID = string(er.UID)
+	}
+	return nil
+}
+
+// cancelLater sets spec.cancel at the planned moment and records the
+// resource version the API server gave the change.
+func cancelLater(ctx context.Context, e *env, p *runPlan, r *plannedRequest, start time.Time) error {
+	select {
+	case <-time.After(time.Until(start.Add(r.CancelAfter))):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for {
+		er := &lethev1.ErasureRequest{}
+		if err := e.k8s.Get(ctx, keyOf(p.NS, r.Name), er); err != nil {
+			return err
+		}
+		if er.Spec.Cancel {
+			return nil
+		}
+		er.Spec.Cancel = true
+		err := e.k8s.Update(ctx, er)
+		if err == nil {
+			r.CancelRV = rvOf(er)
+			return nil
+		}
+		if !strings.Contains(err.Error(), "modified") {
+			return fmt.Errorf("run %d: cancel %s: %w", p.ID, r.Name, err)
+		}
+	}
+}
+
+// rowsPerSession counts, per session, its row and every row that
+// references it (every table of the memory schema with a session_id, and
+// the lineage of derived records).
+func rowsPerSession(ctx context.Context, conn *pgx.Conn, ids []string) (map[string]int64, error) {
+	var parts []string
+	rows, err := conn.Query(ctx, `SELECT table_schema || '.' || table_name FROM information_schema.columns
+		WHERE column_name = 'session_id' AND table_schema = 'memory' ORDER BY 1`)
+	if err != nil {
+		return nil, err
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	parts = append(parts, `SELECT id AS s FROM memory.sessions WHERE id = ANY($1::uuid[])`,
+		`SELECT source_session_id FROM memory_derived.derivations WHERE source_session_id = ANY($1::uuid[])`)
+	for _, t := range tables {
+		parts = append(parts, fmt.Sprintf(`SELECT session_id FROM %s WHERE session_id = ANY($1::uuid[])`, t))
+	}
+	out := map[string]int64{}
+	for _, id := range ids {
+		out[id] = 0
+	}
+	rows, err = conn.Query(ctx, `SELECT s::text, count(*) FROM (`+strings.Join(parts, " UNION ALL ")+`) x GROUP BY 1`, ids)
+	if err != nil {
+		return nil, err
+	}
+	var id string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error { out[id] = n; return nil })
+	return out, err
+}
+
+// connect opens a superuser connection with pgvector's types.
+func connect(ctx context.Context, dsn string) (*pgx.Conn, error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	if err := pgxvec.RegisterTypes(ctx, conn); err != nil {
+		_ = conn.Close(ctx)
+		return nil, err
+	}
+	return conn, nil
+}
+
+func metaOf(ns, name string) metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: ns, Name: name} }
