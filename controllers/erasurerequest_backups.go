@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -34,8 +35,13 @@ func (r *ErasureRequestReconciler) backups(ctx context.Context, s *scope) (bool,
 	if s.store.Spec.Velero == nil {
 		return r.notConfigured(s, lethev1.ConditionBackupsRotated, "no Velero backups are configured for this store")
 	}
-	sc, req, ready, err := r.backupScope(ctx, s)
-	if err != nil || !ready {
+	sc, req, f, err := r.backupScope(ctx, s)
+	if f != nil {
+		r.setStep(s, lethev1.ConditionBackupsRotated, false, f.reason, f.message)
+		s.result = ctrl.Result{RequeueAfter: r.RetryAfter}
+		if f.reason == lethev1.ReasonInvalidSpec {
+			s.result = ctrl.Result{RequeueAfter: r.BackupRecheck}
+		}
 		return false, err
 	}
 	if req.DeletedAt.IsZero() {
@@ -80,26 +86,23 @@ func (r *ErasureRequestReconciler) backups(ctx context.Context, s *scope) (bool,
 }
 
 // backupScope resolves the store's Velero scope and the request's deletion
-// time; ready is false (with the condition set) while Velero is absent.
-func (r *ErasureRequestReconciler) backupScope(ctx context.Context, s *scope) (backups.Scope, backups.Request, bool, error) {
+// time. It only reports what stands in the way: the step turns that into
+// its condition, while a re-verification of a completed request must not
+// (a completed step stays completed; the re-verification retries).
+func (r *ErasureRequestReconciler) backupScope(ctx context.Context, s *scope) (backups.Scope, backups.Request, *failure, error) {
 	v := s.store.Spec.Velero
 	installed, err := r.Velero.Installed(ctx)
 	if err != nil || !installed {
-		r.setStep(s, lethev1.ConditionBackupsRotated, false, lethev1.ReasonVeleroNotInstalled,
-			"Velero's CRDs (velero.io/v1 Backup and DeleteBackupRequest) are not served; the request waits and goes on once they are installed")
-		s.result = ctrl.Result{RequeueAfter: r.RetryAfter}
-		return backups.Scope{}, backups.Request{}, false, err
+		return backups.Scope{}, backups.Request{}, fail(lethev1.ReasonVeleroNotInstalled,
+			"Velero's CRDs (velero.io/v1 Backup and DeleteBackupRequest) are not served; the request waits and goes on once they are installed"), err
 	}
 	sel, err := metav1.LabelSelectorAsSelector(&v.BackupSelector)
 	if err != nil {
-		r.setStep(s, lethev1.ConditionBackupsRotated, false, lethev1.ReasonInvalidSpec, "the store's velero.backupSelector is invalid: "+err.Error())
-		s.result = ctrl.Result{RequeueAfter: r.BackupRecheck}
-		return backups.Scope{}, backups.Request{}, false, nil
+		return backups.Scope{}, backups.Request{}, fail(lethev1.ReasonInvalidSpec, "the store's velero.backupSelector is invalid: %v", err), nil
 	}
 	deletedAt, err := s.eraser.DeletedAt(ctx, string(s.req.UID))
 	if err != nil {
-		r.setStep(s, lethev1.ConditionBackupsRotated, false, lethev1.ReasonDatabaseUnavailable, "the erasure ledger could not be read: "+err.Error())
-		return backups.Scope{}, backups.Request{}, false, err
+		return backups.Scope{}, backups.Request{}, fail(lethev1.ReasonDatabaseUnavailable, "the erasure ledger could not be read: %v", err), err
 	}
 	ns := v.Namespace
 	if ns == "" {
@@ -111,7 +114,7 @@ func (r *ErasureRequestReconciler) backupScope(ctx context.Context, s *scope) (b
 	}
 	return backups.Scope{Namespace: ns, Selector: sel},
 		backups.Request{UID: string(s.req.UID), Namespace: s.req.Namespace, Name: s.req.Name, Immediate: s.req.Spec.Immediate, DeletedAt: deletedAt, Window: window},
-		true, nil
+		nil, nil
 }
 
 // reverifyBackups catches a Backup that came back (re-synced from its
@@ -124,9 +127,15 @@ func (r *ErasureRequestReconciler) reverifyBackups(ctx context.Context, s *scope
 	if c := meta.FindStatusCondition(s.req.Status.Conditions, lethev1.ConditionBackupsRotated); c == nil || c.Reason != lethev1.ReasonBackupsGone {
 		return nil
 	}
-	sc, req, ready, err := r.backupScope(ctx, s)
-	if err != nil || !ready || req.DeletedAt.IsZero() {
+	sc, req, f, err := r.backupScope(ctx, s)
+	if err != nil {
 		return err
+	}
+	if f != nil {
+		return errors.New(f.message)
+	}
+	if req.DeletedAt.IsZero() {
+		return nil
 	}
 	found, err := r.Rotator.Rotate(ctx, sc, req)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	toolscache "k8s.io/client-go/tools/cache"
 	"os"
 	"os/signal"
 	"strings"
@@ -97,6 +98,18 @@ type managerFlags struct {
 	kubeBurst              int
 	receiptKey             string
 	concurrency            int
+	stripManagedFields     bool
+}
+
+// cacheTransform is applied to every object before it enters the cache.
+// Server-side apply and every status write add managedFields entries that
+// the controllers never read; with 10,000 requests cached they are a large
+// share of the manager's memory (P4).
+func cacheTransform(stripManagedFields bool) toolscache.TransformFunc {
+	if !stripManagedFields {
+		return nil
+	}
+	return cache.TransformStripManagedFields()
 }
 
 func runManager(args []string) int {
@@ -120,6 +133,7 @@ func runManager(args []string) int {
 	fs.IntVar(&f.kubeBurst, "kube-api-burst", 200, "burst above --kube-api-qps the Kubernetes client may send")
 	fs.StringVar(&f.receiptKey, "receipt-key-secret", "", "NAMESPACE/NAME of the Secret whose "+controllers.ReceiptPrivateKey+" (PEM ed25519) signs receipts; the public key is published in a ConfigMap of the same name. Empty: receipts are unsigned")
 	fs.IntVar(&f.concurrency, "max-concurrent-reconciles", 4, "ErasureRequests worked on at once")
+	fs.BoolVar(&f.stripManagedFields, "cache-strip-managed-fields", true, "drop metadata.managedFields from cached objects (the manager never reads them; P4 measures the memory this saves)")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	fs.Usage = func() {
@@ -173,7 +187,7 @@ func runManager(args []string) int {
 			// Secrets are read straight from the API server, never cached cluster-wide.
 			DisableFor: []client.Object{&corev1.Secret{}},
 		}},
-		Cache: cache.Options{},
+		Cache: cache.Options{DefaultTransform: cacheTransform(f.stripManagedFields)},
 	})
 	if err != nil {
 		log.Error(err, "create manager")

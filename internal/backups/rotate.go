@@ -98,15 +98,22 @@ func (r Rotator) Holding(ctx context.Context, sc Scope, req Request) ([]velerov1
 // request, creates one DeleteBackupRequest for it unless one exists. It is
 // safe to repeat: a second call changes nothing.
 func (r Rotator) Rotate(ctx context.Context, sc Scope, req Request) ([]Backup, error) {
-	holding, err := r.Holding(ctx, sc, req)
-	if err != nil || len(holding) == 0 {
-		return nil, err
-	}
+	// The DeleteBackupRequests are listed before the Backups: Velero
+	// deletes a Backup before the requests naming it, so a request gone
+	// from this list means its Backup is gone from the next. The other
+	// order let a pass see the Backup, then not the request Velero had
+	// just finished, and ask for a second deletion (the history checker
+	// found it).
 	var dbrs map[string]string
+	var err error
 	if req.Immediate {
 		if dbrs, err = r.deleteRequests(ctx, sc.Namespace); err != nil {
 			return nil, err
 		}
+	}
+	holding, err := r.Holding(ctx, sc, req)
+	if err != nil || len(holding) == 0 {
+		return nil, err
 	}
 	out := make([]Backup, len(holding))
 	errs := make([]error, len(holding))

@@ -160,10 +160,30 @@ func (g *Graph) Prune(ctx context.Context, ids []string, limit int) (Counts, err
 			removed.Nodes[LabelEntity] += nodes
 		}
 	}
+	// The entities these sessions' relationships reach, kept to catch the
+	// ones left with no relationship below.
+	var touched []any
+	if l.hasEntity {
+		if touched, err = g.entityKeys(ctx, l, p); err != nil {
+			return removed, err
+		}
+	}
 	for _, t := range l.relTypes {
 		if _, _, err := g.drain(ctx, "MATCH ()-[r:`"+t+"`]->() WHERE r.session_id IN $ids WITH r LIMIT $n DELETE r RETURN count(r)", p, limit); err != nil {
 			return removed, err
 		}
+	}
+	// Two requests pruning sessions that share an entity at once each see
+	// the other's relationship and keep the entity; whichever deletes its
+	// relationships last finds it with none left here (FalkorDB runs writes
+	// one at a time). The history checker found such orphans.
+	if len(touched) > 0 {
+		nodes, _, err := g.drain(ctx, "UNWIND $keys AS k MATCH (e:`"+LabelEntity+"` {key: k}) OPTIONAL MATCH (e)-[q]-() WITH e, count(q) AS rels WHERE rels = 0 WITH e LIMIT $n DELETE e RETURN count(e)",
+			map[string]any{"keys": touched, "n": limit}, limit)
+		if err != nil {
+			return removed, err
+		}
+		removed.Nodes[LabelEntity] += nodes
 	}
 	for _, lb := range l.sessionLabels {
 		nodes, rels, err := g.drain(ctx, "MATCH (x:`"+lb+"`) WHERE x.session_id IN $ids WITH x LIMIT $n DELETE x RETURN count(x)", p, limit)
@@ -237,6 +257,29 @@ func (g *Graph) count(ctx context.Context, q string, p map[string]any) (int64, e
 		return 0, err
 	}
 	return scalar(res)
+}
+
+// entityKeys lists the keys of the entities the sessions' relationships reach.
+func (g *Graph) entityKeys(ctx context.Context, l layout, p map[string]any) ([]any, error) {
+	seen := map[string]bool{}
+	var keys []any
+	for _, pat := range directed(l.relTypes) {
+		res, err := g.ReadQuery(ctx, "MATCH "+pat+" WHERE r.session_id IN $ids RETURN DISTINCT e.key", p)
+		if err != nil {
+			return nil, err
+		}
+		col, err := column(res)
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range col {
+			if k, ok := v.(string); ok && !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys, nil
 }
 
 // drain repeats a bounded delete until it removes fewer than limit

@@ -1,9 +1,11 @@
 package graph_test
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/lethe-dev/lethe/internal/fixture"
@@ -175,5 +177,60 @@ func TestAGraphThatDoesNotExistHasNothingToPrune(t *testing.T) {
 		if c, err := f(); err != nil || c.Total() != 0 {
 			t.Errorf("%s on a missing graph: %v / %v (err %v)", name, c.Nodes, c.Relationships, err)
 		}
+	}
+}
+
+// Two prunes of sessions that share an entity, run at once: each sees the
+// other's relationship and keeps the entity, so without a second look after
+// the relationships go, the entity would be left with none. Forty pairs at
+// once; no entity may be left unattached.
+func TestConcurrentPrunesOfSessionsSharingAnEntityLeaveNoOrphan(t *testing.T) {
+	ctx := testCtx(t)
+	g := freshGraph(t)
+	const pairs = 40
+	var facts []fixture.GraphFact
+	id := func(pair, side int) string { return fmt.Sprintf("%08d-0000-4000-8000-%012d", pair, side) }
+	for i := 0; i < pairs; i++ {
+		shared := fmt.Sprintf("Shared%d", i)
+		facts = append(facts,
+			fixture.GraphFact{ID: int64(2 * i), SessionID: id(i, 0), Entities: []string{shared, "Keeper"}},
+			fixture.GraphFact{ID: int64(2*i + 1), SessionID: id(i, 1), Entities: []string{shared}})
+	}
+	facts = append(facts, fixture.GraphFact{ID: 10_000, SessionID: id(999, 0), Entities: []string{"Keeper"}})
+	if err := fixture.WriteGraph(ctx, g, facts); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*pairs)
+	for i := 0; i < pairs; i++ {
+		for side := 0; side < 2; side++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := g.Prune(ctx, []string{id(i, side)}, 2); err != nil {
+					errs <- err
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	res, err := g.ReadQuery(ctx, "MATCH (e:Entity) OPTIONAL MATCH (e)-[q]-() WITH e, count(q) AS rels RETURN e.key, rels ORDER BY e.key", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for res.Next() {
+		r := res.Record()
+		k, _ := r.GetByIndex(0)
+		n, _ := r.GetByIndex(1)
+		left = append(left, fmt.Sprintf("%v:%v", k, n))
+	}
+	// Only Keeper stays: the session outside the pairs still names it.
+	if !slices.Equal(left, []string{"keeper:1"}) {
+		t.Errorf("entities left (key:relationships): %v, want only keeper:1", left)
 	}
 }

@@ -205,7 +205,17 @@ func check(rec runRecord) []string {
 		}
 		for ph, n := range seen {
 			if n != 1 {
-				bad("request %s: history has %d %s entries", r.Name, n, ph)
+				var entries []string
+				for _, h := range er.Status.History {
+					entries = append(entries, fmt.Sprintf("%s/%s@%s", h.Phase, h.Event, h.Time.UTC().Format(time.RFC3339)))
+				}
+				var versions []string
+				for _, o := range rec.Statuses {
+					if o.UID == r.UID {
+						versions = append(versions, fmt.Sprintf("rv %d: %d entries, %v", o.RV, len(o.History), o.Conditions))
+					}
+				}
+				bad("request %s: history has %d %s entries: %s; versions seen: %s", r.Name, n, ph, strings.Join(entries, " "), strings.Join(versions, "; "))
 			}
 		}
 		if seen[string(lethev1.PhaseCancelled)] > 0 && seen[string(lethev1.PhaseDeleted)] > 0 {

@@ -24,6 +24,8 @@ type statusObs struct {
 	Claimed bool // the Deleted step has been claimed (or is done)
 	History []string
 	Deleted bool // the object was deleted
+	// Conditions are the status conditions as type=status/reason, for reports.
+	Conditions []string
 }
 
 // backupObs is one observed version of a Velero Backup.
@@ -125,6 +127,9 @@ func (r *apiRecorder) request(t watch.EventType, o client.Object) {
 	}
 	for _, h := range er.Status.History {
 		obs.History = append(obs.History, h.Digest)
+	}
+	for _, c := range er.Status.Conditions {
+		obs.Conditions = append(obs.Conditions, c.Type+"="+string(c.Status)+"/"+c.Reason)
 	}
 	r.mu.Lock()
 	r.requests = append(r.requests, obs)
