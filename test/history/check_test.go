@@ -107,7 +107,7 @@ func check(rec runRecord) []string {
 			erasedIn[e.Txid] = append(erasedIn[e.Txid], k)
 		}
 	}
-	erased := map[string]bool{}   // sessions deleted by a valid request
+	erased := map[string]bool{}    // sessions deleted by a valid request
 	erasedTx := map[string]int64{} // session → deleting transaction
 	receipts := map[string]int{}
 	var derivedDeletes []dbEffect

@@ -35,7 +35,9 @@ func newPlan(id int, seed uint64) *runPlan {
 	for k := range 6 {
 		p.Own = append(p.Own, sessionID(id, k))
 	}
-	grace := func(choices ...int) time.Duration { return time.Duration(choices[rng.IntN(len(choices))]) * time.Second }
+	grace := func(choices ...int) time.Duration {
+		return time.Duration(choices[rng.IntN(len(choices))]) * time.Second
+	}
 	cancel := func(prob float64) time.Duration {
 		if rng.Float64() < prob {
 			return time.Duration(1+rng.IntN(4000)) * time.Millisecond

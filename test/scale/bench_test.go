@@ -8,8 +8,8 @@ package scale
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -402,4 +402,3 @@ func (m *managerProc) sample(b *testing.B, d time.Duration) (rss, heap float64) 
 	}
 	return rss, heap
 }
-
