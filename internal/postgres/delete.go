@@ -67,7 +67,7 @@ func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []s
 	res := BatchResult{Batch: batch}
 	var probe []pgvector.Vector
 	err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		layout, err := e.layout(ctx)
+		layout, err := e.layout(ctx, tx)
 		if err != nil {
 			return err
 		}
@@ -232,7 +232,7 @@ type Verification struct {
 func (e *Eraser) Verify(ctx context.Context, uid string) ([]Verification, error) {
 	var out []Verification
 	err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		layout, err := e.layout(ctx)
+		layout, err := e.layout(ctx, tx)
 		if err != nil {
 			return err
 		}
@@ -296,7 +296,7 @@ func (e *Eraser) ProbeResidue(ctx context.Context, probe []pgvector.Vector, maxD
 	if len(probe) == 0 {
 		return nil, nil
 	}
-	layout, err := e.layout(ctx)
+	layout, err := e.layout(ctx, e.Pool)
 	if err != nil {
 		return nil, err
 	}
@@ -357,7 +357,7 @@ func (e *Eraser) ProbeResidue(ctx context.Context, probe []pgvector.Vector, maxD
 func (e *Eraser) Reerase(ctx context.Context, uid string, batch int, digest func(BatchResult) (string, error)) (BatchResult, error) {
 	res := BatchResult{Batch: batch}
 	err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		layout, err := e.layout(ctx)
+		layout, err := e.layout(ctx, tx)
 		if err != nil {
 			return err
 		}

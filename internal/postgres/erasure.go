@@ -37,13 +37,18 @@ type Eraser struct {
 
 // layout reads the database's layout once per Eraser (the catalog queries
 // cost more than a small deletion) and reuses it for every transaction.
-func (e *Eraser) layout(ctx context.Context) (Layout, error) {
+//
+// Inside a transaction q must be that transaction: taking a second
+// connection while holding one deadlocks once every connection of the pool
+// is held by a pass waiting for another (4 concurrent reconciles on a pool
+// of 4 did, in P4).
+func (e *Eraser) layout(ctx context.Context, q Querier) (Layout, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.loaded != nil {
 		return *e.loaded, nil
 	}
-	l, err := LoadLayout(ctx, e.Pool, e.Schema)
+	l, err := LoadLayout(ctx, q, e.Schema)
 	if err != nil {
 		return l, err
 	}
@@ -106,7 +111,7 @@ func (e *Eraser) tombstone(ctx context.Context, req Request, dryRun bool, digest
 		opts.AccessMode = pgx.ReadOnly
 	}
 	err := pgx.BeginTxFunc(ctx, e.Pool, opts, func(tx pgx.Tx) error {
-		layout, err := e.layout(ctx)
+		layout, err := e.layout(ctx, tx)
 		if err != nil {
 			return err
 		}

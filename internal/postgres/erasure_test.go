@@ -283,3 +283,45 @@ func TestPlanOnlyChangesNothing(t *testing.T) {
 		t.Fatalf("snapshot covers only %d tables", len(before))
 	}
 }
+
+// Every step works on a pool of a single connection: no step may ask the
+// pool for a second connection while its transaction holds the first
+// (with as many concurrent passes as connections, that deadlocked the
+// manager with its default flags: 4 reconciles, 4 connections).
+func TestEveryStepWorksOnAPoolOfOneConnection(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dsn := migratedDB(t)
+	seedTenants(t, connect(t, dsn))
+	pool, err := postgres.Connect(ctx, dsn, postgres.Options{Vector: true, MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	req := postgres.Request{UID: "uid-one-conn", SessionIDs: []string{sessA}}
+	// A fresh Eraser per call, as the controller makes one per pass: each
+	// loads the layout again.
+	fresh := func() *postgres.Eraser { return &postgres.Eraser{Pool: pool, Schema: "memory", TenantID: "t1"} }
+	if _, err := fresh().PlanOnly(ctx, req); err != nil {
+		t.Fatalf("plan: %v", err)
+	}
+	if _, err := fresh().Tombstone(ctx, req, fixedDigest[postgres.Plan]); err != nil {
+		t.Fatalf("tombstone: %v", err)
+	}
+	res, err := fresh().Delete(ctx, req, 10, 4, fixedDigest[postgres.BatchResult])
+	if err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if len(res.Batches) != 1 || res.Batches[0].Sessions != 1 {
+		t.Fatalf("delete result: %+v", res.Batches)
+	}
+	if left, err := fresh().Verify(ctx, req.UID); err != nil {
+		t.Fatalf("verify: %v", err)
+	} else {
+		for _, v := range left {
+			if v.Found != 0 {
+				t.Errorf("verify: %+v", v)
+			}
+		}
+	}
+}
