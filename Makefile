@@ -89,6 +89,15 @@ fuzz: test-deps ## Run every fuzz target for FUZZTIME (5s by default).
 	@for t in $(FUZZ_TARGETS); do echo "fuzz $${t%%:*} ($(FUZZTIME))"; \
 		go test -run '^$$' -fuzz "^$${t%%:*}$$" -fuzztime $(FUZZTIME) $${t#*:} || exit 1; done
 
+# The history checker: `make test` runs its short mode (6 runs); this is the full one.
+HISTORY_RUNS ?= 1000
+HISTORY_PER_ROUND ?= 10
+
+.PHONY: history
+history: test-deps ## Run the crash-safety history checker in full (HISTORY_RUNS randomized runs with manager kills, connection drops and FalkorDB restarts).
+	LETHE_HISTORY_RUNS=$(HISTORY_RUNS) LETHE_HISTORY_PER_ROUND=$(HISTORY_PER_ROUND) \
+		go test -run '^TestRandomizedFaultHistories$$' -count 1 -timeout 6h -v ./test/history
+
 .PHONY: bench
 bench: test-deps ## Run the benchmarks (ratios against a baseline in the same run).
 	go test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 60m ./...
