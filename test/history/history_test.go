@@ -123,7 +123,7 @@ func (m *managerHolder) alive() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if done, err := m.p.Exited(); done {
-		return fmt.Errorf("the manager exited by itself (%v): see its log", err)
+		return fmt.Errorf("the manager exited by itself (%w): see its log", err)
 	}
 	return nil
 }

@@ -354,7 +354,8 @@ func (m *managerProc) scrape(names ...string) (map[string]float64, error) {
 	for _, line := range strings.Split(string(raw), "\n") {
 		for _, name := range names {
 			rest, ok := strings.CutPrefix(line, name)
-			if !ok || (rest != "" && rest[0] != ' ' && rest[0] != '{') {
+			// A name may carry the start of its labels: then any series it begins counts.
+			if !ok || (!strings.Contains(name, "{") && rest != "" && rest[0] != ' ' && rest[0] != '{') {
 				continue
 			}
 			f := strings.Fields(line)
