@@ -84,6 +84,9 @@ func TestRandomizedFaultHistories(t *testing.T) {
 		}
 		violations = append(violations, v...)
 		runs += n
+		if round%10 == 9 {
+			t.Logf("%d runs, %s: %d kills, %d connection drops, %d FalkorDB restarts so far", runs, time.Since(started).Round(time.Second), f.kills, f.dbDrops, f.graphRest)
+		}
 		if len(violations) > 0 {
 			break
 		}
