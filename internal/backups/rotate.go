@@ -99,8 +99,9 @@ func (r Rotator) Holding(ctx context.Context, sc Scope, req Request) ([]velerov1
 // safe to repeat: a second call changes nothing.
 func (r Rotator) Rotate(ctx context.Context, sc Scope, req Request) ([]Backup, error) {
 	// The DeleteBackupRequests are listed before the Backups: Velero
-	// deletes a Backup before the requests naming it, so a request gone
-	// from this list means its Backup is gone from the next. The other
+	// deletes a Backup before the request naming it (it marks the request
+	// Processed and removes it a day later), so a request gone from this
+	// list means its Backup is gone from the next. The other
 	// order let a pass see the Backup, then not the request Velero had
 	// just finished, and ask for a second deletion (the history checker
 	// found it).
