@@ -10,6 +10,7 @@ import (
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	"github.com/vmware-tanzu/velero/pkg/label"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -98,6 +99,18 @@ func (r Rotator) Holding(ctx context.Context, sc Scope, req Request) ([]velerov1
 // request, creates one DeleteBackupRequest for it unless one exists. It is
 // safe to repeat: a second call changes nothing.
 func (r Rotator) Rotate(ctx context.Context, sc Scope, req Request) ([]Backup, error) {
+	// Every write is conditional on the Backup's resource version: another
+	// request rotating the same Backup at once (with another deadline) makes
+	// it conflict, and the next attempt starts from what that one wrote.
+	for attempt := 1; ; attempt++ {
+		out, err := r.rotate(ctx, sc, req)
+		if !apierrors.IsConflict(err) || attempt == 3 {
+			return out, err
+		}
+	}
+}
+
+func (r Rotator) rotate(ctx context.Context, sc Scope, req Request) ([]Backup, error) {
 	// The DeleteBackupRequests are listed before the Backups: Velero
 	// deletes a Backup before the request naming it (it marks the request
 	// Processed and removes it a day later), so a request gone from this
@@ -171,7 +184,11 @@ func (r Rotator) rotateOne(ctx context.Context, b *velerov1.Backup, req Request,
 	b.SetAnnotations(ann)
 	if res.Changed || orig.GetAnnotations()[AnnotationErasedPrefix+req.UID] == "" {
 		// Backup has no status subresource: one merge patch changes both.
-		if err := r.Client.Patch(ctx, b, client.MergeFrom(orig)); err != nil {
+		// Optimistic: an unconditional patch let a pass that listed the
+		// Backup before another request shortened it write its own, later
+		// deadline over it — lengthening the expiration (the history
+		// checker found it).
+		if err := r.Client.Patch(ctx, b, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 			return res, fmt.Errorf("mark Backup %s/%s: %w", b.Namespace, b.Name, err)
 		}
 	}

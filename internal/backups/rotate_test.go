@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/lethe-dev/lethe/internal/backups"
 )
@@ -79,4 +80,53 @@ func TestRotateEdgeCases(t *testing.T) {
 		return
 	}
 	t.Fatalf("no DeleteBackupRequest for the long-named Backup: %+v", dbrs.Items)
+}
+
+// Two requests rotate the same Backup at once: the one with the later
+// deadline listed it before the other shortened it, and writes after. Its
+// write must not lengthen the expiration the other set; it conflicts,
+// starts again from the other's write, and keeps the earlier deadline.
+func TestConcurrentRotationsNeverLengthen(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := velerov1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	base := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		&velerov1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: "velero", Labels: map[string]string{"app": "m"}},
+			Status: velerov1.BackupStatus{StartTimestamp: &metav1.Time{Time: deleted.Add(-time.Hour)},
+				Expiration: &metav1.Time{Time: deleted.Add(90 * 24 * time.Hour)}}}).Build()
+	sc := backups.Scope{Namespace: "velero", Selector: labels.SelectorFromSet(labels.Set{"app": "m"})}
+	early := backups.Request{UID: "early", Namespace: "team", Name: "a", DeletedAt: deleted, Window: time.Hour}
+	late := backups.Request{UID: "late", Namespace: "team", Name: "b", DeletedAt: deleted.Add(30 * time.Minute), Window: time.Hour}
+
+	// The late request's first write lets the early request run to the end first.
+	interleaved := false
+	c := interceptor.NewClient(base, interceptor.Funcs{Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+		if !interleaved {
+			interleaved = true
+			if _, err := (backups.Rotator{Client: base, Reader: base}).Rotate(ctx, sc, early); err != nil {
+				return err
+			}
+		}
+		return cl.Patch(ctx, obj, patch, opts...)
+	}})
+	if _, err := (backups.Rotator{Client: c, Reader: c}).Rotate(context.Background(), sc, late); err != nil {
+		t.Fatal(err)
+	}
+	if !interleaved {
+		t.Fatal("the interleaving did not happen")
+	}
+	b := &velerov1.Backup{}
+	if err := base.Get(context.Background(), client.ObjectKey{Namespace: "velero", Name: "nightly"}, b); err != nil {
+		t.Fatal(err)
+	}
+	if !b.Status.Expiration.Time.Equal(early.Deadline()) {
+		t.Errorf("expiration %s, want the earlier deadline %s (never lengthened)", b.Status.Expiration.Time, early.Deadline())
+	}
+	for _, uid := range []string{"early", "late"} {
+		if b.Annotations[backups.AnnotationErasedPrefix+uid] == "" {
+			t.Errorf("the Backup does not carry request %s: %v", uid, b.Annotations)
+		}
+	}
 }
