@@ -164,3 +164,30 @@ func TestChartInstallsItsCRDsAndRBACIntoAnAPIServer(t *testing.T) {
 		t.Fatalf("installed %d objects", installed)
 	}
 }
+
+// The manager binary accepts every argument the chart renders: it parses
+// and validates them all, and stops only because there is no cluster to
+// talk to (a renamed or unknown flag would stop it earlier, with usage).
+func TestTheManagerAcceptsTheChartsArguments(t *testing.T) {
+	var args []string
+	for _, o := range render(t) {
+		if o.GetKind() == "Deployment" {
+			c, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			args, _, _ = unstructured.NestedStringSlice(c[0].(map[string]any), "args")
+		}
+	}
+	if len(args) < 10 {
+		t.Fatalf("the Deployment renders %d arguments: %v", len(args), args)
+	}
+	dir := t.TempDir()
+	bin, err := testenv.BuildManager(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(dir, "none"), "KUBERNETES_SERVICE_HOST=")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "no Kubernetes configuration") {
+		t.Fatalf("manager %s: %v, want it to stop for want of a cluster only:\n%s", strings.Join(args, " "), err, out)
+	}
+}
