@@ -19,6 +19,50 @@ import (
 	"github.com/lethe-dev/lethe/internal/graph"
 )
 
+// plannedRequest is one ErasureRequest of a run, as the run created it.
+type plannedRequest struct {
+	Name      string
+	Sessions  []string
+	Immediate bool
+	Grace     time.Duration
+	// CancelAfter is when the run sets spec.cancel (0: never).
+	CancelAfter time.Duration
+	UID         string
+	// CancelRV is the resource version of the accepted cancel (0: none).
+	CancelRV int64
+}
+
+// runPlan is what a run set up: its tenant's sessions, the requests, the
+// Backups and the graph.
+type runPlan struct {
+	ID       int
+	Seed     uint64
+	NS       string
+	Tenant   string
+	GraphKey string
+	Own      []string // the tenant's sessions
+	Foreign  string   // another tenant's session, named by a request
+	Unknown  string   // a requested ID that never existed
+	Requests []*plannedRequest
+	Backup   string // selected by the run's store
+	Decoy    string // another application's Backup
+}
+
+// runRecord is everything recorded during a run's round, and the end state.
+type runRecord struct {
+	Plan        *runPlan
+	Effects     []dbEffect
+	Statuses    []statusObs
+	Backups     []backupObs
+	DBRs        []dbrObs
+	GraphWrites []graphWrite
+	Final       map[string]*lethev1.ErasureRequest // by request name
+	GraphBefore map[string]int
+	GraphAfter  map[string]int
+	RowsBefore  map[string]int64 // rows per session in every table that references it
+	RowsAfter   map[string]int64
+}
+
 var names = []string{"Ada", "Grace", "Linus", "Ken", "Barbara", "Edsger"}
 
 // sessionID is a canonical UUID unique to (run, k).
