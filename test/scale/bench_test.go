@@ -256,7 +256,7 @@ func BenchmarkP3ThousandRequests(b *testing.B) {
 	for _, s := range []struct {
 		qps         float32
 		burst, conc int
-	}{{20, 30, 1}, {100, 200, 4}} {
+	}{{20, 30, 1}, {100, 200, 4}, {200, 400, 8}} {
 		ns, ids := e.store(b, n*3)
 		stop := e.manager(b, s.qps, s.burst, s.conc)
 		e.waitStoreReady(b, ns)
