@@ -22,7 +22,8 @@ var canonicalUUID = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-
 // a non-negative duration. Refusals come from admission, never a crash.
 // `go test` runs the seeds against the suite's API server; the fuzzing engine
 // is not used here (each of its workers would start its own control plane):
-// the same rules are fuzzed in internal/erasurecli's FuzzCreateRequest.
+// the same rules are fuzzed in-process by test/admission's FuzzAdmissionRules
+// (the CRD's schema and CEL rules) and internal/erasurecli's FuzzCreateRequest.
 func FuzzAdmission(f *testing.F) {
 	f.Add("6f1c2a4e-8b3d-4f5a-9c7e-1d2b3a4c5e6f", "0b5c1f5e-3d2a-4c8e-9f10-2a6b7c8d9e0f", false, "", "168h")
 	f.Add("'; DELETE FROM memory.sessions; --", "x", true, "r", "1h")
