@@ -301,7 +301,12 @@ func injectFaults(ctx context.Context, t *testing.T, e *env, conn *pgx.Conn, m *
 			f.mu.Unlock()
 		case x < 0.85:
 			// The superuser connection is the test's own, not the manager's.
-			if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'lethe_manager'`); err != nil && ctx.Err() == nil {
+			// Not under ctx: pgx closes a connection whose query's context
+			// is cancelled, and the round needs it afterwards.
+			qctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := conn.Exec(qctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'lethe_manager'`)
+			cancel()
+			if err != nil {
 				t.Errorf("drop the manager's connections: %v", err)
 				return
 			}
