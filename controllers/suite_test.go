@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"sync"
 	"testing"
@@ -296,24 +295,9 @@ func createReceiptKey(ctx context.Context) error {
 // that cluster when create is set (a replica gets it by replication).
 func managerDSN(t *testing.T, dsn string, create bool) string {
 	t.Helper()
-	u, err := url.Parse(dsn)
-	if err != nil || u.User == nil || u.User.Username() != "postgres" {
-		return dsn
+	out, err := testenv.ManagerDSN(context.Background(), dsn, create)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if create {
-		ctx := context.Background()
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = conn.Close(ctx) }()
-		if _, err := conn.Exec(ctx, `DO $$ BEGIN
-			IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'lethe_operator') THEN CREATE ROLE lethe_operator NOLOGIN; END IF;
-			IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'lethe_manager') THEN CREATE ROLE lethe_manager LOGIN IN ROLE lethe_operator; END IF;
-			END $$`); err != nil {
-			t.Fatal(err)
-		}
-	}
-	u.User = url.User("lethe_manager")
-	return u.String()
+	return out
 }

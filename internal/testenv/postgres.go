@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -273,4 +274,30 @@ func TableDigests(ctx context.Context, conn *pgx.Conn) (map[string]string, error
 		}
 	}
 	return out, nil
+}
+
+// ManagerDSN turns a superuser DSN of a test cluster into the DSN of the
+// login role lethe_manager, a member of migration 00004's lethe_operator
+// and nothing more, creating the roles when create is set (a replica gets
+// them by replication). Tests run the manager as that role (S3).
+func ManagerDSN(ctx context.Context, dsn string, create bool) (string, error) {
+	u, err := url.Parse(dsn)
+	if err != nil || u.User == nil || u.User.Username() != "postgres" {
+		return dsn, err
+	}
+	if create {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return "", err
+		}
+		defer func() { _ = conn.Close(ctx) }()
+		if _, err := conn.Exec(ctx, `DO $$ BEGIN
+			IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'lethe_operator') THEN CREATE ROLE lethe_operator NOLOGIN; END IF;
+			IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'lethe_manager') THEN CREATE ROLE lethe_manager LOGIN IN ROLE lethe_operator; END IF;
+			END $$`); err != nil {
+			return "", err
+		}
+	}
+	u.User = url.User("lethe_manager")
+	return u.String(), nil
 }

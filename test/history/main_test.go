@@ -14,12 +14,10 @@ package history
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -113,7 +111,7 @@ func setup(m *testing.M) (int, error) {
 	if e.dsn, err = e.pg.MigratedDatabase(ctx); err != nil {
 		return 1, err
 	}
-	if e.managerDSN, err = createManagerRole(ctx, e.dsn); err != nil {
+	if e.managerDSN, err = testenv.ManagerDSN(ctx, e.dsn, true); err != nil {
 		return 1, err
 	}
 	if err := installRecorder(ctx, e.dsn); err != nil {
@@ -155,26 +153,6 @@ func (e *env) keepLog() string {
 
 func (e *env) logPath() string { return filepath.Join(e.dir, "manager.log") }
 
-// createManagerRole adds the login role the manager connects as: a member
-// of migration 00004's lethe_operator, nothing more.
-func createManagerRole(ctx context.Context, dsn string) (string, error) {
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = conn.Close(ctx) }()
-	if _, err := conn.Exec(ctx, `DO $$ BEGIN
-		IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'lethe_manager') THEN CREATE ROLE lethe_manager LOGIN IN ROLE lethe_operator; END IF;
-		END $$`); err != nil {
-		return "", err
-	}
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return "", err
-	}
-	u.User = url.User("lethe_manager")
-	return u.String(), nil
-}
 
 // startManager runs the manager binary with settings that make every step
 // take several transactions and batches, so that faults land inside them.
