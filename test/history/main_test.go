@@ -153,7 +153,6 @@ func (e *env) keepLog() string {
 
 func (e *env) logPath() string { return filepath.Join(e.dir, "manager.log") }
 
-
 // startManager runs the manager binary with settings that make every step
 // take several transactions and batches, so that faults land inside them.
 func (e *env) startManager() (*testenv.ManagerProcess, error) {
