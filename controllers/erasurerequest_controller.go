@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -117,7 +118,7 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	// The finalizer goes on before anything touches the database.
 	if er.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(er, Finalizer) {
 		controllerutil.AddFinalizer(er, Finalizer)
-		if err := r.Client.Update(ctx, er); err != nil {
+		if err := patchFinalizers(ctx, r.Client, er); err != nil {
 			if apierrors.IsConflict(err) {
 				return ctrl.Result{RequeueAfter: time.Second}, nil
 			}
@@ -181,6 +182,22 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		return ctrl.Result{RequeueAfter: r.RetryAfter}, nil
 	}
 	return ctrl.Result{RequeueAfter: r.ReverifyInterval}, nil
+}
+
+// patchFinalizers writes the object's metadata.finalizers and nothing else:
+// a JSON merge patch guarded by the resourceVersion it was read at. An Update
+// would re-send the whole object, re-serialised by Go (gracePeriod "168h"
+// comes back as "168h0m0s"), and GitOps tools would report a drift the user
+// never made. A stale resourceVersion gets a conflict, never a lost write.
+func patchFinalizers(ctx context.Context, c client.Client, obj client.Object) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"finalizers":      obj.GetFinalizers(),
+		"resourceVersion": obj.GetResourceVersion(),
+	}})
+	if err != nil {
+		return err
+	}
+	return c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch))
 }
 
 // isFresh reports whether er is the API server's latest version.
@@ -277,7 +294,7 @@ func (r *ErasureRequestReconciler) milestone(s *scope, phase lethev1.Phase, even
 	r.Recorder.Eventf(s.req, nil, corev1.EventTypeNormal, reason, "Erase", "%s", note)
 }
 
-// patchStatus derives phase, Ready and Stalled, then writes the status once if it changed.
+// patchStatus derives phase, Ready, Stalled and Reconciling, then writes the status once if it changed.
 func (r *ErasureRequestReconciler) patchStatus(ctx context.Context, s *scope) error {
 	st := &s.req.Status
 	st.Phase = derivePhase(st.Conditions, s.req.Spec.DryRun)
@@ -287,6 +304,7 @@ func (r *ErasureRequestReconciler) patchStatus(ctx context.Context, s *scope) er
 	}
 	meta.SetStatusCondition(&st.Conditions, ready)
 	meta.SetStatusCondition(&st.Conditions, stalled)
+	meta.SetStatusCondition(&st.Conditions, reconciling(st.Conditions, ready, stalled, st.Phase, s.req.Generation))
 	st.ObservedGeneration = s.req.Generation
 	if equality.Semantic.DeepEqual(s.before.Status, s.req.Status) {
 		return nil

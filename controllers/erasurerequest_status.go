@@ -67,6 +67,13 @@ func summary(conds []metav1.Condition, phase lethev1.Phase, generation int64) (r
 	ready = metav1.Condition{Type: lethev1.ConditionReady, ObservedGeneration: generation}
 	stalled = metav1.Condition{Type: lethev1.ConditionStalled, ObservedGeneration: generation,
 		Status: metav1.ConditionFalse, Reason: lethev1.ReasonNoActionNeeded, Message: "no human action is needed"}
+	pending := pendingStep(conds)
+	if pending != nil {
+		switch pending.Reason {
+		case lethev1.ReasonResidueFound, lethev1.ReasonVerificationFailed, lethev1.ReasonStoreNotFound:
+			stalled.Status, stalled.Reason, stalled.Message = metav1.ConditionTrue, pending.Reason, pending.Type+": "+pending.Message
+		}
+	}
 	switch phase {
 	case lethev1.PhaseBackupsRotated:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, lethev1.ReasonCompleted, "every step of the erasure is done"
@@ -75,21 +82,61 @@ func summary(conds []metav1.Condition, phase lethev1.Phase, generation int64) (r
 	case lethev1.PhaseCancelled:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, lethev1.ReasonCancelled, "cancelled before deletion: the tombstones were lifted"
 	default:
+		// Short, for the Status column of kubectl get: the step and why it
+		// has not finished; the step condition's message has the details.
 		ready.Status, ready.Reason = metav1.ConditionFalse, lethev1.ReasonInProgress
 		ready.Message = "waiting for step " + firstPending(conds)
-	}
-	for _, t := range stepConditions {
-		c := meta.FindStatusCondition(conds, t)
-		if c == nil || c.Status == metav1.ConditionTrue {
-			continue
+		if b := blockingStep(conds); b != nil && b.Reason != "" {
+			ready.Message += " (" + b.Reason + ")"
 		}
-		switch c.Reason {
-		case lethev1.ReasonResidueFound, lethev1.ReasonVerificationFailed, lethev1.ReasonStoreNotFound:
-			stalled.Status, stalled.Reason, stalled.Message = metav1.ConditionTrue, c.Reason, t+": "+c.Message
+		if stalled.Status == metav1.ConditionTrue {
+			ready.Message = "stalled at step " + pending.Type + " (" + pending.Reason + "): a human must act"
 		}
-		break
 	}
 	return ready, stalled
+}
+
+// reconciling derives the Reconciling condition kstatus reads (Flux's
+// health checks): True while the request still moves by itself, with the
+// reason of the step it is on; False once it is done, planned, cancelled,
+// failed or stalled on a human. It reads only the conditions given.
+func reconciling(conds []metav1.Condition, ready, stalled metav1.Condition, phase lethev1.Phase, generation int64) metav1.Condition {
+	c := metav1.Condition{Type: lethev1.ConditionReconciling, ObservedGeneration: generation, Status: metav1.ConditionFalse}
+	switch {
+	case phase == lethev1.PhaseFailed:
+		c.Reason, c.Message = lethev1.ReasonFailed, "the erasure failed; Lethe does not retry it"
+	case stalled.Status == metav1.ConditionTrue:
+		c.Reason, c.Message = stalled.Reason, "stalled: a human must act (see the Stalled condition)"
+	case ready.Status == metav1.ConditionTrue:
+		c.Reason, c.Message = ready.Reason, "nothing more to do: "+ready.Message
+	default:
+		c.Status = metav1.ConditionTrue
+		c.Reason, c.Message = lethev1.ReasonProgressing, "working on step "+firstPending(conds)
+		if b := blockingStep(conds); b != nil && b.Reason != "" {
+			c.Reason, c.Message = b.Reason, b.Type+": "+b.Message
+		}
+	}
+	return c
+}
+
+// pendingStep is the first step condition, in pipeline order, that is
+// present and not True (steps not yet reported are skipped); nil when none.
+func pendingStep(conds []metav1.Condition) *metav1.Condition {
+	for _, t := range stepConditions {
+		if c := meta.FindStatusCondition(conds, t); c != nil && c.Status != metav1.ConditionTrue {
+			return c
+		}
+	}
+	return nil
+}
+
+// blockingStep is the step the request is on (firstPending) when it has
+// reported a condition; nil when it has not yet.
+func blockingStep(conds []metav1.Condition) *metav1.Condition {
+	if p := pendingStep(conds); p != nil && p.Type == firstPending(conds) {
+		return p
+	}
+	return nil
 }
 
 func firstPending(conds []metav1.Condition) string {

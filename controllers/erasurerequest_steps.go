@@ -367,7 +367,7 @@ func (r *ErasureRequestReconciler) finalize(ctx context.Context, s *scope) (ctrl
 	}
 	r.probes.Delete(er.UID)
 	controllerutil.RemoveFinalizer(er, Finalizer)
-	if err := r.Client.Update(ctx, er); err != nil && !apierrors.IsNotFound(err) {
+	if err := patchFinalizers(ctx, r.Client, er); err != nil && !apierrors.IsNotFound(err) {
 		if apierrors.IsConflict(err) {
 			return ctrl.Result{RequeueAfter: time.Second}, nil
 		}

@@ -105,7 +105,8 @@ const (
 	PhaseFailed          Phase = "Failed"
 )
 
-// ErasureRequest condition types: one per step, plus Ready and Stalled.
+// ErasureRequest condition types: one per step, plus Ready, Stalled and
+// Reconciling (the three kstatus reads: Flux and other GitOps tools).
 const (
 	ConditionTombstoned         = "Tombstoned"
 	ConditionGracePeriodElapsed = "GracePeriodElapsed"
@@ -114,6 +115,11 @@ const (
 	ConditionBackupsRotated     = "BackupsRotated"
 	ConditionReady              = "Ready"
 	ConditionStalled            = "Stalled"
+	// ConditionReconciling is True while a step works or waits on something
+	// that ends by itself (the grace period, backups expiring, a replica, an
+	// unreachable database); False once the request is done, stopped, or
+	// stalled on a human.
+	ConditionReconciling = "Reconciling"
 )
 
 // ErasureRequest condition reasons.
@@ -145,6 +151,9 @@ const (
 	ReasonFailed              = "Failed"
 	ReasonResurrected         = "Resurrected"
 	ReasonNoActionNeeded      = "NoActionNeeded"
+	// ReasonProgressing is Reconciling's reason when the next step has not
+	// reported yet; otherwise Reconciling carries that step's own reason.
+	ReasonProgressing = "Progressing"
 )
 
 // TableCount is a row count for one table.
@@ -313,7 +322,7 @@ type ErasureRequestStatus struct {
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
 
-	// conditions: Tombstoned, GracePeriodElapsed, Deleted, GraphReconciled, BackupsRotated, Ready, Stalled.
+	// conditions: Tombstoned, GracePeriodElapsed, Deleted, GraphReconciled, BackupsRotated, Ready, Stalled, Reconciling.
 	// +listType=map
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=16
@@ -363,9 +372,11 @@ type ErasureRequestStatus struct {
 // +kubebuilder:resource:shortName=erasure;er,categories=lethe
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.history) || (has(self.status) && has(self.status.history) && self.status.history.size() >= oldSelf.status.history.size() && oldSelf.status.history.all(e, e in self.status.history))",message="status.history is append-only: entries may not be edited or removed"
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Sessions",type=integer,JSONPath=`.status.sessions`
 // +kubebuilder:printcolumn:name="Deadline",type=string,JSONPath=`.status.deadline`
 // +kubebuilder:printcolumn:name="Grace ends",type=string,JSONPath=`.status.graceEndsAt`
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ErasureRequest struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -252,6 +252,7 @@ type GraphSweepStatus struct {
 // +kubebuilder:printcolumn:name="Schema",type=string,JSONPath=`.status.conditions[?(@.type=="SchemaCompliant")].reason`
 // +kubebuilder:printcolumn:name="Graph",type=string,JSONPath=`.status.conditions[?(@.type=="GraphReady")].reason`
 // +kubebuilder:printcolumn:name="Backups",type=string,JSONPath=`.status.conditions[?(@.type=="BackupsReady")].reason`
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type MemoryStore struct {
 	metav1.TypeMeta   `json:",inline"`
