@@ -2,86 +2,155 @@ package controllers
 
 import (
 	"context"
-	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 )
 
 // requestCollector reports, at each scrape, the requests by phase, the
-// stalled ones, and how close the unfinished ones are to their deadline,
-// from the manager's cache. Labels are phases only: never request names.
+// stalled ones, and the deadlines of the unfinished ones, from the manager's
+// cache. Labels are phases, steps and namespaces only: never request names
+// (users type them) nor session IDs.
+//
+// Deadlines are exported as Unix timestamps, not "seconds left": a rule
+// compares them with time(), so a value stays right between scrapes and a
+// stale series cannot look like slack.
 type requestCollector struct {
 	reader client.Reader
-	clock  clock.PassiveClock
 
-	byPhase, stalled, minDeadline *prometheus.Desc
-	deadlines                     *prometheus.Desc
+	listSuccess, byPhase, stalled      *prometheus.Desc
+	earliestDeadline, liveDataDeadline *prometheus.Desc
+	projectedLate, backupsExpireBy     *prometheus.Desc
 }
 
-func newRequestCollector(reader client.Reader, clk clock.PassiveClock) *requestCollector {
+// Metric names of the request collector (the rules and the dashboard use them).
+const (
+	MetricCollectorListSuccess = "lethe_collector_last_list_success"
+	MetricRequests             = "lethe_erasure_requests"
+	MetricRequestsStalled      = "lethe_erasure_requests_stalled"
+	MetricDeadlineEarliest     = "lethe_erasure_deadline_earliest_timestamp_seconds"
+	MetricLiveDataDeadline     = "lethe_erasure_live_data_deadline_earliest_timestamp_seconds"
+	MetricProjectedLate        = "lethe_erasure_requests_projected_late"
+	MetricBackupsExpireBy      = "lethe_erasure_backups_expiration_latest_timestamp_seconds"
+)
+
+// NewRequestCollector returns the collector of ErasureRequest metrics that
+// the manager registers; reader is normally the manager's cached client.
+func NewRequestCollector(reader client.Reader) prometheus.Collector {
+	return newRequestCollector(reader, nil)
+}
+
+// newRequestCollector takes the reconciler's clock only to keep its call
+// site: every value is a timestamp read from status, none is computed from now.
+func newRequestCollector(reader client.Reader, _ clock.PassiveClock) *requestCollector {
+	ns := []string{"namespace"}
 	return &requestCollector{
-		reader: reader, clock: clk,
-		byPhase: prometheus.NewDesc("lethe_erasure_requests", "ErasureRequests by phase.", []string{"phase"}, nil),
-		stalled: prometheus.NewDesc("lethe_erasure_requests_stalled", "ErasureRequests whose Stalled condition is True (a human must act).", nil, nil),
-		minDeadline: prometheus.NewDesc("lethe_erasure_deadline_min_seconds",
-			"Seconds left until the nearest deadline (requestedAt + 1 month) of an unfinished request; +Inf when none is unfinished.", nil, nil),
-		deadlines: prometheus.NewDesc("lethe_erasure_deadline_seconds",
-			"Seconds left until the deadline of each unfinished request, as a histogram.", nil, nil),
+		reader: reader,
+		listSuccess: prometheus.NewDesc(MetricCollectorListSuccess,
+			"1 when this scrape listed the ErasureRequests from the manager's cache, 0 when the list failed (then no other lethe_erasure_* request gauge is exported).", nil, nil),
+		byPhase: prometheus.NewDesc(MetricRequests, "ErasureRequests by phase.", []string{"phase"}, nil),
+		stalled: prometheus.NewDesc(MetricRequestsStalled, "ErasureRequests whose Stalled condition is True (a human must act).", nil, nil),
+		earliestDeadline: prometheus.NewDesc(MetricDeadlineEarliest,
+			"Unix time of the earliest status.deadline (requestedAt + 1 month) among the unfinished requests of the namespace (not BackupsRotated, cancelled or dry run).", ns, nil),
+		liveDataDeadline: prometheus.NewDesc(MetricLiveDataDeadline,
+			"Unix time of the earliest deadline among the unfinished requests of the namespace whose data is still live: not yet deleted from the database or not yet pruned from the graph (GraphReconciled not True).", ns, nil),
+		projectedLate: prometheus.NewDesc(MetricProjectedLate,
+			"Unfinished requests whose step is projected to complete after the deadline, by step: Deleted (status.graceEndsAt is after it) or BackupsRotated (a remaining Velero Backup expires after it).", []string{"namespace", "step"}, nil),
+		backupsExpireBy: prometheus.NewDesc(MetricBackupsExpireBy,
+			"Unix time the last remaining Velero Backup that may hold erased data expires, among the requests of the namespace waiting for BackupsRotated.", ns, nil),
 	}
 }
 
 func (c *requestCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.listSuccess
 	ch <- c.byPhase
 	ch <- c.stalled
-	ch <- c.minDeadline
-	ch <- c.deadlines
+	ch <- c.earliestDeadline
+	ch <- c.liveDataDeadline
+	ch <- c.projectedLate
+	ch <- c.backupsExpireBy
 }
 
-var deadlineBuckets = []float64{0, 86400, 3 * 86400, 7 * 86400, 14 * 86400, 21 * 86400, 31 * 86400}
+// allPhases are exported even at 0, so a phase emptying out reads 0, not absent.
+var allPhases = []lethev1.Phase{lethev1.PhasePending, lethev1.PhasePlanned, lethev1.PhaseTombstoned, lethev1.PhaseGracePeriod,
+	lethev1.PhaseDeleted, lethev1.PhaseGraphReconciled, lethev1.PhaseBackupsRotated, lethev1.PhaseCancelled, lethev1.PhaseFailed}
+
+// namespaceDeadlines is what the collector keeps per namespace.
+type namespaceDeadlines struct {
+	earliest, liveData, backupsExpireBy time.Time
+	lateDeletion, lateBackups           float64
+}
+
+func earlier(cur, t time.Time) time.Time {
+	if cur.IsZero() || t.Before(cur) {
+		return t
+	}
+	return cur
+}
 
 func (c *requestCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	list := &lethev1.ErasureRequestList{}
 	if err := c.reader.List(ctx, list); err != nil {
+		// Nothing else is exported: a partial or zeroed set would read as "no
+		// request at risk". The success gauge at 0 is what an alert watches.
+		logf.Log.WithName("metrics").Error(err, "listing ErasureRequests for the metrics failed")
+		ch <- prometheus.MustNewConstMetric(c.listSuccess, prometheus.GaugeValue, 0)
 		return
 	}
+	ch <- prometheus.MustNewConstMetric(c.listSuccess, prometheus.GaugeValue, 1)
+
 	phases := map[string]float64{}
-	for _, p := range []lethev1.Phase{lethev1.PhasePending, lethev1.PhasePlanned, lethev1.PhaseTombstoned, lethev1.PhaseGracePeriod,
-		lethev1.PhaseDeleted, lethev1.PhaseGraphReconciled, lethev1.PhaseBackupsRotated, lethev1.PhaseCancelled, lethev1.PhaseFailed} {
+	for _, p := range allPhases {
 		phases[string(p)] = 0
 	}
 	var stalled float64
-	minLeft := math.Inf(1)
-	buckets := map[float64]uint64{}
-	var count uint64
-	var sum float64
-	now := c.clock.Now()
-	for _, er := range list.Items {
+	byNS := map[string]*namespaceDeadlines{}
+	for i := range list.Items {
+		er := &list.Items[i]
 		phase := string(er.Status.Phase)
 		if phase == "" {
 			phase = string(lethev1.PhasePending)
 		}
 		phases[phase]++
-		if meta.IsStatusConditionTrue(er.Status.Conditions, lethev1.ConditionStalled) {
+		conds := er.Status.Conditions
+		if meta.IsStatusConditionTrue(conds, lethev1.ConditionStalled) {
 			stalled++
 		}
-		if terminal(er.Status.Conditions) || er.Status.Phase == lethev1.PhaseBackupsRotated || er.Status.Deadline == nil {
+		if terminal(conds) || er.Status.Phase == lethev1.PhaseBackupsRotated ||
+			meta.IsStatusConditionTrue(conds, lethev1.ConditionBackupsRotated) || er.Status.Deadline == nil {
 			continue
 		}
-		left := er.Status.Deadline.Sub(now).Seconds()
-		minLeft = math.Min(minLeft, left)
-		count++
-		sum += left
-		for _, b := range deadlineBuckets {
-			if left <= b {
-				buckets[b]++
+		d := byNS[er.Namespace]
+		if d == nil {
+			d = &namespaceDeadlines{}
+			byNS[er.Namespace] = d
+		}
+		deadline := er.Status.Deadline.Time
+		d.earliest = earlier(d.earliest, deadline)
+		if !meta.IsStatusConditionTrue(conds, lethev1.ConditionGraphReconciled) {
+			d.liveData = earlier(d.liveData, deadline)
+		}
+		if !meta.IsStatusConditionTrue(conds, lethev1.ConditionDeleted) {
+			if er.Status.GraceEndsAt != nil && er.Status.GraceEndsAt.After(deadline) {
+				d.lateDeletion++
+			}
+			continue
+		}
+		// Deleted: what is left to wait for is the Backups' expiration.
+		if latest, ok := latestRemainingExpiration(er); ok {
+			if latest.After(d.backupsExpireBy) {
+				d.backupsExpireBy = latest
+			}
+			if latest.After(deadline) {
+				d.lateBackups++
 			}
 		}
 	}
@@ -89,6 +158,35 @@ func (c *requestCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.byPhase, prometheus.GaugeValue, n, p)
 	}
 	ch <- prometheus.MustNewConstMetric(c.stalled, prometheus.GaugeValue, stalled)
-	ch <- prometheus.MustNewConstMetric(c.minDeadline, prometheus.GaugeValue, minLeft)
-	ch <- prometheus.MustNewConstHistogram(c.deadlines, count, sum, buckets)
+	for ns, d := range byNS {
+		ch <- prometheus.MustNewConstMetric(c.earliestDeadline, prometheus.GaugeValue, unix(d.earliest), ns)
+		if !d.liveData.IsZero() {
+			ch <- prometheus.MustNewConstMetric(c.liveDataDeadline, prometheus.GaugeValue, unix(d.liveData), ns)
+		}
+		if !d.backupsExpireBy.IsZero() {
+			ch <- prometheus.MustNewConstMetric(c.backupsExpireBy, prometheus.GaugeValue, unix(d.backupsExpireBy), ns)
+		}
+		// Both steps at every namespace with unfinished requests: 0 is a value
+		// a rule can see, absent is not.
+		ch <- prometheus.MustNewConstMetric(c.projectedLate, prometheus.GaugeValue, d.lateDeletion, ns, lethev1.ConditionDeleted)
+		ch <- prometheus.MustNewConstMetric(c.projectedLate, prometheus.GaugeValue, d.lateBackups, ns, lethev1.ConditionBackupsRotated)
+	}
 }
+
+// latestRemainingExpiration is the latest expiration among the request's
+// recorded Backups that are not gone yet. A Backup Velero was asked to delete
+// (immediate) goes now, whatever its expiration says.
+func latestRemainingExpiration(er *lethev1.ErasureRequest) (time.Time, bool) {
+	var latest time.Time
+	for _, b := range previousBackups(er) {
+		if b.GoneAt != nil || b.DeleteBackupRequest != "" || b.Expiration == nil {
+			continue
+		}
+		if b.Expiration.After(latest) {
+			latest = b.Expiration.Time
+		}
+	}
+	return latest, !latest.IsZero()
+}
+
+func unix(t time.Time) float64 { return float64(t.UnixMilli()) / 1000 }

@@ -5,6 +5,9 @@
 package metrics
 
 import (
+	"regexp"
+	"slices"
+
 	"github.com/prometheus/client_golang/prometheus"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
@@ -42,10 +45,6 @@ var (
 	})
 )
 
-func init() {
-	crmetrics.Registry.MustRegister(GraphPruned, GraphSweeps, GraphSweepRemoved, GraphSweepLastCompletion, GraphSweepDuration)
-}
-
 var (
 	// StepDuration is the time from one milestone of a request to the next.
 	StepDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -74,6 +73,35 @@ var (
 	}, []string{"action"})
 )
 
+// Collectors are this package's metrics, all registered with
+// controller-runtime's registry at start.
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{GraphPruned, GraphSweeps, GraphSweepRemoved, GraphSweepLastCompletion, GraphSweepDuration,
+		StepDuration, RowsDeleted, TombstoneReaper, BackupWork}
+}
+
 func init() {
-	crmetrics.Registry.MustRegister(StepDuration, RowsDeleted, TombstoneReaper, BackupWork)
+	crmetrics.Registry.MustRegister(Collectors()...)
+}
+
+// client_golang's Desc has no name accessor; its String form has been
+// `Desc{fqName: "NAME", ...}` since its first release.
+var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+// Names returns the metric names the collectors describe, sorted: what a
+// rule or a dashboard may query (histograms add _bucket, _sum and _count).
+// A vector with no child yet is described all the same, unlike Gather.
+func Names(cs ...prometheus.Collector) []string {
+	var names []string
+	for _, c := range cs {
+		ch := make(chan *prometheus.Desc)
+		go func() { c.Describe(ch); close(ch) }()
+		for d := range ch {
+			if m := fqName.FindStringSubmatch(d.String()); m != nil {
+				names = append(names, m[1])
+			}
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
 }
