@@ -132,8 +132,14 @@ func (e *memoryEnv) request(t *testing.T, name string, mutate func(*lethev1.Eras
 
 func waitPhase(t *testing.T, er *lethev1.ErasureRequest, phase lethev1.Phase) {
 	t.Helper()
+	waitPhaseIn(t, k8s, er, phase)
+}
+
+// waitPhaseIn is waitPhase against the API server of c.
+func waitPhaseIn(t *testing.T, c client.Client, er *lethev1.ErasureRequest, phase lethev1.Phase) {
+	t.Helper()
 	eventually(t, 30*time.Second, func() error {
-		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(er), er); err != nil {
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(er), er); err != nil {
 			return err
 		}
 		if er.Status.Phase != phase {
@@ -320,9 +326,15 @@ func (e *memoryEnv) appVisible(t *testing.T, id string) int64 {
 
 func waitStepReason(t *testing.T, er *lethev1.ErasureRequest, condType, reason string) *metav1.Condition {
 	t.Helper()
+	return waitStepReasonIn(t, k8s, er, condType, reason)
+}
+
+// waitStepReasonIn is waitStepReason against the API server of c.
+func waitStepReasonIn(t *testing.T, c client.Client, er *lethev1.ErasureRequest, condType, reason string) *metav1.Condition {
+	t.Helper()
 	var out *metav1.Condition
 	eventually(t, 30*time.Second, func() error {
-		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(er), er); err != nil {
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(er), er); err != nil {
 			return err
 		}
 		c := meta.FindStatusCondition(er.Status.Conditions, condType)

@@ -12,10 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/fixture"
+	"github.com/lethe-dev/lethe/internal/postgres"
 	"github.com/lethe-dev/lethe/internal/testenv"
 )
 
@@ -35,10 +35,16 @@ func newStore(ns string, mutate func(*lethev1.MemoryStore)) *lethev1.MemoryStore
 // waitCondition waits until the store's condition has the status and reason.
 func waitCondition(t *testing.T, store *lethev1.MemoryStore, condType string, status metav1.ConditionStatus, reason string) *metav1.Condition {
 	t.Helper()
+	return waitConditionIn(t, k8s, store, condType, status, reason)
+}
+
+// waitConditionIn is waitCondition against the API server of c.
+func waitConditionIn(t *testing.T, c client.Client, store *lethev1.MemoryStore, condType string, status metav1.ConditionStatus, reason string) *metav1.Condition {
+	t.Helper()
 	var found *metav1.Condition
 	eventually(t, 30*time.Second, func() error {
 		got := &lethev1.MemoryStore{}
-		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(store), got); err != nil {
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(store), got); err != nil {
 			return err
 		}
 		c := meta.FindStatusCondition(got.Status.Conditions, condType)
@@ -60,47 +66,65 @@ func waitCondition(t *testing.T, store *lethev1.MemoryStore, condType string, st
 
 // Velero's CRDs are absent when the store is created and installed while the
 // manager runs: the store waits, then becomes Ready without a restart (R4).
-// No other test installs them.
+// The suite's control plane has Velero's CRDs from the start, so this test
+// runs a control plane and a manager of its own.
 func TestStoreWithEveryLayerBecomesReadyOnceVeleroIsInstalled(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t, "ready")
+	own, err := testenv.StartControlPlaneWith(testenv.ControlPlaneOptions{CRDDirs: cp.Env.CRDDirectoryPaths})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = own.Stop() })
+	c, err := client.New(own.Config, client.Options{Scheme: suiteScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ownPools := &postgres.Pools{Options: postgres.Options{Vector: true}}
+	t.Cleanup(ownPools.Close)
+	stop, err := startManager(own.Config, ownPools, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+
+	ns := newNamespaceIn(t, c, "ready")
 	dsn := migratedDatabase(t)
 	conn := connectVector(t, dsn)
 	if err := fixture.Seed(ctx, conn, fixture.Session{ID: erasedA, Tenant: "default", Rounds: 1, Text: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	createSecret(t, ns, "pg", map[string]string{"dsn": dsn})
-	createSecret(t, ns, "falkor", map[string]string{"url": fdb.URL()})
+	createSecretIn(t, c, ns, "pg", map[string]string{"dsn": dsn})
+	createSecretIn(t, c, ns, "falkor", map[string]string{"url": fdb.URL()})
 	store := newStore(ns, func(s *lethev1.MemoryStore) {
 		s.Spec.FalkorDB = &lethev1.FalkorDBSpec{URLSecretRef: lethev1.SecretKeyRef{Name: "falkor", Key: "url"}}
 		s.Spec.Velero = &lethev1.VeleroSpec{BackupSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "memory"}}}
 	})
-	if err := k8s.Create(ctx, store); err != nil {
+	if err := c.Create(ctx, store); err != nil {
 		t.Fatal(err)
 	}
-	waitCondition(t, store, lethev1.MemoryStoreBackupsReady, metav1.ConditionFalse, lethev1.ReasonVeleroNotInstalled)
-	waitCondition(t, store, lethev1.MemoryStoreReady, metav1.ConditionFalse, lethev1.ReasonNotReady)
+	waitConditionIn(t, c, store, lethev1.MemoryStoreBackupsReady, metav1.ConditionFalse, lethev1.ReasonVeleroNotInstalled)
+	waitConditionIn(t, c, store, lethev1.MemoryStoreReady, metav1.ConditionFalse, lethev1.ReasonNotReady)
 	// A request against the store erases in Postgres and waits at the backup step.
 	er := &lethev1.ErasureRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: "forget", Namespace: ns},
 		Spec: lethev1.ErasureRequestSpec{StoreRef: lethev1.StoreReference{Name: store.Name},
 			SessionIDs: []lethev1.SessionID{erasedA}, Immediate: true, Reason: "R4"},
 	}
-	if err := k8s.Create(ctx, er); err != nil {
+	if err := c.Create(ctx, er); err != nil {
 		t.Fatal(err)
 	}
-	waitStepReason(t, er, lethev1.ConditionBackupsRotated, lethev1.ReasonVeleroNotInstalled)
+	waitStepReasonIn(t, c, er, lethev1.ConditionBackupsRotated, lethev1.ReasonVeleroNotInstalled)
 
-	dir, err := testenv.VeleroCRDDir()
-	if err != nil {
+	if err := testenv.InstallVeleroCRDs(own.Config); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := envtest.InstallCRDs(cp.Config, envtest.CRDInstallOptions{Paths: []string{dir}, ErrorIfPathMissing: true}); err != nil {
-		t.Fatal(err)
-	}
-	waitCondition(t, store, lethev1.MemoryStoreReady, metav1.ConditionTrue, lethev1.ReasonAllReady)
+	waitConditionIn(t, c, store, lethev1.MemoryStoreReady, metav1.ConditionTrue, lethev1.ReasonAllReady)
 	// The same manager, without a restart, sees Velero and completes the request.
-	waitPhase(t, er, lethev1.PhaseBackupsRotated)
+	waitPhaseIn(t, c, er, lethev1.PhaseBackupsRotated)
 	if c := meta.FindStatusCondition(er.Status.Conditions, lethev1.ConditionBackupsRotated); c.Reason != lethev1.ReasonBackupsGone {
 		t.Fatalf("BackupsRotated = %s/%s, want BackupsGone (no Backup exists)", c.Reason, c.Message)
 	}

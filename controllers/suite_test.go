@@ -20,9 +20,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -78,38 +81,57 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	// Velero's CRDs are installed by the test that needs them absent first.
-	if cp, err = testenv.StartControlPlane(crds); err != nil {
+	// Velero's CRDs are there from the start, whatever order the tests run in;
+	// the test that needs them absent first starts a control plane of its own.
+	if cp, err = testenv.StartControlPlaneWith(testenv.ControlPlaneOptions{CRDDirs: []string{crds}, Velero: true}); err != nil {
 		return 1, err
 	}
 	defer func() { _ = cp.Stop() }()
-
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = lethev1.AddToScheme(scheme)
-	_ = velerov1.AddToScheme(scheme)
-	if k8s, err = client.New(cp.Config, client.Options{Scheme: scheme}); err != nil {
-		return 1, err
-	}
-	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
-		Scheme:  scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		Client:  client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
-	})
-	if err != nil {
-		return 1, err
-	}
-	disc, err := discovery.NewDiscoveryClientForConfig(cp.Config)
-	if err != nil {
+	if k8s, err = client.New(cp.Config, client.Options{Scheme: suiteScheme()}); err != nil {
 		return 1, err
 	}
 	// Receipts are signed with a key from a Secret, as an operator would configure it.
 	if err := createReceiptKey(context.Background()); err != nil {
 		return 1, err
 	}
-	graphs := &graph.Clients{}
-	defer graphs.Close()
+	stop, err := startManager(cp.Config, pools, false)
+	if err != nil {
+		return 1, err
+	}
 	defer pools.Close()
+	code := m.Run()
+	if err := stop(); err != nil {
+		return code, fmt.Errorf("manager: %w", err)
+	}
+	return code, nil
+}
+
+func suiteScheme() *runtime.Scheme {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = lethev1.AddToScheme(scheme)
+	_ = velerov1.AddToScheme(scheme)
+	return scheme
+}
+
+// startManager starts a manager with both controllers, configured as the
+// suite's, against the API server of cfg; stop ends it and waits.
+// another is set for a manager beside the suite's in the same process.
+func startManager(cfg *rest.Config, pools *postgres.Pools, another bool) (stop func() error, err error) {
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:     suiteScheme(),
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Client:     client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		Controller: config.Controller{SkipNameValidation: ptr.To(another)},
+	})
+	if err != nil {
+		return nil, err
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	graphs := &graph.Clients{}
 	if err := (&controllers.MemoryStoreReconciler{
 		Client:          mgr.GetClient(),
 		SecretReader:    mgr.GetAPIReader(),
@@ -124,7 +146,7 @@ func run(m *testing.M) (int, error) {
 		// half of one is exercised in internal/graph.
 		SweepMaxOrphanFraction: 0.9,
 	}).SetupWithManager(mgr); err != nil {
-		return 1, err
+		return nil, err
 	}
 	if err := (&controllers.ErasureRequestReconciler{
 		Client:           mgr.GetClient(),
@@ -145,17 +167,17 @@ func run(m *testing.M) (int, error) {
 		ProbeBudget:      16,
 		RetryAfter:       300 * time.Millisecond,
 	}).SetupWithManager(mgr); err != nil {
-		return 1, err
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	code := m.Run()
-	cancel()
-	if err := <-done; err != nil {
-		return code, fmt.Errorf("manager: %w", err)
-	}
-	return code, nil
+	return func() error {
+		cancel()
+		err := <-done
+		graphs.Close()
+		return err
+	}, nil
 }
 
 // levelFilter passes log lines to the test output only when LETHE_TEST_VERBOSE is set.
@@ -203,14 +225,26 @@ func eventually(t *testing.T, timeout time.Duration, check func() error) {
 // newNamespace creates a namespace for one test.
 func newNamespace(t *testing.T, prefix string) string {
 	t.Helper()
+	return newNamespaceIn(t, k8s, prefix)
+}
+
+// newNamespaceIn is newNamespace in the API server of c.
+func newNamespaceIn(t *testing.T, c client.Client, prefix string) string {
+	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
-	if err := k8s.Create(context.Background(), ns); err != nil {
+	if err := c.Create(context.Background(), ns); err != nil {
 		t.Fatal(err)
 	}
 	return ns.Name
 }
 
 func createSecret(t *testing.T, ns, name string, data map[string]string) {
+	t.Helper()
+	createSecretIn(t, k8s, ns, name, data)
+}
+
+// createSecretIn is createSecret in the API server of c.
+func createSecretIn(t *testing.T, c client.Client, ns, name string, data map[string]string) {
 	t.Helper()
 	// The manager connects as the least-privileged role of migration 00004
 	// (S3), never as the superuser the tests seed with.
@@ -220,7 +254,7 @@ func createSecret(t *testing.T, ns, name string, data map[string]string) {
 		}
 	}
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, StringData: data}
-	if err := k8s.Create(context.Background(), s); err != nil {
+	if err := c.Create(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,14 +1,11 @@
 package controllers_test
 
-// This file sorts after memorystore_controller_test.go on purpose: the test
-// there starts with Velero's CRDs absent and installs them (R4); the tests
-// here need them installed.
+// The suite's control plane has Velero's CRDs installed from the start.
 
 import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,28 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/backups"
-	"github.com/lethe-dev/lethe/internal/testenv"
 )
-
-var veleroOnce sync.Once
-
-func installVeleroCRDs(t *testing.T) {
-	t.Helper()
-	var err error
-	veleroOnce.Do(func() {
-		var dir string
-		if dir, err = testenv.VeleroCRDDir(); err == nil {
-			_, err = envtest.InstallCRDs(cp.Config, envtest.CRDInstallOptions{Paths: []string{dir}, ErrorIfPathMissing: true})
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
 
 // veleroEnv is a memoryEnv whose store selects the Backups labelled
 // app=<its namespace> in a Velero namespace of its own.
@@ -50,7 +29,6 @@ type veleroEnv struct {
 
 func newVeleroEnv(t *testing.T, prefix string) *veleroEnv {
 	t.Helper()
-	installVeleroCRDs(t)
 	ve := &veleroEnv{velero: newNamespace(t, prefix+"-velero")}
 	ve.memoryEnv = newMemoryEnvWith(t, prefix, func(e *memoryEnv) { ve.app = e.ns }, func(s *lethev1.MemoryStore) {
 		s.Spec.Velero = &lethev1.VeleroSpec{Namespace: ve.velero,

@@ -11,6 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source hack/lib.sh
 
+command -v kubectl >/dev/null 2>&1 || die "the demo drives the cluster with kubectl, which is not on the PATH (Debian/Ubuntu: apt-get install kubectl)"
 hack/dev-stack.sh up
 # shellcheck disable=SC1091
 source .dev/env
@@ -18,13 +19,16 @@ if [ "${LETHE_DEMO_KEEP:-}" != 1 ]; then
 	trap 'hack/dev-stack.sh down' EXIT
 fi
 
-log "building the manager and the kubectl plugin; a receipt signing key in lethe-system"
-go build -o "$LOCALBIN/manager" ./cmd/manager
-go build -o "$LOCALBIN/kubectl-erasure" ./cmd/kubectl-erasure
+# Everything the demo runs is built first: nothing below needs the Go
+# toolchain or the module cache.
+log "building the manager, the kubectl plugin and the demo's seeder; a receipt signing key in lethe-system"
+for cmd in cmd/manager cmd/kubectl-erasure hack/demo-seed hack/genkey; do
+	go build -o "$LOCALBIN/$(basename "$cmd")" "./$cmd"
+done
 export PATH="$LOCALBIN:$PATH" # `kubectl erasure` finds the plugin on the PATH
 kubectl get namespace lethe-system >/dev/null 2>&1 || kubectl create namespace lethe-system >/dev/null
 if ! kubectl -n lethe-system get secret lethe-receipt-key >/dev/null 2>&1; then
-	kubectl -n lethe-system create secret generic lethe-receipt-key --from-file=private-key.pem=<(go run ./hack/genkey) >/dev/null
+	kubectl -n lethe-system create secret generic lethe-receipt-key --from-file=private-key.pem=<("$LOCALBIN/genkey") >/dev/null
 fi
 "$LOCALBIN/manager" --kubeconfig "$KUBECONFIG" --metrics-bind-address 0 --health-probe-bind-address 127.0.0.1:0 \
 	--store-recheck-interval 30s --backup-recheck-interval 2s --receipt-key-secret lethe-system/lethe-receipt-key >.dev/manager.log 2>&1 &
@@ -57,7 +61,7 @@ kubectl -n "$ns" get memorystore memory -o jsonpath='{.status.schema.cascadingTa
 
 # --- erasure ---------------------------------------------------------------
 log "seeding synthetic sessions (rounds, facts, embeddings, a shared cache entry, a derived profile) and deriving their graph"
-go run ./hack/demo-seed
+"$LOCALBIN/demo-seed"
 # Velero's Backups of the memory system: one taken yesterday (it may hold the
 # sessions about to be erased), one of another application.
 kubectl get namespace velero >/dev/null 2>&1 || kubectl create namespace velero >/dev/null
@@ -81,7 +85,7 @@ psql_counts() {
 }
 echo
 echo "memory database before: $(psql_counts)"
-echo "knowledge graph before: $(go run ./hack/demo-seed -graph-counts)"
+echo "knowledge graph before: $("$LOCALBIN/demo-seed" -graph-counts)"
 cat <<YAML | kubectl -n "$ns" apply -f -
 apiVersion: erasure.lethe.dev/v1alpha1
 kind: ErasureRequest
@@ -116,7 +120,7 @@ kubectl -n "$ns" wait erasurerequest/forget-immediate --for=jsonpath='{.status.p
 kubectl -n "$ns" wait erasurerequest/forget-with-grace --for=jsonpath='{.status.phase}'=Tombstoned --timeout=60s >/dev/null ||
 	{ kubectl -n "$ns" get erasurerequest forget-with-grace -o yaml >&2; die "forget-with-grace was not tombstoned"; }
 echo "memory database after:  $(psql_counts)"
-echo "knowledge graph after:  $(go run ./hack/demo-seed -graph-counts)"
+echo "knowledge graph after:  $("$LOCALBIN/demo-seed" -graph-counts)"
 echo "  (Orion and Lyra stay: sessions three and four still mention them; Vega and Draco, named only by the erased sessions, are gone)"
 echo
 echo "\$ kubectl -n $ns get erasurerequests"

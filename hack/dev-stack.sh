@@ -27,7 +27,7 @@ up() {
 	if [ ! -x "$LOCALBIN/k8s/kube-apiserver" ] || [ ! -f "$LOCALBIN/falkordb.so" ]; then
 		log "installing the dev stack's services first (cached per machine; the first time takes about 10 minutes)"
 	fi
-	make --no-print-directory test-deps
+	make --no-print-directory dev-deps
 	log "building the dev stack runner"
 	go build -o "$LOCALBIN/devstack" ./hack/devstack
 	log "starting the dev stack (about 10 seconds)"

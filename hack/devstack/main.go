@@ -71,11 +71,8 @@ func run(dir string) error {
 	if err != nil {
 		return err
 	}
-	velero, err := testenv.VeleroCRDDir()
-	if err != nil {
-		return err
-	}
-	cp, err := testenv.StartControlPlane(lethe, velero)
+	// Velero's CRDs come from Velero's Go package, compiled in.
+	cp, err := testenv.StartControlPlaneWith(testenv.ControlPlaneOptions{CRDDirs: []string{lethe}, Velero: true})
 	if err != nil {
 		return err
 	}

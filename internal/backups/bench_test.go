@@ -27,11 +27,7 @@ var benchBackups = flag.Int("lethe.backups", 1000, "P6: Velero Backups in the cl
 // and a write concurrency; the step's first pass patches every Backup, the
 // next pass (what every recheck costs) only lists them.
 func BenchmarkP6BackupStep(b *testing.B) {
-	dir, err := testenv.VeleroCRDDir()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cp, err := testenv.StartControlPlane(dir)
+	cp, err := testenv.StartControlPlaneWith(testenv.ControlPlaneOptions{Velero: true})
 	if err != nil {
 		b.Fatal(err)
 	}

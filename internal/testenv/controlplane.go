@@ -3,10 +3,10 @@ package testenv
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 
+	velerocrds "github.com/vmware-tanzu/velero/config/crd/v1/crds"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -24,23 +24,25 @@ func KubeAssets() string {
 	return filepath.Join(root, "bin", "k8s")
 }
 
-// VeleroCRDDir is where the velero Go module ships its CRDs.
-func VeleroCRDDir() (string, error) {
-	root, err := RepoRoot()
-	if err != nil {
-		return "", err
+// VeleroCRDs returns Velero's CRDs as Velero's own Go package ships them
+// (github.com/vmware-tanzu/velero/config/crd/v1/crds), compiled into the
+// binary: nothing is looked up in the Go module cache at run time. Each call
+// returns fresh copies, since installing a CRD fills in its fields.
+func VeleroCRDs() []*apiextensionsv1.CustomResourceDefinition {
+	out := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(velerocrds.CRDs))
+	for _, crd := range velerocrds.CRDs {
+		out = append(out, crd.DeepCopy())
 	}
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/vmware-tanzu/velero")
-	cmd.Dir = root
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("locate the velero module (go mod download): %w", err)
+	return out
+}
+
+// InstallVeleroCRDs installs Velero's CRDs into a running control plane and
+// waits until the API server serves them.
+func InstallVeleroCRDs(cfg *rest.Config) error {
+	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{CRDs: VeleroCRDs()}); err != nil {
+		return fmt.Errorf("install velero CRDs: %w", err)
 	}
-	dir := filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "v1", "bases")
-	if _, err := os.Stat(dir); err != nil {
-		return "", fmt.Errorf("velero CRDs not found at %s: %w", dir, err)
-	}
-	return dir, nil
+	return nil
 }
 
 // LetheCRDDir is config/crd/bases of this repository.
@@ -58,8 +60,21 @@ type ControlPlane struct {
 	Config *rest.Config
 }
 
+// ControlPlaneOptions says which CRDs a control plane starts with.
+type ControlPlaneOptions struct {
+	// CRDDirs are folders of CRD manifests (Lethe's: LetheCRDDir).
+	CRDDirs []string
+	// Velero installs Velero's CRDs from its Go package.
+	Velero bool
+}
+
 // StartControlPlane starts kube-apiserver and etcd with the given CRD folders installed.
 func StartControlPlane(crdDirs ...string) (*ControlPlane, error) {
+	return StartControlPlaneWith(ControlPlaneOptions{CRDDirs: crdDirs})
+}
+
+// StartControlPlaneWith starts kube-apiserver and etcd with the CRDs the options name installed.
+func StartControlPlaneWith(o ControlPlaneOptions) (*ControlPlane, error) {
 	assets := KubeAssets()
 	for _, b := range []string{"kube-apiserver", "etcd"} {
 		if _, err := os.Stat(filepath.Join(assets, b)); err != nil {
@@ -68,8 +83,11 @@ func StartControlPlane(crdDirs ...string) (*ControlPlane, error) {
 	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     crdDirs,
+		CRDDirectoryPaths:     o.CRDDirs,
 		ErrorIfCRDPathMissing: true,
+	}
+	if o.Velero {
+		env.CRDs = VeleroCRDs()
 	}
 	cfg, err := env.Start()
 	if err != nil {

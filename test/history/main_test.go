@@ -88,11 +88,7 @@ func setup(m *testing.M) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	velero, err := testenv.VeleroCRDDir()
-	if err != nil {
-		return 1, err
-	}
-	if e.cp, err = testenv.StartControlPlane(lethe, velero); err != nil {
+	if e.cp, err = testenv.StartControlPlaneWith(testenv.ControlPlaneOptions{CRDDirs: []string{lethe}, Velero: true}); err != nil {
 		return 1, err
 	}
 	defer func() { _ = e.cp.Stop() }()
