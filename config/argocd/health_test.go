@@ -1,44 +1,207 @@
-// Package argocd holds Lethe's Argo CD health checks (Lua); this test runs
-// them with gopher-lua, as Argo CD does, against objects in every phase.
+// Package argocd holds Lethe's Argo CD health checks, laid out as in Argo
+// CD's own repository (resource_customizations/GROUP/KIND/{health.lua,
+// health_test.yaml,testdata/}) so they can be contributed upstream. This test
+// runs every case of every health_test.yaml with gopher-lua, as Argo CD does.
 package argocd
 
 import (
+	"fmt"
+	"io/fs"
 	"os"
-	"strings"
+	"path/filepath"
+	"slices"
 	"testing"
 
 	lua "github.com/yuin/gopher-lua"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 )
 
-// health runs script with obj set, as Argo CD's health check does.
-func health(t *testing.T, script string, obj runtime.Object) (status, message string) {
+const root = "resource_customizations"
+
+// healthTests is health_test.yaml, in Argo CD's format.
+type healthTests struct {
+	Tests []struct {
+		HealthStatus struct {
+			Status  string `json:"status"`
+			Message string `json:"message"`
+		} `json:"healthStatus"`
+		InputPath string `json:"inputPath"`
+	} `json:"tests"`
+}
+
+// validStatus are the health codes Argo CD accepts from a script.
+var validStatus = []string{"Healthy", "Progressing", "Degraded", "Suspended", "Missing", "Unknown"}
+
+// TestHealthScriptsFromTheUpstreamLayout runs every case of every
+// health_test.yaml, comparing status and message exactly, as Argo CD's
+// TestLuaHealthScript does. It fails when a file the layout needs is missing,
+// when a testdata file is not used by any case, and when a testdata object is
+// not a valid Lethe object (a typo would otherwise test nothing).
+func TestHealthScriptsFromTheUpstreamLayout(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := lethev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]bool{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "health.lua" {
+			return err
+		}
+		dir := filepath.Dir(path)
+		rel, err := filepath.Rel(root, dir)
+		if err != nil {
+			return err
+		}
+		group, kind := filepath.Dir(rel), filepath.Base(rel)
+		gvk := schema.GroupVersionKind{Group: group, Version: lethev1.GroupVersion.Version, Kind: kind}
+		if !scheme.Recognizes(gvk) {
+			return fmt.Errorf("%s: no such Lethe kind %s", dir, gvk)
+		}
+		kinds[kind] = true
+		t.Run(rel, func(t *testing.T) { runHealthTests(t, scheme, gvk, dir) })
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"ErasureRequest", "MemoryStore"} {
+		if !kinds[k] {
+			t.Errorf("no %s/erasure.lethe.dev/%s/health.lua", root, k)
+		}
+	}
+}
+
+func runHealthTests(t *testing.T, scheme *runtime.Scheme, gvk schema.GroupVersionKind, dir string) {
+	script, err := os.ReadFile(filepath.Join(dir, "health.lua"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "health_test.yaml"))
+	if err != nil {
+		t.Fatalf("every health.lua needs its health_test.yaml: %v", err)
+	}
+	var tests healthTests
+	if err := yaml.UnmarshalStrict(raw, &tests); err != nil {
+		t.Fatalf("health_test.yaml: %v", err)
+	}
+	if len(tests.Tests) == 0 {
+		t.Fatal("health_test.yaml has no tests")
+	}
+	used := map[string]bool{}
+	statuses := map[string]bool{}
+	for _, tc := range tests.Tests {
+		used[filepath.Clean(tc.InputPath)] = true
+		statuses[tc.HealthStatus.Status] = true
+		t.Run(tc.InputPath, func(t *testing.T) {
+			in, err := os.ReadFile(filepath.Join(dir, tc.InputPath))
+			if err != nil {
+				t.Fatalf("the case's input is missing: %v", err)
+			}
+			obj := map[string]any{}
+			if err := yaml.Unmarshal(in, &obj); err != nil {
+				t.Fatal(err)
+			}
+			typed, err := scheme.New(gvk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := yaml.UnmarshalStrict(in, typed); err != nil {
+				t.Fatalf("not a valid %s: %v", gvk.Kind, err)
+			}
+			if obj["kind"] != gvk.Kind {
+				t.Fatalf("kind %v in the %s directory", obj["kind"], gvk.Kind)
+			}
+			status, message := runHealth(t, string(script), obj)
+			if !slices.Contains(validStatus, status) {
+				t.Fatalf("status %q is not one Argo CD accepts (%v)", status, validStatus)
+			}
+			if status != tc.HealthStatus.Status || message != tc.HealthStatus.Message {
+				t.Errorf("got %s %q\nwant %s %q", status, message, tc.HealthStatus.Status, tc.HealthStatus.Message)
+			}
+		})
+	}
+	inputs, err := filepath.Glob(filepath.Join(dir, "testdata", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range inputs {
+		rel, _ := filepath.Rel(dir, in)
+		if !used[rel] {
+			t.Errorf("%s is used by no case of health_test.yaml", rel)
+		}
+	}
+	if gvk.Kind == "ErasureRequest" {
+		requireErasureCoverage(t, dir, tests, statuses)
+	}
+}
+
+// requireErasureCoverage keeps the ErasureRequest cases covering every
+// phase, a request with no status yet, and every health Lethe can report.
+func requireErasureCoverage(t *testing.T, dir string, tests healthTests, statuses map[string]bool) {
+	for _, s := range []string{"Healthy", "Progressing", "Degraded", "Suspended"} {
+		if !statuses[s] {
+			t.Errorf("no ErasureRequest case is %s", s)
+		}
+	}
+	phases := map[string]bool{}
+	for _, tc := range tests.Tests {
+		in, err := os.ReadFile(filepath.Join(dir, tc.InputPath))
+		if err != nil {
+			continue // reported by the case itself
+		}
+		var er lethev1.ErasureRequest
+		if err := yaml.Unmarshal(in, &er); err != nil {
+			continue
+		}
+		phases[string(er.Status.Phase)] = true
+	}
+	for _, p := range []lethev1.Phase{"", lethev1.PhasePending, lethev1.PhasePlanned, lethev1.PhaseTombstoned, lethev1.PhaseGracePeriod,
+		lethev1.PhaseDeleted, lethev1.PhaseGraphReconciled, lethev1.PhaseBackupsRotated, lethev1.PhaseCancelled, lethev1.PhaseFailed} {
+		if !phases[string(p)] {
+			t.Errorf("no ErasureRequest case in phase %q (\"\": no status yet)", p)
+		}
+	}
+}
+
+// runHealth runs script with the global obj set, as Argo CD's Lua VM does,
+// with only the libraries Argo CD opens for health scripts.
+func runHealth(t *testing.T, script string, obj map[string]any) (status, message string) {
 	t.Helper()
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := os.ReadFile(script)
-	if err != nil {
-		t.Fatal(err)
-	}
-	L := lua.NewState(lua.Options{SkipOpenLibs: false})
+	L := lua.NewState(lua.Options{SkipOpenLibs: true})
 	defer L.Close()
-	L.SetGlobal("obj", toLua(L, u))
-	if err := L.DoString(string(src)); err != nil {
-		t.Fatalf("%s: %v", script, err)
+	for _, lib := range []struct {
+		name string
+		open lua.LGFunction
+	}{{lua.BaseLibName, lua.OpenBase}, {lua.TabLibName, lua.OpenTable}, {lua.StringLibName, lua.OpenString}, {lua.MathLibName, lua.OpenMath}} {
+		L.Push(L.NewFunction(lib.open))
+		L.Push(lua.LString(lib.name))
+		L.Call(1, 0)
+	}
+	L.SetGlobal("obj", toLua(t, L, obj))
+	if err := L.DoString(script); err != nil {
+		t.Fatalf("health.lua: %v", err)
 	}
 	hs, ok := L.Get(-1).(*lua.LTable)
 	if !ok {
-		t.Fatalf("%s returned %s, want a table", script, L.Get(-1).Type())
+		t.Fatalf("health.lua returned %s, want a table", L.Get(-1).Type())
 	}
-	return hs.RawGetString("status").String(), hs.RawGetString("message").String()
+	s, ok := hs.RawGetString("status").(lua.LString)
+	if !ok {
+		t.Fatalf("health.lua returned no status string")
+	}
+	m := hs.RawGetString("message")
+	if m == lua.LNil {
+		return string(s), ""
+	}
+	return string(s), m.String()
 }
 
-func toLua(L *lua.LState, v any) lua.LValue {
+// toLua converts a decoded YAML object to Lua values as Argo CD does.
+func toLua(t *testing.T, L *lua.LState, v any) lua.LValue {
 	switch x := v.(type) {
 	case nil:
 		return lua.LNil
@@ -51,86 +214,18 @@ func toLua(L *lua.LState, v any) lua.LValue {
 	case float64:
 		return lua.LNumber(x)
 	case map[string]any:
-		t := L.NewTable()
+		tbl := L.NewTable()
 		for k, e := range x {
-			t.RawSetString(k, toLua(L, e))
+			tbl.RawSetString(k, toLua(t, L, e))
 		}
-		return t
+		return tbl
 	case []any:
-		t := L.NewTable()
+		tbl := L.NewTable()
 		for _, e := range x {
-			t.Append(toLua(L, e))
+			tbl.Append(toLua(t, L, e))
 		}
-		return t
+		return tbl
 	}
-	panic("unexpected type")
-}
-
-func cond(t, status, reason, msg string) metav1.Condition {
-	return metav1.Condition{Type: t, Status: metav1.ConditionStatus(status), Reason: reason, Message: msg, LastTransitionTime: metav1.Now()}
-}
-
-func request(phase lethev1.Phase, gen, observed int64, conds ...metav1.Condition) *lethev1.ErasureRequest {
-	er := &lethev1.ErasureRequest{ObjectMeta: metav1.ObjectMeta{Name: "r", Generation: gen}}
-	er.Status.Phase, er.Status.ObservedGeneration, er.Status.Conditions = phase, observed, conds
-	return er
-}
-
-func TestErasureRequestHealthInEveryPhase(t *testing.T) {
-	graceEnds := metav1.NewTime(metav1.Now().Add(1))
-	waiting := request(lethev1.PhaseTombstoned, 1, 1, cond("GracePeriodElapsed", "False", "WaitingForGracePeriod", "waiting"))
-	waiting.Status.GraceEndsAt = &graceEnds
-	cases := map[string]struct {
-		obj    *lethev1.ErasureRequest
-		status string
-	}{
-		"no status yet":       {&lethev1.ErasureRequest{ObjectMeta: metav1.ObjectMeta{Generation: 1}}, "Progressing"},
-		"Pending":             {request(lethev1.PhasePending, 1, 1), "Progressing"},
-		"spec not yet seen":   {request(lethev1.PhaseBackupsRotated, 2, 1), "Progressing"},
-		"Planned":             {request(lethev1.PhasePlanned, 1, 1, cond("Ready", "True", "DryRun", "dry run")), "Healthy"},
-		"Tombstoned in grace": {waiting, "Suspended"},
-		"GracePeriod, deleting": {request(lethev1.PhaseGracePeriod, 1, 1,
-			cond("GracePeriodElapsed", "True", "GraceElapsed", ""), cond("Deleted", "False", "Deleting", "")), "Progressing"},
-		"Deleted, pruning graph": {request(lethev1.PhaseDeleted, 1, 1, cond("GraphReconciled", "False", "GraphPruning", "")), "Progressing"},
-		"GraphReconciled, backups expiring": {request(lethev1.PhaseGraphReconciled, 1, 1,
-			cond("BackupsRotated", "False", "BackupsExpiring", "2 Velero Backup(s) remain")), "Suspended"},
-		"BackupsRotated": {request(lethev1.PhaseBackupsRotated, 1, 1, cond("Ready", "True", "Completed", "done")), "Healthy"},
-		"Cancelled":      {request(lethev1.PhaseCancelled, 1, 1), "Healthy"},
-		"Failed":         {request(lethev1.PhaseFailed, 1, 1), "Degraded"},
-		"Stalled on residue": {request(lethev1.PhaseTombstoned, 1, 1,
-			cond("Stalled", "True", "ResidueFound", "copies remain")), "Degraded"},
-	}
-	for name, tc := range cases {
-		status, msg := health(t, "health-erasurerequest.lua", tc.obj)
-		if status != tc.status {
-			t.Errorf("%s: %s (%q), want %s", name, status, msg, tc.status)
-		}
-		if status == "Suspended" && msg == "" {
-			t.Errorf("%s: Suspended without saying until when", name)
-		}
-	}
-	if _, msg := health(t, "health-erasurerequest.lua", waiting); msg == "" || !strings.Contains(msg, graceEnds.UTC().Format("2006-01-02")) {
-		t.Errorf("the grace message does not say until when: %q", msg)
-	}
-}
-
-func TestMemoryStoreHealth(t *testing.T) {
-	store := func(gen, observed int64, conds ...metav1.Condition) *lethev1.MemoryStore {
-		s := &lethev1.MemoryStore{ObjectMeta: metav1.ObjectMeta{Generation: gen}}
-		s.Status.ObservedGeneration, s.Status.Conditions = observed, conds
-		return s
-	}
-	for name, tc := range map[string]struct {
-		obj    *lethev1.MemoryStore
-		status string
-	}{
-		"new":       {store(1, 0), "Progressing"},
-		"ready":     {store(1, 1, cond("Ready", "True", "AllReady", "ok")), "Healthy"},
-		"not ready": {store(1, 1, cond("Ready", "False", "NotReady", "not ready: GraphReady")), "Degraded"},
-		"stale":     {store(2, 1, cond("Ready", "True", "AllReady", "ok")), "Progressing"},
-	} {
-		if status, msg := health(t, "health-memorystore.lua", tc.obj); status != tc.status {
-			t.Errorf("%s: %s (%q), want %s", name, status, msg, tc.status)
-		}
-	}
+	t.Fatalf("unexpected YAML value %T", v)
+	return lua.LNil
 }
