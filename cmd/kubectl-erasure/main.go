@@ -3,9 +3,12 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
@@ -13,13 +16,24 @@ import (
 )
 
 func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	// Ctrl-C or SIGTERM cancels the command's context, so that plan can
+	// remove its planning request before exiting; a second signal, once
+	// the context is cancelled, kills the process as usual.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() { <-ctx.Done(); stop() }()
 	cmd := erasurecli.NewCommand(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
-	if err := cmd.Execute(); err != nil {
+	if err := cmd.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		var exit *erasurecli.ExitError
 		if errors.As(err, &exit) {
-			os.Exit(exit.Code)
+			return exit.Code
 		}
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -42,64 +40,12 @@ func (o *options) get(ctx context.Context, name string) (client.Client, *lethev1
 	return cl, er, nil
 }
 
-func newCancel(o *options) *cobra.Command {
-	return &cobra.Command{
-		Use:   "cancel NAME",
-		Short: "Cancel a request during its grace period (the tombstones are lifted)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, er, err := o.get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if er.Spec.Cancel {
-				fmt.Fprintf(o.streams.Out, "erasurerequest %s is already cancelled (phase %s)\n", er.Name, er.Status.Phase)
-				return nil
-			}
-			base := er.DeepCopy()
-			er.Spec.Cancel = true
-			if err := cl.Patch(cmd.Context(), er, client.MergeFrom(base)); err != nil {
-				return err
-			}
-			fmt.Fprintf(o.streams.Out, "erasurerequest %s: cancel requested (phase %s); once deletion has started a cancel is too late and the history says so\n", er.Name, er.Status.Phase)
-			return nil
-		},
-	}
-}
-
-func newHistory(o *options) *cobra.Command {
-	return &cobra.Command{
-		Use:   "history NAME",
-		Short: "Show a request's history: its hash chain, entry by entry",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			_, er, err := o.get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			w := tabwriter.NewWriter(o.streams.Out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "#\tTIME\tPHASE\tEVENT\tEVIDENCE\tDIGEST")
-			for i, h := range er.Status.History {
-				fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\n", i, h.Time.UTC().Format(time.RFC3339), h.Phase, dash(h.Event), short(h.EvidenceDigest), short(h.Digest))
-			}
-			_ = w.Flush()
-			if r := er.Status.Receipt; r != nil {
-				signed := "unsigned"
-				if r.Envelope != "" {
-					signed = "signed with key " + short(r.KeyID)
-				}
-				fmt.Fprintf(o.streams.Out, "receipt over %s, %s\n", short(r.Digest), signed)
-			}
-			return nil
-		},
-	}
-}
-
 func newReceipt(o *options) *cobra.Command {
 	return &cobra.Command{
-		Use:   "receipt NAME",
-		Short: "Print the request's receipt (the DSSE envelope when signed) as JSON",
-		Args:  cobra.ExactArgs(1),
+		Use:               "receipt NAME",
+		ValidArgsFunction: o.completeRequests,
+		Short:             "Print the request's receipt (the DSSE envelope when signed) as JSON",
+		Args:              cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			_, er, err := o.get(cmd.Context(), args[0])
 			if err != nil {
@@ -128,8 +74,9 @@ func newReceipt(o *options) *cobra.Command {
 func newVerify(o *options) *cobra.Command {
 	var keyFile, keyConfigMap string
 	cmd := &cobra.Command{
-		Use:   "verify NAME",
-		Short: "Recompute the history's hash chain and check the receipt's signature",
+		Use:               "verify NAME",
+		ValidArgsFunction: o.completeRequests,
+		Short:             "Recompute the history's hash chain and check the receipt's signature",
 		Long: `Recomputes every digest of the request's history and checks that the receipt covers
 an entry of it and is signed by Lethe's key (from --public-key, or the ConfigMap the
 manager publishes). Exits 1 naming the first wrong entry when the chain does not
@@ -205,20 +152,6 @@ func configMapArg(s string) string {
 		if s[i] == '/' {
 			return s[:i] + " " + s[i+1:]
 		}
-	}
-	return s
-}
-
-func short(d string) string {
-	if len(d) > 19 {
-		return d[:19] + "…"
-	}
-	return d
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
 	}
 	return s
 }

@@ -3,6 +3,7 @@ package erasurecli
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // FuzzCreateRequest: whatever the flags, building the request never panics,
@@ -13,8 +14,8 @@ func FuzzCreateRequest(f *testing.F) {
 	f.Add("'; DROP TABLE memory.sessions; --", "", "m", false, "r")
 	f.Add("6F1C2A4E-8B3D-4F5A-9C7E-1D2B3A4C5E6F", "x", "", true, " ")
 	f.Fuzz(func(t *testing.T, a, b, store string, immediate bool, reason string) {
-		c := &createOptions{options: &options{}, store: store, ids: []string{a, b}, immediate: immediate, reason: reason}
-		er, err := c.request("r", "ns")
+		c := &specFlags{store: store, ids: []string{a, b}, immediate: immediate, reason: reason}
+		er, err := c.request("r", "ns", strings.NewReader(""), time.Now())
 		if err != nil {
 			return
 		}
