@@ -9,7 +9,7 @@ import (
 )
 
 func newCancel(o *options) *cobra.Command {
-	out := newOutputFlags("cancel requested")
+	out := newOutputFlags()
 	cmd := &cobra.Command{
 		Use:               "cancel NAME",
 		Short:             "Cancel a request during its grace period (the tombstones are lifted)",

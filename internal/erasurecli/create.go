@@ -25,7 +25,7 @@ type createOptions struct {
 }
 
 func newCreate(o *options) *cobra.Command {
-	c := &createOptions{options: o, out: newOutputFlags("created")}
+	c := &createOptions{options: o, out: newOutputFlags()}
 	cmd := &cobra.Command{
 		Use:   "create NAME --store STORE --session-id ID [--session-id ID ...]",
 		Short: "Request the erasure of sessions (memory-forget), or --export its manifest",

@@ -13,7 +13,7 @@ import (
 )
 
 func newHistory(o *options) *cobra.Command {
-	out := newOutputFlags("")
+	out := newOutputFlags()
 	cmd := &cobra.Command{
 		Use:   "history NAME",
 		Short: "Show a request's history: its hash chain, entry by entry",

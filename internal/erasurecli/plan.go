@@ -39,7 +39,7 @@ type planOptions struct {
 }
 
 func newPlan(o *options) *cobra.Command {
-	p := &planOptions{options: o, out: newOutputFlags("planned")}
+	p := &planOptions{options: o, out: newOutputFlags()}
 	cmd := &cobra.Command{
 		Use:   "plan [NAME] --store STORE --session-id ID [--session-id ID ...]",
 		Short: "Show what an erasure would remove, counted by the database; changes nothing",

@@ -34,10 +34,10 @@ type outputFlags struct {
 	wide   bool
 }
 
-// newOutputFlags: operation is the verb -o name prints after the name
-// ("created"), as kubectl does.
-func newOutputFlags(operation string) *outputFlags {
-	f := &outputFlags{print: genericclioptions.NewPrintFlags(operation).WithTypeSetter(scheme), format: outputTable}
+// newOutputFlags: the table by default.
+func newOutputFlags() *outputFlags {
+	// No operation: -o name prints the bare name, as kubectl create -o name does.
+	f := &outputFlags{print: genericclioptions.NewPrintFlags("").WithTypeSetter(scheme), format: outputTable}
 	f.print.OutputFormat = &f.format
 	return f
 }

@@ -78,10 +78,10 @@ func (s *specFlags) request(name, ns string, stdin io.Reader, now time.Time) (*l
 	seen := map[string]bool{}
 	for _, id := range ids {
 		switch {
+		case seen[id]:
+			problems = append(problems, fmt.Sprintf("session %q is listed twice", id))
 		case !sessionID.MatchString(id):
 			problems = append(problems, fmt.Sprintf("%q is not a lowercase canonical UUID", id))
-		case seen[id]:
-			problems = append(problems, fmt.Sprintf("session %s is listed twice", id))
 		}
 		seen[id] = true
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"time"
 
@@ -21,7 +22,7 @@ import (
 const recentEvents = 10
 
 func newStatus(o *options) *cobra.Command {
-	out := newOutputFlags("")
+	out := newOutputFlags()
 	cmd := &cobra.Command{
 		Use:   "status NAME",
 		Short: "Show a request's state: conditions, what it waits for next, plan, evidence, recent events",
@@ -52,7 +53,7 @@ receipt, and its recent events. -o yaml or -o json print the object itself.`,
 }
 
 // requestEvents lists the events about the request (events.k8s.io/v1,
-// matched by the object's UID), oldest first.
+// matched by the object's UID).
 func requestEvents(ctx context.Context, cl client.Client, er *lethev1.ErasureRequest) ([]eventsv1.Event, error) {
 	list := &eventsv1.EventList{}
 	if err := cl.List(ctx, list, client.InNamespace(er.Namespace), client.MatchingFields{"regarding.uid": string(er.UID)}); err != nil {
@@ -64,7 +65,6 @@ func requestEvents(ctx context.Context, cl client.Client, er *lethev1.ErasureReq
 			evs = append(evs, e)
 		}
 	}
-	sort.SliceStable(evs, func(i, j int) bool { return eventTime(evs[i]).Before(eventTime(evs[j])) })
 	return evs, nil
 }
 
@@ -204,6 +204,8 @@ func describe(out io.Writer, er *lethev1.ErasureRequest, events []eventsv1.Event
 		fmt.Fprintf(out, "  cannot list events: %v\n", evErr)
 		return
 	}
+	events = slices.Clone(events)
+	sort.SliceStable(events, func(i, j int) bool { return eventTime(events[i]).Before(eventTime(events[j])) })
 	if len(events) > recentEvents {
 		events = events[len(events)-recentEvents:]
 	}
