@@ -97,6 +97,7 @@ type managerFlags struct {
 	kubeQPS                float64
 	kubeBurst              int
 	receiptKey             string
+	receiptKeyCreate       bool
 	concurrency            int
 	stripManagedFields     bool
 }
@@ -132,6 +133,7 @@ func runManager(args []string) int {
 	fs.Float64Var(&f.kubeQPS, "kube-api-qps", 100, "queries per second the manager's Kubernetes client may send")
 	fs.IntVar(&f.kubeBurst, "kube-api-burst", 200, "burst above --kube-api-qps the Kubernetes client may send")
 	fs.StringVar(&f.receiptKey, "receipt-key-secret", "", "NAMESPACE/NAME of the Secret whose "+controllers.ReceiptPrivateKey+" (PEM ed25519) signs receipts; the public key is published in a ConfigMap of the same name. Empty: receipts are unsigned")
+	fs.BoolVar(&f.receiptKeyCreate, "receipt-key-create", true, "create the --receipt-key-secret Secret with a new ed25519 key when it does not exist (an Event on the Secret says so); false: a missing Secret makes receipts wait for it")
 	fs.IntVar(&f.concurrency, "max-concurrent-reconciles", 4, "ErasureRequests worked on at once")
 	fs.BoolVar(&f.stripManagedFields, "cache-strip-managed-fields", true, "drop metadata.managedFields from cached objects (the manager never reads them; P4 measures the memory this saves)")
 	zapOpts := zap.Options{}
@@ -238,6 +240,20 @@ func runManager(args []string) int {
 	}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "set up the ErasureRequest controller")
 		return 1
+	}
+
+	if receiptKey.Name != "" {
+		// Receipts are signed from the first install: the key is made if missing.
+		if err := mgr.Add(&controllers.ReceiptKeySetup{
+			Client:   mgr.GetClient(),
+			Reader:   mgr.GetAPIReader(),
+			Recorder: mgr.GetEventRecorder("lethe-receipt-key"),
+			Secret:   receiptKey,
+			Create:   f.receiptKeyCreate,
+		}); err != nil {
+			log.Error(err, "set up the receipt signing key")
+			return 1
+		}
 	}
 
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
