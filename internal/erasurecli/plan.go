@@ -47,8 +47,9 @@ func newPlan(o *options) *cobra.Command {
 cache entries, derived records, graph elements and backups it would remove. Nothing
 is tombstoned or deleted.
 
-The plan comes from a short-lived dry-run ErasureRequest (NAME-plan-xxxxx) that is
-deleted again, also on Ctrl-C or failure. It is labelled ` + planLabel + `=true
+The plan comes from a short-lived dry-run ErasureRequest (NAME-plan-xxxxx, NAME
+"erasure" by default) that is deleted again, also on Ctrl-C or failure. It is
+labelled ` + planLabel + `=true
 and annotated with ` + planExpiresAt + `; should the plugin be killed before
 removing it, the next plan in the namespace removes it once expired.`,
 		Example: `  kubectl erasure plan --store memory --session-id 6f1c2a4e-8b3d-4f5a-9c7e-1d2b3a4c5e6f
@@ -56,7 +57,7 @@ removing it, the next plan in the namespace removes it once expired.`,
 		Args:              cobra.MaximumNArgs(1),
 		ValidArgsFunction: cobra.NoFileCompletions,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name := "plan"
+			name := "erasure"
 			if len(args) == 1 {
 				name = args[0]
 			}
@@ -81,7 +82,6 @@ func (p *planOptions) run(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	// The suffix keeps the name within the API's limit and unique.
 	er, err := p.spec.request(name, ns, p.streams.In, time.Now())
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -102,9 +103,14 @@ func (o *options) serverVersions(ctx context.Context) *serverVersions {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if dc, err := o.flags.ToDiscoveryClient(); err == nil {
-		if v, err := dc.ServerVersion(); err == nil {
-			sv.Kubernetes = v.GitVersion
+	if cfg, err := o.flags.ToRESTConfig(); err == nil {
+		// Discovery takes no context: a timeout keeps an unreachable
+		// server from holding version up.
+		cfg.Timeout = 10 * time.Second
+		if dc, err := discovery.NewDiscoveryClientForConfig(cfg); err == nil {
+			if v, err := dc.ServerVersion(); err == nil {
+				sv.Kubernetes = v.GitVersion
+			}
 		}
 	}
 	cl, _, err := o.client()
