@@ -12,6 +12,7 @@ SHELL := /usr/bin/env bash -o pipefail
 CONTROLLER_GEN_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION  ?= v2.15.0
 HELM_VERSION           ?= v3.22.0
+CYCLONEDX_GOMOD_VERSION ?= v1.10.0
 KUBE_VERSION           ?= 1.37.2
 ETCD_VERSION           ?= 3.6.16
 PG_MAJOR               ?= 15
@@ -43,9 +44,9 @@ help: ## Show this help.
 .PHONY: manifests
 manifests: controller-gen ## Generate the CRDs and RBAC from the markers.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./api/..." paths="./controllers/..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
-	@# The Helm chart ships the same CRDs and the same manager rules.
-	@mkdir -p charts/lethe/crds charts/lethe/files
-	@cp config/crd/bases/*.yaml charts/lethe/crds/
+	@# The Helm chart ships the same CRDs (rendered by templates/crds/) and the same manager rules.
+	@mkdir -p charts/lethe/files/crds
+	@cp config/crd/bases/*.yaml charts/lethe/files/crds/
 	@cp config/rbac/role.yaml charts/lethe/files/manager-role.yaml
 	@cp config/prometheus/rules.yaml charts/lethe/files/prometheus-rules.yaml
 
@@ -123,6 +124,28 @@ dev-down: ## Stop the local dev stack.
 .PHONY: demo
 demo: ## Run the demo: dev stack, manager, a sample MemoryStore reaching Ready.
 	hack/demo.sh
+
+##@ Release
+# Nothing is published: the artifacts land in $(DIST) (git-ignored).
+VERSION           ?= $(shell git describe --tags --always --dirty)
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+RELEASE_URL       ?= https://github.com/lethe-dev/lethe/releases/download/$(VERSION)
+DIST              ?= $(CURDIR)/dist
+IMG               ?= ghcr.io/lethe-dev/lethe:$(VERSION)
+IMAGE_PLATFORMS   ?= linux/amd64
+export CYCLONEDX_GOMOD := $(LOCALBIN)/cyclonedx-gomod
+
+.PHONY: release
+release: helm cyclonedx-gomod ## Build the release into dist/: plugin and manager for RELEASE_PLATFORMS (archives), SBOMs, chart, krew manifest, checksums.
+	VERSION="$(VERSION)" RELEASE_PLATFORMS="$(RELEASE_PLATFORMS)" RELEASE_URL="$(RELEASE_URL)" DIST="$(DIST)" hack/release.sh release
+
+.PHONY: image
+image: ## Build the manager's image IMG for IMAGE_PLATFORMS with the Dockerfile (needs docker, podman or buildah).
+	VERSION="$(VERSION)" IMG="$(IMG)" IMAGE_PLATFORMS="$(IMAGE_PLATFORMS)" hack/release.sh image
+
+.PHONY: cyclonedx-gomod
+cyclonedx-gomod: ## Build and cache cyclonedx-gomod (the release's SBOMs).
+	@hack/go-install-tool.sh cyclonedx-gomod github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod $(CYCLONEDX_GOMOD_VERSION)
 
 ##@ Dependencies
 .PHONY: helm
