@@ -13,6 +13,7 @@ CONTROLLER_GEN_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION  ?= v2.15.0
 HELM_VERSION           ?= v3.22.0
 CYCLONEDX_GOMOD_VERSION ?= v1.10.0
+PROMTOOL_VERSION       ?= v0.316.0
 KUBE_VERSION           ?= 1.37.2
 ETCD_VERSION           ?= 3.6.16
 PG_MAJOR               ?= 15
@@ -27,13 +28,16 @@ LOCALBIN := $(CURDIR)/bin
 CONTROLLER_GEN := $(LOCALBIN)/controller-gen
 GOLANGCI_LINT  := $(LOCALBIN)/golangci-lint
 export LETHE_HELM := $(LOCALBIN)/helm
+export LETHE_PROMTOOL := $(LOCALBIN)/promtool
 
 # What the tests need to find the real services (see internal/testenv).
 export KUBEBUILDER_ASSETS      := $(LOCALBIN)/k8s
 export LETHE_PG_BIN            := /usr/lib/postgresql/$(PG_MAJOR)/bin
 export LETHE_FALKORDB_MODULE   := $(LOCALBIN)/falkordb.so
 
-GO_TEST_FLAGS ?= -count=1 -timeout 30m
+# -shuffle on: no test may depend on the order the tests run in (go test prints
+# the seed to replay a failing order with -shuffle N).
+GO_TEST_FLAGS ?= -count=1 -timeout 30m -shuffle on
 
 ##@ General
 .PHONY: help
@@ -49,6 +53,7 @@ manifests: controller-gen ## Generate the CRDs and RBAC from the markers.
 	@cp config/crd/bases/*.yaml charts/lethe/files/crds/
 	@cp config/rbac/role.yaml charts/lethe/files/manager-role.yaml
 	@cp config/prometheus/rules.yaml charts/lethe/files/prometheus-rules.yaml
+	@cp config/grafana/lethe-dashboard.json charts/lethe/files/grafana-dashboard.json
 
 .PHONY: generate
 generate: controller-gen ## Generate deepcopy code from the markers.
@@ -73,8 +78,11 @@ lint: golangci-lint ## Run golangci-lint.
 	$(GOLANGCI_LINT) run ./...
 
 ##@ Test
+.PHONY: dev-deps
+dev-deps: envtest-assets postgres falkordb ## Install and cache the services the dev stack and the demo start.
+
 .PHONY: test-deps
-test-deps: envtest-assets postgres falkordb helm ## Install and cache every service and tool the tests start.
+test-deps: dev-deps helm promtool cyclonedx-gomod ## Install and cache every service and tool the tests start.
 
 .PHONY: test
 test: test-deps manifests generate ## Install what the tests need, then run every test against real services, then a short fuzz run.
@@ -151,6 +159,10 @@ cyclonedx-gomod: ## Build and cache cyclonedx-gomod (the release's SBOMs).
 .PHONY: helm
 helm: ## Build and cache helm (the chart's tests run helm lint and helm template).
 	@hack/go-install-tool.sh helm helm.sh/helm/v3/cmd/helm $(HELM_VERSION)
+
+.PHONY: promtool
+promtool: ## Build and cache promtool from the Prometheus module (the alert rules' tests run it; minutes the first time).
+	@hack/go-install-tool.sh promtool github.com/prometheus/prometheus/cmd/promtool $(PROMTOOL_VERSION)
 
 .PHONY: envtest-assets
 envtest-assets: ## Build and cache kube-apiserver and etcd (minutes the first time).
