@@ -21,10 +21,12 @@ func TestProjectFileDescribesTheTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	var project struct {
-		Domain    string `json:"domain"`
-		Repo      string `json:"repo"`
-		Version   string `json:"version"`
-		Resources []struct {
+		Domain      string   `json:"domain"`
+		Layout      []string `json:"layout"`
+		ProjectName string   `json:"projectName"`
+		Repo        string   `json:"repo"`
+		Version     string   `json:"version"`
+		Resources   []struct {
 			API *struct {
 				CRDVersion string `json:"crdVersion"`
 				Namespaced bool   `json:"namespaced"`
@@ -41,8 +43,9 @@ func TestProjectFileDescribesTheTree(t *testing.T) {
 	if err := yaml.UnmarshalStrict(raw, &project); err != nil {
 		t.Fatalf("PROJECT: %v", err)
 	}
-	if project.Version != "3" || project.Repo != "github.com/lethe-dev/lethe" {
-		t.Errorf("PROJECT version %q repo %q", project.Version, project.Repo)
+	if project.Version != "3" || project.Repo != "github.com/lethe-dev/lethe" || project.ProjectName != "lethe" ||
+		len(project.Layout) != 1 || project.Layout[0] != "go.kubebuilder.io/v4" {
+		t.Errorf("PROJECT version %q repo %q name %q layout %v", project.Version, project.Repo, project.ProjectName, project.Layout)
 	}
 	crds, err := filepath.Glob("../../config/crd/bases/*.yaml")
 	if err != nil || len(crds) == 0 {
