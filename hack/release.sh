@@ -5,7 +5,7 @@
 #
 #   hack/release.sh         binaries (kubectl-erasure, manager) for each of
 #                           RELEASE_PLATFORMS, tar.gz archives with LICENSE and
-#                           README.md, CycloneDX SBOMs, the packaged Helm chart,
+#                           README.md, a CycloneDX SBOM each, the packaged Helm chart,
 #                           the krew plugin manifest, and checksums.txt (sha256)
 #   hack/release.sh image   the manager's container image with the Dockerfile,
 #                           where docker, podman or buildah is installed
@@ -137,17 +137,15 @@ release() {
 			CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -ldflags "$(ldflags)" \
 				-o "$DIST/.bin/${name}_${os}_${arch}" "./cmd/$name"
 			archive "$name" "$os" "$arch"
+			# Its SBOM: the modules linked into this binary for this platform
+			# (build constraints select them) and the Go standard library, with
+			# the licences detected; no serial or timestamp, so it is reproducible.
+			CGO_ENABLED=0 GOOS=$os GOARCH=$arch "$cdx" app -json -licenses -std -noserial -notimestamp -main "cmd/$name" \
+				-output "$DIST/${name}_${VERSION}_${os}_${arch}.cdx.json" . 2>"$DIST/.sbom.log" ||
+				{ cat "$DIST/.sbom.log" >&2; die "cyclonedx-gomod failed for $name $os/$arch"; }
 		done
 	done
-	rm -rf "$DIST/.bin" "$DIST/.stage"
-
-	# One SBOM per binary: the modules linked into it (what ships), with licences.
-	for name in kubectl-erasure manager; do
-		log "SBOM $name"
-		"$cdx" app -json -licenses -main "cmd/$name" -output "$DIST/${name}_${VERSION}.cdx.json" . 2>"$DIST/.sbom.log" ||
-			{ cat "$DIST/.sbom.log" >&2; die "cyclonedx-gomod failed for $name"; }
-	done
-	rm -f "$DIST/.sbom.log"
+	rm -rf "$DIST/.bin" "$DIST/.stage" "$DIST/.sbom.log"
 
 	log "chart"
 	"$helm" package charts/lethe --version "$(semver)" --app-version "$VERSION" -d "$DIST" >/dev/null

@@ -81,26 +81,31 @@ func platforms() []string {
 
 func TestRelease(t *testing.T) {
 	root := repoRoot(t)
+	// The commit is read once and passed: the work tree may move on while the release builds.
+	head, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit := strings.TrimSpace(string(head))
 	dist := filepath.Join(t.TempDir(), "dist")
 	cmd := exec.Command(filepath.Join(root, "hack", "release.sh"), "release")
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "VERSION="+version, "DIST="+dist, "RELEASE_URL="+releaseURL,
+	cmd.Env = append(os.Environ(), "VERSION="+version, "GIT_COMMIT="+commit, "DIST="+dist, "RELEASE_URL="+releaseURL,
 		"RELEASE_PLATFORMS="+strings.Join(platforms(), " "),
 		"LETHE_HELM="+tool(t, "LETHE_HELM", "helm"), "CYCLONEDX_GOMOD="+tool(t, "CYCLONEDX_GOMOD", "cyclonedx-gomod"))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("hack/release.sh: %v\n%s", err, out)
 	}
-	commit, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
 
-	t.Run("archives", func(t *testing.T) { checkArchives(t, dist, strings.TrimSpace(string(commit))) })
+	t.Run("archives", func(t *testing.T) { checkArchives(t, dist, commit) })
 	t.Run("checksums", func(t *testing.T) { checkChecksums(t, dist) })
 	t.Run("krew", func(t *testing.T) { checkKrew(t, dist) })
 	t.Run("sbom", func(t *testing.T) {
-		checkSBOM(t, filepath.Join(dist, "manager_"+version+".cdx.json"), "sigs.k8s.io/controller-runtime")
-		checkSBOM(t, filepath.Join(dist, "kubectl-erasure_"+version+".cdx.json"), "github.com/spf13/cobra")
+		for _, p := range platforms() {
+			suffix := "_" + version + "_" + strings.ReplaceAll(p, "/", "_") + ".cdx.json"
+			checkSBOM(t, filepath.Join(dist, "manager"+suffix), "sigs.k8s.io/controller-runtime")
+			checkSBOM(t, filepath.Join(dist, "kubectl-erasure"+suffix), "github.com/spf13/cobra")
+		}
 	})
 	t.Run("chart", func(t *testing.T) { checkChartInstalls(t, filepath.Join(dist, "lethe-"+chartVer+".tgz")) })
 }
@@ -257,7 +262,7 @@ func checkChecksums(t *testing.T, dist string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := 2*len(platforms()) + 2 + 1 + 1; len(listed) != want { // archives, SBOMs, chart, krew manifest
+	if want := 4*len(platforms()) + 1 + 1; len(listed) != want { // archives and SBOMs, chart, krew manifest
 		t.Errorf("checksums.txt lists %d files, want %d: %v", len(listed), want, listed)
 	}
 }
@@ -350,6 +355,9 @@ func checkSBOM(t *testing.T, file, dependency string) {
 			Version  string `json:"version"`
 			PURL     string `json:"purl"`
 			Licenses []any  `json:"licenses"`
+			Evidence struct {
+				Licenses []any `json:"licenses"`
+			} `json:"evidence"`
 		} `json:"components"`
 	}
 	if err := json.Unmarshal(raw, &bom); err != nil {
@@ -366,7 +374,7 @@ func checkSBOM(t *testing.T, file, dependency string) {
 		if c.Name == dependency && c.Version != "" && strings.HasPrefix(c.PURL, "pkg:golang/"+dependency+"@") {
 			found = true
 		}
-		if len(c.Licenses) > 0 {
+		if len(c.Licenses)+len(c.Evidence.Licenses) > 0 { // detected licences are evidence
 			licensed++
 		}
 	}
