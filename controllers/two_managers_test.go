@@ -59,6 +59,15 @@ func TestTwoManagersAtOnceDeleteEachSessionOnce(t *testing.T) {
 			t.Errorf("second manager: %v", err)
 		}
 	}()
+	// The requests are created only once the second manager watches them:
+	// otherwise the suite's manager, already running, can finish them all
+	// before the second one has listed anything.
+	if _, err := mgr.GetCache().GetInformer(ctx, &lethev1.ErasureRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		t.Fatal("the second manager's cache did not sync")
+	}
 
 	e := newMemoryEnv(t, "two-managers")
 	const requests, perRequest = 8, 3
