@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -35,6 +36,7 @@ import (
 	"github.com/lethe-dev/lethe/internal/backups"
 	"github.com/lethe-dev/lethe/internal/graph"
 	"github.com/lethe-dev/lethe/internal/postgres"
+	"github.com/lethe-dev/lethe/internal/version"
 )
 
 func main() {
@@ -136,6 +138,7 @@ func runManager(args []string) int {
 	fs.BoolVar(&f.receiptKeyCreate, "receipt-key-create", true, "create the --receipt-key-secret Secret with a new ed25519 key when it does not exist (an Event on the Secret says so); false: a missing Secret makes receipts wait for it")
 	fs.IntVar(&f.concurrency, "max-concurrent-reconciles", 4, "ErasureRequests worked on at once")
 	fs.BoolVar(&f.stripManagedFields, "cache-strip-managed-fields", true, "drop metadata.managedFields from cached objects (the manager never reads them; P4 measures the memory this saves)")
+	printVersion := fs.Bool("version", false, "print the build information (version, commit, date) as JSON and exit")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	fs.Usage = func() {
@@ -144,6 +147,11 @@ func runManager(args []string) int {
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *printVersion {
+		b, _ := json.Marshal(version.Get())
+		fmt.Println(string(b))
+		return 0
 	}
 	if err := validateFlags(f); err != nil {
 		fmt.Fprintln(os.Stderr, "manager:", err)
@@ -265,7 +273,9 @@ func runManager(args []string) int {
 		return 1
 	}
 
-	log.Info("starting manager", "leaderElection", f.leaderElect, "storeRecheckInterval", f.storeRecheck.String())
+	v := version.Get()
+	log.Info("starting manager", "version", v.Version, "gitCommit", v.GitCommit, "buildDate", v.BuildDate,
+		"leaderElection", f.leaderElect, "storeRecheckInterval", f.storeRecheck.String())
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "manager stopped")
 		return 1
