@@ -75,6 +75,9 @@ type ErasureRequestReconciler struct {
 	GraphDeleteLimit int
 	// GraphTimeout bounds the graph work of one pass.
 	GraphTimeout time.Duration
+	// PlanTTL is how long a planning request (kubectl erasure plan) left
+	// behind by its plugin stays after its plan (DefaultPlanTTL when zero).
+	PlanTTL time.Duration
 	// BackupRecheck bounds the wait between checks of Backups still expiring.
 	BackupRecheck time.Duration
 	// MaxConcurrentReconciles is how many requests are worked on at once
@@ -103,7 +106,7 @@ type scope struct {
 
 type step func(ctx context.Context, s *scope) (done bool, err error)
 
-// +kubebuilder:rbac:groups=erasure.lethe.dev,resources=erasurerequests,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=erasure.lethe.dev,resources=erasurerequests,verbs=get;list;watch;update;patch;delete
 // +kubebuilder:rbac:groups=erasure.lethe.dev,resources=erasurerequests/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=erasure.lethe.dev,resources=erasurerequests/finalizers,verbs=update
 
@@ -148,7 +151,7 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	// Planned and Cancelled are final: nothing, not even an unreachable
 	// database, may rewrite their conditions.
 	if terminal(s.req.Status.Conditions) {
-		return ctrl.Result{}, nil
+		return r.reapPlan(ctx, er)
 	}
 	if done := r.resolveStore(ctx, s); !done {
 		return s.result, nil
@@ -272,8 +275,11 @@ func (r *ErasureRequestReconciler) setStep(s *scope, condType string, ok bool, r
 	if ok {
 		status = metav1.ConditionTrue
 	}
+	// The transition time is the injected clock's, like every other time
+	// the reconciler compares (the planning request's TTL counts from it).
 	meta.SetStatusCondition(&s.req.Status.Conditions, metav1.Condition{
 		Type: condType, Status: status, Reason: reason, Message: message, ObservedGeneration: s.req.Generation,
+		LastTransitionTime: metav1.NewTime(r.Clock.Now()),
 	})
 }
 

@@ -105,6 +105,16 @@ const (
 	PhaseFailed          Phase = "Failed"
 )
 
+// A planning request is a dry-run ErasureRequest that `kubectl erasure plan`
+// creates and deletes again. It carries LabelPlan=true and, in
+// AnnotationPlanExpiresAt (RFC 3339), when the plugin is done with it; should
+// the plugin be killed before deleting it, the manager deletes it once that
+// time and its own PlanTTL after the plan have passed.
+const (
+	LabelPlan               = "erasure.lethe.dev/plan"
+	AnnotationPlanExpiresAt = "erasure.lethe.dev/plan-expires-at"
+)
+
 // ErasureRequest condition types: one per step, plus Ready, Stalled and
 // Reconciling (the three kstatus reads: Flux and other GitOps tools).
 const (

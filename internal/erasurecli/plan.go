@@ -21,8 +21,8 @@ import (
 // mark it for what it is: the label to find it, the annotation to say
 // when it may be removed by anyone (the next plan run does so).
 const (
-	planLabel      = "erasure.lethe.dev/plan"
-	planExpiresAt  = "erasure.lethe.dev/plan-expires-at"
+	planLabel      = lethev1.LabelPlan
+	planExpiresAt  = lethev1.AnnotationPlanExpiresAt
 	managedByLabel = "app.kubernetes.io/managed-by"
 	managedBy      = "kubectl-erasure"
 )
@@ -51,7 +51,8 @@ The plan comes from a short-lived dry-run ErasureRequest (NAME-plan-xxxxx, NAME
 "erasure" by default) that is deleted again, also on Ctrl-C or failure. It is
 labelled ` + planLabel + `=true
 and annotated with ` + planExpiresAt + `; should the plugin be killed before
-removing it, the next plan in the namespace removes it once expired.`,
+removing it, the manager deletes it once expired (as does the next plan in the
+namespace).`,
 		Example: `  kubectl erasure plan --store memory --session-id 6f1c2a4e-8b3d-4f5a-9c7e-1d2b3a4c5e6f
   kubectl erasure plan ticket-42 --store memory --session-ids-from ids.txt -o yaml`,
 		Args:              cobra.MaximumNArgs(1),

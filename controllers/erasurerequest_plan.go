@@ -1,0 +1,62 @@
+package controllers
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+)
+
+// DefaultPlanTTL is how long a planning request stays after its plan when
+// the plugin that made it did not delete it.
+const DefaultPlanTTL = 10 * time.Minute
+
+// planExpiry says when a planning request left behind may be deleted: once
+// both the plugin's own expiry and ttl after the plan have passed. Only a
+// planned dry run labelled as a plan qualifies (ok false otherwise): a
+// request that may have erased anything is never deleted by the manager.
+// The plan's time is the step condition's transition time, taken from the
+// manager's own clock, so a skewed clock cannot make it delete a plan the
+// moment it is written.
+func planExpiry(er *lethev1.ErasureRequest, ttl time.Duration) (at time.Time, ok bool) {
+	if !er.Spec.DryRun || er.Labels[lethev1.LabelPlan] != "true" || er.Status.Phase != lethev1.PhasePlanned {
+		return time.Time{}, false
+	}
+	planned := meta.FindStatusCondition(er.Status.Conditions, lethev1.ConditionTombstoned)
+	if planned == nil || planned.Reason != lethev1.ReasonDryRun {
+		return time.Time{}, false
+	}
+	at = planned.LastTransitionTime.Add(ttl)
+	if t, err := time.Parse(time.RFC3339, er.Annotations[lethev1.AnnotationPlanExpiresAt]); err == nil && t.After(at) {
+		at = t
+	}
+	return at, true
+}
+
+// reapPlan deletes a planning request its plugin left behind once it has
+// expired, or comes back then.
+func (r *ErasureRequestReconciler) reapPlan(ctx context.Context, er *lethev1.ErasureRequest) (ctrl.Result, error) {
+	ttl := r.PlanTTL
+	if ttl <= 0 {
+		ttl = DefaultPlanTTL
+	}
+	at, ok := planExpiry(er, ttl)
+	if !ok {
+		return ctrl.Result{}, nil
+	}
+	if wait := at.Sub(r.Clock.Now()); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	// Preconditioned on the version read, so a request changed since is
+	// looked at again rather than deleted.
+	uid, rv := er.UID, er.ResourceVersion
+	if err := r.Client.Delete(ctx, er, client.Preconditions{UID: &uid, ResourceVersion: &rv}); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	ctrl.LoggerFrom(ctx).Info("deleted a planning request its plugin left behind")
+	return ctrl.Result{}, nil
+}
