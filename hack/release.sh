@@ -147,8 +147,13 @@ release() {
 	done
 	rm -rf "$DIST/.bin" "$DIST/.stage" "$DIST/.sbom.log"
 
+	# The chart, its app version and the image Artifact Hub lists being this release's.
 	log "chart"
-	"$helm" package charts/lethe --version "$(semver)" --app-version "$VERSION" -d "$DIST" >/dev/null
+	mkdir -p "$DIST/.chart"
+	cp -R charts/lethe "$DIST/.chart/"
+	sed -i "s|image: ghcr.io/lethe-dev/lethe:.*|image: ghcr.io/lethe-dev/lethe:$VERSION|" "$DIST/.chart/lethe/Chart.yaml"
+	"$helm" package "$DIST/.chart/lethe" --version "$(semver)" --app-version "$VERSION" -d "$DIST" >/dev/null
+	rm -rf "$DIST/.chart"
 
 	log "krew manifest"
 	krew_manifest

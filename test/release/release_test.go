@@ -443,6 +443,10 @@ func checkChartInstalls(t *testing.T, chart string) {
 	if img := dep.Spec.Template.Spec.Containers[0].Image; img != "ghcr.io/lethe-dev/lethe:"+version {
 		t.Errorf("the packaged chart runs %s, want the release's image tag %s", img, version)
 	}
+	if meta := helm("show", "chart", chart); !strings.Contains(meta, "image: ghcr.io/lethe-dev/lethe:"+version+"\n") ||
+		!strings.Contains(meta, "appVersion: "+version) || !strings.Contains(meta, "version: "+chartVer) {
+		t.Errorf("the packaged Chart.yaml does not name this release (version, appVersion, Artifact Hub image):\n%s", meta)
+	}
 	for _, o := range []struct {
 		obj  client.Object
 		name string
