@@ -90,6 +90,7 @@ type managerFlags struct {
 	probeTimeout           time.Duration
 	pgMaxConns             int
 	reverify               time.Duration
+	planTTL                time.Duration
 	batchSize              int
 	probeBudget            int
 	graphBatch             int
@@ -126,6 +127,7 @@ func runManager(args []string) int {
 	fs.DurationVar(&f.probeTimeout, "probe-timeout", 10*time.Second, "bound on each connectivity or audit check")
 	fs.IntVar(&f.pgMaxConns, "postgres-max-conns", 4, "connections per MemoryStore database pool")
 	fs.DurationVar(&f.reverify, "reverify-interval", time.Hour, "how often a completed ErasureRequest is checked for resurrected sessions")
+	fs.DurationVar(&f.planTTL, "plan-ttl", controllers.DefaultPlanTTL, "how long a planning request (kubectl erasure plan) its plugin left behind stays after its plan before the manager deletes it")
 	fs.IntVar(&f.batchSize, "delete-batch-size", 100, "sessions deleted per database transaction")
 	fs.IntVar(&f.probeBudget, "residue-probe-budget", 64, "erased embeddings per request that the residue probe queries")
 	fs.IntVar(&f.graphBatch, "graph-batch-size", 50, "erased sessions pruned from the graph per batch (one receipt each)")
@@ -243,6 +245,7 @@ func runManager(args []string) int {
 		GraphBatch:              f.graphBatch,
 		GraphDeleteLimit:        f.graphDeleteLimit,
 		ReverifyInterval:        f.reverify,
+		PlanTTL:                 f.planTTL,
 		BatchSize:               f.batchSize,
 		ProbeBudget:             f.probeBudget,
 	}).SetupWithManager(mgr); err != nil {
@@ -291,6 +294,9 @@ func validateFlags(f managerFlags) error {
 	}
 	if f.probeTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--probe-timeout must be positive, got %s", f.probeTimeout))
+	}
+	if f.planTTL < time.Minute {
+		errs = append(errs, fmt.Errorf("--plan-ttl must be at least 1m, got %s", f.planTTL))
 	}
 	if f.reverify < time.Minute {
 		errs = append(errs, fmt.Errorf("--reverify-interval must be at least 1m, got %s", f.reverify))
