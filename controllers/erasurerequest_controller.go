@@ -97,11 +97,13 @@ type scope struct {
 	// crashed is set when a test's fault hook simulates a crash: the pass
 	// ends at once and writes no status, as a killed manager would.
 	crashed bool
-	req     *lethev1.ErasureRequest
-	before  *lethev1.ErasureRequest
-	store   *lethev1.MemoryStore
-	eraser  *postgres.Eraser
-	result  ctrl.Result
+	// gone: the pass deleted the request, so there is no status to write.
+	gone   bool
+	req    *lethev1.ErasureRequest
+	before *lethev1.ErasureRequest
+	store  *lethev1.MemoryStore
+	eraser *postgres.Eraser
+	result ctrl.Result
 }
 
 type step func(ctx context.Context, s *scope) (done bool, err error)
@@ -135,7 +137,7 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	}
 
 	defer func() {
-		if s.crashed {
+		if s.crashed || s.gone {
 			return
 		}
 		if err := r.patchStatus(ctx, s); err != nil {
@@ -150,8 +152,13 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	r.initStatus(s)
 	// Planned and Cancelled are final: nothing, not even an unreachable
 	// database, may rewrite their conditions.
+	res, reaped, err := r.reapPlan(ctx, er)
+	if reaped || err != nil {
+		s.gone = true
+		return res, err
+	}
 	if terminal(s.req.Status.Conditions) {
-		return r.reapPlan(ctx, er)
+		return res, nil
 	}
 	if done := r.resolveStore(ctx, s); !done {
 		return s.result, nil

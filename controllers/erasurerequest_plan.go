@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -16,21 +17,22 @@ import (
 const DefaultPlanTTL = 10 * time.Minute
 
 // planExpiry says when a planning request left behind may be deleted: once
-// both the plugin's own expiry and ttl after the plan have passed. Only a
-// planned dry run labelled as a plan qualifies (ok false otherwise): a
-// request that may have erased anything is never deleted by the manager.
-// The plan's time is the step condition's transition time, taken from the
-// manager's own clock, so a skewed clock cannot make it delete a plan the
-// moment it is written.
+// both the plugin's own expiry and ttl after the manager first looked at it
+// have passed — planned or not (a plan against a mistyped store never plans).
+// Only a dry run labelled as a plan qualifies (ok false otherwise): a request
+// that may erase anything is never deleted by the manager. The first look is
+// the Tombstoned condition's transition time, which the manager sets from its
+// own clock on its first pass and keeps while the status stays False, so a
+// skewed clock cannot make it delete a plan the moment it is written.
 func planExpiry(er *lethev1.ErasureRequest, ttl time.Duration) (at time.Time, ok bool) {
-	if !er.Spec.DryRun || er.Labels[lethev1.LabelPlan] != "true" || er.Status.Phase != lethev1.PhasePlanned {
+	if !er.Spec.DryRun || er.Labels[lethev1.LabelPlan] != "true" {
 		return time.Time{}, false
 	}
-	planned := meta.FindStatusCondition(er.Status.Conditions, lethev1.ConditionTombstoned)
-	if planned == nil || planned.Reason != lethev1.ReasonDryRun {
+	first := meta.FindStatusCondition(er.Status.Conditions, lethev1.ConditionTombstoned)
+	if first == nil || first.Status != metav1.ConditionFalse {
 		return time.Time{}, false
 	}
-	at = planned.LastTransitionTime.Add(ttl)
+	at = first.LastTransitionTime.Add(ttl)
 	if t, err := time.Parse(time.RFC3339, er.Annotations[lethev1.AnnotationPlanExpiresAt]); err == nil && t.After(at) {
 		at = t
 	}
@@ -38,25 +40,26 @@ func planExpiry(er *lethev1.ErasureRequest, ttl time.Duration) (at time.Time, ok
 }
 
 // reapPlan deletes a planning request its plugin left behind once it has
-// expired, or comes back then.
-func (r *ErasureRequestReconciler) reapPlan(ctx context.Context, er *lethev1.ErasureRequest) (ctrl.Result, error) {
+// expired (done true). Otherwise a planned one comes back then; one still
+// working goes on with its steps and is looked at again on its next pass.
+func (r *ErasureRequestReconciler) reapPlan(ctx context.Context, er *lethev1.ErasureRequest) (res ctrl.Result, done bool, err error) {
 	ttl := r.PlanTTL
 	if ttl <= 0 {
 		ttl = DefaultPlanTTL
 	}
 	at, ok := planExpiry(er, ttl)
 	if !ok {
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, false, nil
 	}
 	if wait := at.Sub(r.Clock.Now()); wait > 0 {
-		return ctrl.Result{RequeueAfter: wait}, nil
+		return ctrl.Result{RequeueAfter: wait}, false, nil
 	}
 	// Preconditioned on the version read, so a request changed since is
 	// looked at again rather than deleted.
 	uid, rv := er.UID, er.ResourceVersion
 	if err := r.Client.Delete(ctx, er, client.Preconditions{UID: &uid, ResourceVersion: &rv}); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return ctrl.Result{}, true, client.IgnoreNotFound(err)
 	}
 	ctrl.LoggerFrom(ctx).Info("deleted a planning request its plugin left behind")
-	return ctrl.Result{}, nil
+	return ctrl.Result{}, true, nil
 }

@@ -40,10 +40,13 @@ func TestPlanExpiry(t *testing.T) {
 		"unparsable expiry: the ttl": {er: planning(func(er *lethev1.ErasureRequest) {
 			er.Annotations = map[string]string{lethev1.AnnotationPlanExpiresAt: "soon"}
 		}), ok: true, wantAt: plannedAt.Add(ttl)},
-		"not labelled as a plan":       {er: planning(func(er *lethev1.ErasureRequest) { er.Labels = nil })},
-		"not a dry run":                {er: planning(func(er *lethev1.ErasureRequest) { er.Spec.DryRun = false })},
-		"not planned yet":              {er: planning(func(er *lethev1.ErasureRequest) { er.Status.Phase = lethev1.PhasePending; er.Status.Conditions = nil })},
-		"phase says planned, no proof": {er: planning(func(er *lethev1.ErasureRequest) { er.Status.Conditions = nil })},
+		"not labelled as a plan":         {er: planning(func(er *lethev1.ErasureRequest) { er.Labels = nil })},
+		"not a dry run":                  {er: planning(func(er *lethev1.ErasureRequest) { er.Spec.DryRun = false })},
+		"never looked at by the manager": {er: planning(func(er *lethev1.ErasureRequest) { er.Status.Phase = ""; er.Status.Conditions = nil })},
+		"stuck on a missing store: counts from the first look": {er: planning(func(er *lethev1.ErasureRequest) {
+			er.Status.Phase = lethev1.PhasePending
+			er.Status.Conditions[0].Reason = lethev1.ReasonStoreNotFound
+		}), ok: true, wantAt: plannedAt.Add(ttl)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			at, ok := planExpiry(tc.er, ttl)

@@ -87,7 +87,7 @@ func (r *ErasureRequestReconciler) grace(ctx context.Context, s *scope) (bool, e
 		// Too late: the deletion had started before the cancel arrived.
 	}
 	if er.Spec.Immediate {
-		r.setStep(s, lethev1.ConditionGracePeriodElapsed, true, lethev1.ReasonImmediate, "spec.immediate skips the grace period: "+er.Spec.Reason)
+		r.setStep(s, lethev1.ConditionGracePeriodElapsed, true, lethev1.ReasonImmediate, "spec.immediate skips the grace period; spec.reason says why")
 		r.milestone(s, lethev1.PhaseGracePeriod, lethev1.ReasonImmediate, r.Clock.Now(), map[string]string{"reason": er.Spec.Reason},
 			"grace period skipped (immediate)")
 		return true, nil

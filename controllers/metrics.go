@@ -124,7 +124,8 @@ func (c *requestCollector) Collect(ch chan<- prometheus.Metric) {
 		if meta.IsStatusConditionTrue(conds, lethev1.ConditionStalled) {
 			stalled++
 		}
-		if terminal(conds) || er.Status.Phase == lethev1.PhaseBackupsRotated ||
+		// A dry run erases nothing, planned or not: no deadline runs for it.
+		if er.Spec.DryRun || terminal(conds) || er.Status.Phase == lethev1.PhaseBackupsRotated ||
 			meta.IsStatusConditionTrue(conds, lethev1.ConditionBackupsRotated) || er.Status.Deadline == nil {
 			continue
 		}

@@ -29,6 +29,13 @@ func TestManagerDeletesPlanningRequestsLeftBehind(t *testing.T) {
 	ownDryRun := e.request(t, "own-dry-run", func(er *lethev1.ErasureRequest) {
 		er.Spec.DryRun, er.Spec.Immediate, er.Spec.Reason = true, false, ""
 	})
+	// A plan against a mistyped store never plans; it is deleted all the same.
+	noStore := e.request(t, "no-store-plan-a1b2c", func(er *lethev1.ErasureRequest) {
+		er.Labels = map[string]string{lethev1.LabelPlan: "true"}
+		er.Annotations = map[string]string{lethev1.AnnotationPlanExpiresAt: expired}
+		er.Spec.DryRun, er.Spec.Immediate, er.Spec.Reason = true, false, ""
+		er.Spec.StoreRef.Name = "no-such-store"
+	})
 	labelledErasure := e.request(t, "labelled-erasure", func(er *lethev1.ErasureRequest) {
 		er.Labels = map[string]string{lethev1.LabelPlan: "true"}
 		er.Annotations = map[string]string{lethev1.AnnotationPlanExpiresAt: expired}
@@ -37,24 +44,29 @@ func TestManagerDeletesPlanningRequestsLeftBehind(t *testing.T) {
 	waitPhase(t, left, lethev1.PhasePlanned)
 	waitPhase(t, ownDryRun, lethev1.PhasePlanned)
 	waitPhase(t, labelledErasure, lethev1.PhaseBackupsRotated)
+	waitStepReason(t, noStore, lethev1.ConditionTombstoned, lethev1.ReasonStoreNotFound)
 
 	// Within the manager's TTL after the plan, the planning request stays.
-	nudge(t, left, ownDryRun, labelledErasure)
+	nudge(t, left, noStore, ownDryRun, labelledErasure)
 	time.Sleep(2 * time.Second)
-	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(left), &lethev1.ErasureRequest{}); err != nil {
-		t.Fatalf("the planning request was deleted before its TTL: %v", err)
+	for _, er := range []*lethev1.ErasureRequest{left, noStore} {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(er), &lethev1.ErasureRequest{}); err != nil {
+			t.Fatalf("%s was deleted before its TTL: %v", er.Name, err)
+		}
 	}
 
 	// The suite's operator clock is frozen; step it past the TTL.
 	operatorClock.Step(controllers.DefaultPlanTTL + time.Minute)
-	nudge(t, left, ownDryRun, labelledErasure)
-	eventually(t, 30*time.Second, func() error {
-		err := k8s.Get(context.Background(), client.ObjectKeyFromObject(left), &lethev1.ErasureRequest{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("planning request still there (%v)", err)
-	})
+	nudge(t, left, noStore, ownDryRun, labelledErasure)
+	for _, er := range []*lethev1.ErasureRequest{left, noStore} {
+		eventually(t, 30*time.Second, func() error {
+			err := k8s.Get(context.Background(), client.ObjectKeyFromObject(er), &lethev1.ErasureRequest{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("planning request %s still there (%v)", er.Name, err)
+		})
+	}
 	// A pass over the others has run since (they were nudged with it).
 	for _, er := range []*lethev1.ErasureRequest{ownDryRun, labelledErasure} {
 		got := &lethev1.ErasureRequest{}
