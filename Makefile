@@ -60,7 +60,8 @@ generate: controller-gen ## Generate deepcopy code from the markers.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
 
 .PHONY: verify-gen
-verify-gen: generate manifests ## Fail when generated files differ from what is committed.
+verify-gen: generate manifests ## Fail when generated files differ from what is committed (go.mod and go.sum tidy too).
+	@go mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy; run 'go mod tidy' and commit:"; go mod tidy -diff; exit 1; }
 	@if [ -n "$$(git status --porcelain -- api config charts)" ]; then \
 		echo "generated files are out of date; run 'make generate manifests' and commit:"; \
 		git status --porcelain -- api config charts; git --no-pager diff --stat -- api config charts; exit 1; fi
