@@ -538,3 +538,29 @@ func TestPluginCancelsDuringTheGracePeriod(t *testing.T) {
 		t.Fatal("the cancelled session's rows are gone")
 	}
 }
+
+// A request whose store does not exist stalls: `create --wait` ends with exit
+// 1 naming the stalled step, and `status` names the condition and its reason.
+func TestPluginNamesTheStepAStalledRequestWaitsOn(t *testing.T) {
+	e := newMemoryEnv(t, "plugin-stalled")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, stderr, err := kubectlErasureCtx(ctx, t, e.ns, "create", "stuck", "--store", "no-such-store", "--session-id", keptB,
+		"--immediate", "--reason", "ticket", "--wait", "--timeout", "40s")
+	var exit *erasurecli.ExitError
+	if !errors.As(err, &exit) || exit.Code != 1 || !strings.Contains(err.Error(), lethev1.ConditionTombstoned) {
+		t.Fatalf("--wait on a stalled request: %v\n%s", err, stderr)
+	}
+	out, err := kubectlErasure(t, e.ns, "status", "stuck")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{lethev1.ConditionStalled, lethev1.ConditionTombstoned, lethev1.ReasonStoreNotFound} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status of a stalled request lacks %q:\n%s", want, out)
+		}
+	}
+	if n := e.sessionRows(t, keptB); n == 0 {
+		t.Error("a request on a missing store touched the session")
+	}
+}
