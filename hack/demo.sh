@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source hack/lib.sh
 
-command -v kubectl >/dev/null 2>&1 || die "the demo drives the cluster with kubectl, which is not on the PATH (Debian/Ubuntu: apt-get install kubectl)"
+command -v kubectl >/dev/null 2>&1 || die "the demo drives the cluster with kubectl, which is not on the PATH: install a kubectl within one minor version of Kubernetes ${KUBE_VERSION:-1.37}"
 hack/dev-stack.sh up
 # shellcheck disable=SC1091
 source .dev/env
@@ -21,15 +21,14 @@ fi
 
 # Everything the demo runs is built first: nothing below needs the Go
 # toolchain or the module cache.
-log "building the manager, the kubectl plugin and the demo's seeder; a receipt signing key in lethe-system"
-for cmd in cmd/manager cmd/kubectl-erasure hack/demo-seed hack/genkey; do
+log "building the manager, the kubectl plugin and the demo's seeder"
+for cmd in cmd/manager cmd/kubectl-erasure hack/demo-seed; do
 	go build -o "$LOCALBIN/$(basename "$cmd")" "./$cmd"
 done
 export PATH="$LOCALBIN:$PATH" # `kubectl erasure` finds the plugin on the PATH
+# The manager creates its receipt signing key in lethe-system (as on a
+# cluster: receipts are signed by default).
 kubectl get namespace lethe-system >/dev/null 2>&1 || kubectl create namespace lethe-system >/dev/null
-if ! kubectl -n lethe-system get secret lethe-receipt-key >/dev/null 2>&1; then
-	kubectl -n lethe-system create secret generic lethe-receipt-key --from-file=private-key.pem=<("$LOCALBIN/genkey") >/dev/null
-fi
 "$LOCALBIN/manager" --kubeconfig "$KUBECONFIG" --metrics-bind-address 0 --health-probe-bind-address 127.0.0.1:0 \
 	--store-recheck-interval 30s --backup-recheck-interval 2s --receipt-key-secret lethe-system/lethe-receipt-key >.dev/manager.log 2>&1 &
 echo $! >.dev/manager.pid
