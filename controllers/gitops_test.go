@@ -101,8 +101,8 @@ spec:
 		if mf.Manager == gitopsOwner || mf.FieldsV1 == nil {
 			continue
 		}
-		if strings.Contains(string(mf.FieldsV1.Raw), `"f:spec"`) {
-			t.Errorf("manager %q (%s, subresource %q) owns spec fields: %s", mf.Manager, mf.Operation, mf.Subresource, mf.FieldsV1.Raw)
+		if strings.Contains(mf.FieldsV1.GetRawString(), `"f:spec"`) {
+			t.Errorf("manager %q (%s, subresource %q) owns spec fields: %s", mf.Manager, mf.Operation, mf.Subresource, mf.FieldsV1.GetRawString())
 		}
 	}
 

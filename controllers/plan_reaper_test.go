@@ -64,7 +64,7 @@ func TestManagerDeletesPlanningRequestsLeftBehind(t *testing.T) {
 			if apierrors.IsNotFound(err) {
 				return nil
 			}
-			return fmt.Errorf("planning request %s still there (%v)", er.Name, err)
+			return fmt.Errorf("planning request %s still there (%w)", er.Name, err)
 		})
 	}
 	// A pass over the others has run since (they were nudged with it).
