@@ -20,7 +20,9 @@ if ! command -v valkey-server >/dev/null 2>&1; then
 	# The package starts a system-wide service; tests start their own servers.
 	if command -v systemctl >/dev/null 2>&1; then systemctl disable --now valkey-server >/dev/null 2>&1 || true; fi
 fi
-if ! ldconfig -p | grep -q libgomp.so.1; then apt_install libgomp1; fi
+# grep -q would exit at the first match and, under pipefail, ldconfig's
+# SIGPIPE would read as "missing" (and run apt-get on every start).
+if ! ldconfig -p | grep libgomp.so.1 >/dev/null; then apt_install libgomp1; fi
 
 ver="${FALKORDB_NPM##*@}"
 dest="$LETHE_CACHE/falkordb-$ver"
