@@ -393,7 +393,7 @@ func (r *ErasureRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Rotator.Concurrency == 0 {
 		r.Rotator.Concurrency = 8
 	}
-	if err := crmetrics.Registry.Register(newRequestCollector(mgr.GetClient(), r.Clock)); err != nil {
+	if err := crmetrics.Registry.Register(NewRequestCollector(mgr.GetClient())); err != nil {
 		if !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 			return err
 		}

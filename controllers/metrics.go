@@ -6,7 +6,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -42,13 +41,8 @@ const (
 
 // NewRequestCollector returns the collector of ErasureRequest metrics that
 // the manager registers; reader is normally the manager's cached client.
+// Every value is a timestamp read from status; none is computed from now.
 func NewRequestCollector(reader client.Reader) prometheus.Collector {
-	return newRequestCollector(reader, nil)
-}
-
-// newRequestCollector takes the reconciler's clock only to keep its call
-// site: every value is a timestamp read from status, none is computed from now.
-func newRequestCollector(reader client.Reader, _ clock.PassiveClock) *requestCollector {
 	ns := []string{"namespace"}
 	return &requestCollector{
 		reader: reader,
