@@ -1,0 +1,199 @@
+package erasure
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Fakes of the ports as structs of function fields, for unit tests of pure
+// logic; the integration tests run the real services. A field left nil
+// fails the call with ErrNotFaked, so a test cannot pass by a call it did
+// not expect.
+
+// ErrNotFaked is returned by a fake's method whose function is nil.
+var ErrNotFaked = errors.New("fake: method not set")
+
+// LedgerFns is a Ledger of function fields.
+type LedgerFns struct {
+	PlanFn           func(ctx context.Context, req Request) (Plan, error)
+	TombstoneFn      func(ctx context.Context, req Request) (Plan, error)
+	GraceFn          func(ctx context.Context, uid string) (GraceState, error)
+	CancelFn         func(ctx context.Context, uid string) (Cancellation, error)
+	DeleteFn         func(ctx context.Context, req Request, batchSize, probeBudget int) (DeleteResult, error)
+	VerifyFn         func(ctx context.Context, uid string) ([]Verification, error)
+	ProbeResidueFn   func(ctx context.Context, probe []Embedding, maxDistance float64) ([]Residue, error)
+	ReeraseFn        func(ctx context.Context, uid string) (BatchResult, error)
+	ErasedSessionsFn func(ctx context.Context, uid string) ([]string, error)
+	DeletedAtFn      func(ctx context.Context, uid string) (time.Time, error)
+	ReceiptsFn       func(ctx context.Context, uid, step string) (map[int]StepReceipt, error)
+	WriteReceiptFn   func(ctx context.Context, uid, step string, batch, sessions int, counts []Count) error
+	AppendReceiptFn  func(ctx context.Context, uid, step string, sessions int, counts []Count) error
+}
+
+var _ Ledger = &LedgerFns{}
+
+func (f *LedgerFns) Plan(ctx context.Context, req Request) (Plan, error) {
+	if f.PlanFn == nil {
+		return Plan{}, ErrNotFaked
+	}
+	return f.PlanFn(ctx, req)
+}
+
+func (f *LedgerFns) Tombstone(ctx context.Context, req Request) (Plan, error) {
+	if f.TombstoneFn == nil {
+		return Plan{}, ErrNotFaked
+	}
+	return f.TombstoneFn(ctx, req)
+}
+
+func (f *LedgerFns) Grace(ctx context.Context, uid string) (GraceState, error) {
+	if f.GraceFn == nil {
+		return GraceState{}, ErrNotFaked
+	}
+	return f.GraceFn(ctx, uid)
+}
+
+func (f *LedgerFns) Cancel(ctx context.Context, uid string) (Cancellation, error) {
+	if f.CancelFn == nil {
+		return Cancellation{}, ErrNotFaked
+	}
+	return f.CancelFn(ctx, uid)
+}
+
+func (f *LedgerFns) Delete(ctx context.Context, req Request, batchSize, probeBudget int) (DeleteResult, error) {
+	if f.DeleteFn == nil {
+		return DeleteResult{}, ErrNotFaked
+	}
+	return f.DeleteFn(ctx, req, batchSize, probeBudget)
+}
+
+func (f *LedgerFns) Verify(ctx context.Context, uid string) ([]Verification, error) {
+	if f.VerifyFn == nil {
+		return nil, ErrNotFaked
+	}
+	return f.VerifyFn(ctx, uid)
+}
+
+func (f *LedgerFns) ProbeResidue(ctx context.Context, probe []Embedding, maxDistance float64) ([]Residue, error) {
+	if f.ProbeResidueFn == nil {
+		return nil, ErrNotFaked
+	}
+	return f.ProbeResidueFn(ctx, probe, maxDistance)
+}
+
+func (f *LedgerFns) Reerase(ctx context.Context, uid string) (BatchResult, error) {
+	if f.ReeraseFn == nil {
+		return BatchResult{}, ErrNotFaked
+	}
+	return f.ReeraseFn(ctx, uid)
+}
+
+func (f *LedgerFns) ErasedSessions(ctx context.Context, uid string) ([]string, error) {
+	if f.ErasedSessionsFn == nil {
+		return nil, ErrNotFaked
+	}
+	return f.ErasedSessionsFn(ctx, uid)
+}
+
+func (f *LedgerFns) DeletedAt(ctx context.Context, uid string) (time.Time, error) {
+	if f.DeletedAtFn == nil {
+		return time.Time{}, ErrNotFaked
+	}
+	return f.DeletedAtFn(ctx, uid)
+}
+
+func (f *LedgerFns) Receipts(ctx context.Context, uid, step string) (map[int]StepReceipt, error) {
+	if f.ReceiptsFn == nil {
+		return nil, ErrNotFaked
+	}
+	return f.ReceiptsFn(ctx, uid, step)
+}
+
+func (f *LedgerFns) WriteReceipt(ctx context.Context, uid, step string, batch, sessions int, counts []Count) error {
+	if f.WriteReceiptFn == nil {
+		return ErrNotFaked
+	}
+	return f.WriteReceiptFn(ctx, uid, step, batch, sessions, counts)
+}
+
+func (f *LedgerFns) AppendReceipt(ctx context.Context, uid, step string, sessions int, counts []Count) error {
+	if f.AppendReceiptFn == nil {
+		return ErrNotFaked
+	}
+	return f.AppendReceiptFn(ctx, uid, step, sessions, counts)
+}
+
+// GraphFns is a Graph of function fields.
+type GraphFns struct {
+	NameFn  func() string
+	PruneFn func(ctx context.Context, sessionIDs []string, limit int) (GraphCounts, error)
+	CountFn func(ctx context.Context, sessionIDs []string) (GraphCounts, error)
+}
+
+var _ Graph = &GraphFns{}
+
+func (f *GraphFns) Name() string {
+	if f.NameFn == nil {
+		return "fake"
+	}
+	return f.NameFn()
+}
+
+func (f *GraphFns) Prune(ctx context.Context, sessionIDs []string, limit int) (GraphCounts, error) {
+	if f.PruneFn == nil {
+		return GraphCounts{}, ErrNotFaked
+	}
+	return f.PruneFn(ctx, sessionIDs, limit)
+}
+
+func (f *GraphFns) Count(ctx context.Context, sessionIDs []string) (GraphCounts, error) {
+	if f.CountFn == nil {
+		return GraphCounts{}, ErrNotFaked
+	}
+	return f.CountFn(ctx, sessionIDs)
+}
+
+// BackupsFns is a Backups of function fields.
+type BackupsFns struct {
+	InstalledFn func(ctx context.Context) (bool, error)
+	RotateFn    func(ctx context.Context, sc BackupScope, req BackupRequest) ([]Backup, error)
+	HoldingFn   func(ctx context.Context, sc BackupScope, req BackupRequest) (int, error)
+}
+
+var _ Backups = &BackupsFns{}
+
+func (f *BackupsFns) Installed(ctx context.Context) (bool, error) {
+	if f.InstalledFn == nil {
+		return false, ErrNotFaked
+	}
+	return f.InstalledFn(ctx)
+}
+
+func (f *BackupsFns) Rotate(ctx context.Context, sc BackupScope, req BackupRequest) ([]Backup, error) {
+	if f.RotateFn == nil {
+		return nil, ErrNotFaked
+	}
+	return f.RotateFn(ctx, sc, req)
+}
+
+func (f *BackupsFns) Holding(ctx context.Context, sc BackupScope, req BackupRequest) (int, error) {
+	if f.HoldingFn == nil {
+		return 0, ErrNotFaked
+	}
+	return f.HoldingFn(ctx, sc, req)
+}
+
+// ReplicasFn is a Replicas of one function.
+type ReplicasFn func(ctx context.Context, lsn string) (bool, error)
+
+func (f ReplicasFn) CaughtUp(ctx context.Context, lsn string) (bool, error) { return f(ctx, lsn) }
+
+// ClaimsFn is a Claims of one function.
+type ClaimsFn func(ctx context.Context, claim metav1.Condition) (ClaimResult, error)
+
+func (f ClaimsFn) Claim(ctx context.Context, claim metav1.Condition) (ClaimResult, error) {
+	return f(ctx, claim)
+}

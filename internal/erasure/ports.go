@@ -1,0 +1,134 @@
+package erasure
+
+import (
+	"context"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+)
+
+// The ports: one small interface per external system the phase machine
+// drives. Every call is safe to repeat: after a crash anywhere inside or
+// after it, calling it again gives the same end state, and "already done"
+// is success, never an error. A call returns an error only when it did not
+// do its work; a *ConfigError when a human must fix the configuration.
+
+// Ledger is the memory database: the sessions, the erasure ledger and the
+// receipts. Every method is scoped to the store's tenant; receipts are
+// written in the same transaction as the work they record, once per
+// (request, step, batch), the ledger choosing the batch key.
+type Ledger interface {
+	// Plan counts what Tombstone would tombstone, changing nothing.
+	Plan(ctx context.Context, req Request) (Plan, error)
+	// Tombstone hides the request's sessions, writes their ledger rows and
+	// the Tombstoned receipt in one transaction; a repeat reports the first
+	// run's clock readings.
+	Tombstone(ctx context.Context, req Request) (Plan, error)
+	// Grace reads the end of the request's grace period by the database's clock.
+	Grace(ctx context.Context, uid string) (GraceState, error)
+	// Cancel lifts the request's tombstones and writes the Cancelled
+	// receipt; ErrTooLateToCancel once any session is erased. A repeat
+	// reports the first run's figures.
+	Cancel(ctx context.Context, uid string) (Cancellation, error)
+	// Delete erases the eligible sessions (tombstoned by this request, not
+	// cancelled, past the grace period by the database's clock) in batches
+	// of batchSize, one transaction and one receipt each; batches done are
+	// skipped. It samples at most probeBudget erased embeddings.
+	Delete(ctx context.Context, req Request, batchSize, probeBudget int) (DeleteResult, error)
+	// Verify looks for anything left of the sessions the request erased.
+	Verify(ctx context.Context, uid string) ([]Verification, error)
+	// ProbeResidue looks for near-identical copies of the probe embeddings
+	// in every vector column outside the cascade.
+	ProbeResidue(ctx context.Context, probe []Embedding, maxDistance float64) ([]Residue, error)
+	// Reerase erases again, at once, sessions the request erased that exist
+	// again, with a Resurrected receipt; Sessions == 0 when none came back.
+	Reerase(ctx context.Context, uid string) (BatchResult, error)
+	// ErasedSessions lists the sessions the request erased, sorted.
+	ErasedSessions(ctx context.Context, uid string) ([]string, error)
+	// DeletedAt is when the request's deletion last committed; zero when it
+	// erased nothing.
+	DeletedAt(ctx context.Context, uid string) (time.Time, error)
+	// Receipts returns the receipts of one step of a request, by batch.
+	Receipts(ctx context.Context, uid, step string) (map[int]StepReceipt, error)
+	// WriteReceipt records batch of a step done outside the database; a
+	// repeat keeps the first receipt.
+	WriteReceipt(ctx context.Context, uid, step string, batch, sessions int, counts []Count) error
+	// AppendReceipt records one more run of a step under the next free batch key.
+	AppendReceipt(ctx context.Context, uid, step string, sessions int, counts []Count) error
+}
+
+// Graph is the knowledge graph derived from the memory. Its calls are
+// bounded by their context.
+type Graph interface {
+	// Name names the graph, for evidence.
+	Name() string
+	// Prune removes the elements whose provenance is only the given
+	// sessions, at most limit per query, and returns what it removed.
+	Prune(ctx context.Context, sessionIDs []string, limit int) (GraphCounts, error)
+	// Count counts the elements with provenance in the given sessions.
+	Count(ctx context.Context, sessionIDs []string) (GraphCounts, error)
+}
+
+// Backups is Velero.
+type Backups interface {
+	// Installed reports whether Velero's CRDs are served, asked anew each time.
+	Installed(ctx context.Context) (bool, error)
+	// Rotate makes every Backup of the scope that started before the
+	// deletion expire by the request's deadline (or asks Velero to delete
+	// it, for an immediate request), never lengthening an expiration, and
+	// reports each one. A repeat changes nothing.
+	Rotate(ctx context.Context, sc BackupScope, req BackupRequest) ([]Backup, error)
+	// Holding counts the Backups of the scope that started before the
+	// request's DeletedAt, changing nothing.
+	Holding(ctx context.Context, sc BackupScope, req BackupRequest) (int, error)
+}
+
+// Replicas are the store's read replicas.
+type Replicas interface {
+	// CaughtUp reports whether every replica replayed past lsn (true when
+	// there is none).
+	CaughtUp(ctx context.Context, lsn string) (bool, error)
+}
+
+// ClaimResult is what a claim found.
+type ClaimResult int
+
+const (
+	// Claimed: the intent to delete is written; the deletion may start.
+	Claimed ClaimResult = iota
+	// CancelRequested: the latest version of the request asks to cancel;
+	// nothing was written.
+	CancelRequested
+	// ClaimConflict: the request changed since it was read; nothing was
+	// written and the pass starts again.
+	ClaimConflict
+)
+
+// Claims writes the claim on the request before its deletion starts.
+type Claims interface {
+	// Claim reads the request uncached and, when it is not cancelled,
+	// writes the given Deleted condition with optimistic concurrency.
+	Claim(ctx context.Context, claim metav1.Condition) (ClaimResult, error)
+}
+
+// Ports are what one pass works through. Graph and Backups are nil when the
+// store configures no graph or no Velero.
+type Ports struct {
+	Ledger   Ledger
+	Graph    Graph
+	Backups  Backups
+	Replicas Replicas
+	Claims   Claims
+	Clock    clock.PassiveClock
+}
+
+// ConfigError is what stands in the way when a human must change the
+// configuration (a missing Secret, an invalid URL): its reason and message
+// are stable and safe to show in a condition.
+type ConfigError struct {
+	Reason  string
+	Message string
+}
+
+func (e *ConfigError) Error() string { return e.Message }

@@ -1,0 +1,208 @@
+package erasure
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Request identifies an erasure request to the ledger.
+type Request struct {
+	UID string
+	// SessionIDs requested (lowercase UUIDs).
+	SessionIDs []string
+	// Grace is the grace period; zero for immediate requests.
+	Grace time.Duration
+}
+
+// Count is a number of rows for one table (or kind).
+type Count struct {
+	Table string
+	Rows  int64
+}
+
+// Plan is what an erasure removes, taken in the tombstone transaction.
+type Plan struct {
+	Found               []string
+	NotFound            []string
+	Rows                []Count
+	Embeddings          int64
+	ContentIndexEntries int64
+	DerivedRecords      int64
+	// TombstonedAt and GraceEndsAt are the database's clock readings.
+	TombstonedAt time.Time
+	GraceEndsAt  time.Time
+}
+
+// GraceState is the grace period by the database's clock.
+type GraceState struct {
+	Now         time.Time
+	GraceEndsAt time.Time
+	Elapsed     bool
+}
+
+// Cancellation is what a cancel did, by the database's clock.
+type Cancellation struct {
+	Lifted int64
+	At     time.Time
+}
+
+// BatchResult is what one deletion batch did.
+type BatchResult struct {
+	Batch    int
+	Sessions int
+	// Rows removed per table, the cascade included.
+	Rows                []Count
+	ContentIndexEntries int64
+	DerivedRecords      int64
+	DeletedAt           time.Time
+	// Skipped is true when the batch had nothing eligible (already done,
+	// cancelled, or not yet past its grace period).
+	Skipped bool
+}
+
+// Embedding is one erased embedding kept, in memory only, for the residue probe.
+type Embedding []float32
+
+// DeleteResult is what the whole deletion did.
+type DeleteResult struct {
+	Batches []BatchResult
+	// Probe holds a bounded sample of the erased embeddings, read inside the
+	// transactions and kept in memory only, for the residue probe.
+	Probe []Embedding
+	// CommitLSN is the WAL position after the last commit (for replicas).
+	CommitLSN string
+}
+
+// Verification is one "nothing left" check.
+type Verification struct {
+	Check string
+	Found int64
+}
+
+// Residue is a near-identical copy of an erased embedding found after deletion.
+type Residue struct {
+	// Column is the quoted schema.table.column.
+	Column string
+	Found  int64
+}
+
+// StepReceipt is one receipt row of a step.
+type StepReceipt struct {
+	Batch    int
+	Sessions int
+	Counts   map[string]int64
+}
+
+// Receipt steps, the step column of lethe.erasure_receipts.
+const (
+	StepTombstoned  = "Tombstoned"
+	StepDeleted     = "Deleted"
+	StepCancelled   = "Cancelled"
+	StepResurrected = "Resurrected"
+	StepGraph       = "GraphReconciled"
+)
+
+// ErrTooLateToCancel means some sessions of the request are already erased.
+var ErrTooLateToCancel = errors.New("the deletion has already started; the request can no longer be cancelled")
+
+// GraphAttachedKey counts relationships of other provenance attached to erased nodes.
+const GraphAttachedKey = "(other provenance, attached to erased nodes)"
+
+// GraphCounts is what a prune removed, or a count found, per node label and
+// relationship type. It holds numbers only, never content.
+type GraphCounts struct {
+	Nodes         map[string]int64
+	Relationships map[string]int64
+}
+
+// Total is the sum of every count.
+func (c GraphCounts) Total() int64 {
+	var n int64
+	for _, v := range c.Nodes {
+		n += v
+	}
+	for _, v := range c.Relationships {
+		n += v
+	}
+	return n
+}
+
+// Add adds o into c.
+func (c *GraphCounts) Add(o GraphCounts) {
+	if c.Nodes == nil {
+		c.Nodes = map[string]int64{}
+	}
+	if c.Relationships == nil {
+		c.Relationships = map[string]int64{}
+	}
+	for k, v := range o.Nodes {
+		c.Nodes[k] += v
+	}
+	for k, v := range o.Relationships {
+		c.Relationships[k] += v
+	}
+}
+
+// Keys returns "graph nodes :Label" / "graph relationships :TYPE" entries
+// in a stable order, for evidence.
+func (c GraphCounts) Keys() []KeyCount {
+	var out []KeyCount
+	for k, v := range c.Nodes {
+		out = append(out, KeyCount{"graph nodes :" + k, v})
+	}
+	for k, v := range c.Relationships {
+		if k == GraphAttachedKey {
+			out = append(out, KeyCount{"graph relationships " + k, v})
+			continue
+		}
+		out = append(out, KeyCount{"graph relationships :" + k, v})
+	}
+	slices.SortFunc(out, func(a, b KeyCount) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+// KeyCount is one entry of GraphCounts.Keys.
+type KeyCount struct {
+	Key   string
+	Count int64
+}
+
+// BackupRequest is what the backup step needs to know of an erasure request.
+type BackupRequest struct {
+	UID, Namespace, Name string
+	// Immediate requests delete the Backups (DeleteBackupRequest) instead of
+	// shortening their expiration.
+	Immediate bool
+	// DeletedAt is when the deletion committed, by the database's clock.
+	// Backups started before it may hold the erased sessions.
+	DeletedAt time.Time
+	// Window is the store's rotationWindow: such a Backup expires at the
+	// latest at DeletedAt + Window.
+	Window time.Duration
+}
+
+// Deadline is the latest expiration a Backup holding the data may keep.
+func (r BackupRequest) Deadline() time.Time { return r.DeletedAt.Add(r.Window) }
+
+// BackupScope is where a store's Backups are and which of them are its own.
+type BackupScope struct {
+	Namespace string
+	Selector  labels.Selector
+}
+
+// Backup is one Backup that may hold the erased data, as Lethe left it.
+type Backup struct {
+	Name               string
+	UID                string
+	StartedAt          time.Time
+	OriginalExpiration *time.Time
+	Expiration         *time.Time
+	// DeleteRequest names the DeleteBackupRequest for it (immediate requests).
+	DeleteRequest string
+	// Changed is true when this call shortened it or requested its deletion.
+	Changed bool
+}
