@@ -12,8 +12,9 @@ import (
 	"github.com/vmware-tanzu/velero/pkg/label"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/lethe-dev/lethe/internal/erasure"
 )
 
 // What Lethe writes on Velero's objects.
@@ -28,41 +29,12 @@ const (
 	LabelRequestUID = "erasure.lethe.dev/request-uid"
 )
 
-// Request is what the backup step needs to know of an erasure request.
-type Request struct {
-	UID, Namespace, Name string
-	// Immediate requests delete the Backups (DeleteBackupRequest) instead of
-	// shortening their expiration.
-	Immediate bool
-	// DeletedAt is when the deletion committed, by the database's clock.
-	// Backups started before it may hold the erased sessions.
-	DeletedAt time.Time
-	// Window is the store's rotationWindow: such a Backup expires at the
-	// latest at DeletedAt + Window.
-	Window time.Duration
-}
-
-// Deadline is the latest expiration a Backup holding the data may keep.
-func (r Request) Deadline() time.Time { return r.DeletedAt.Add(r.Window) }
-
-// Scope is where a store's Backups are and which of them are its own.
-type Scope struct {
-	Namespace string
-	Selector  labels.Selector
-}
-
-// Backup is one Backup that may hold the erased data, as Lethe left it.
-type Backup struct {
-	Name               string
-	UID                string
-	StartedAt          time.Time
-	OriginalExpiration *time.Time
-	Expiration         *time.Time
-	// DeleteRequest names the DeleteBackupRequest for it (immediate requests).
-	DeleteRequest string
-	// Changed is true when this call shortened it or requested its deletion.
-	Changed bool
-}
+// Request, Scope and Backup are the erasure port's types.
+type (
+	Request = erasure.BackupRequest
+	Scope   = erasure.BackupScope
+	Backup  = erasure.Backup
+)
 
 // Rotator makes the Backups that may hold erased data expire.
 type Rotator struct {
@@ -77,8 +49,22 @@ type Rotator struct {
 	Concurrency int
 }
 
-// Holding lists the Backups of the scope that started before the deletion.
-func (r Rotator) Holding(ctx context.Context, sc Scope, req Request) ([]velerov1.Backup, error) {
+// Velero is the erasure.Backups port: the Detector and the Rotator together.
+type Velero struct {
+	Detector
+	Rotator
+}
+
+var _ erasure.Backups = Velero{}
+
+// Holding counts the Backups of the scope that started before the deletion.
+func (r Rotator) Holding(ctx context.Context, sc Scope, req Request) (int, error) {
+	list, err := r.holding(ctx, sc, req)
+	return len(list), err
+}
+
+// holding lists the Backups of the scope that started before the deletion.
+func (r Rotator) holding(ctx context.Context, sc Scope, req Request) ([]velerov1.Backup, error) {
 	list := &velerov1.BackupList{}
 	if err := r.Reader.List(ctx, list, client.InNamespace(sc.Namespace), client.MatchingLabelsSelector{Selector: sc.Selector}); err != nil {
 		return nil, fmt.Errorf("list Velero Backups in %s: %w", sc.Namespace, err)
@@ -125,7 +111,7 @@ func (r Rotator) rotate(ctx context.Context, sc Scope, req Request) ([]Backup, e
 			return nil, err
 		}
 	}
-	holding, err := r.Holding(ctx, sc, req)
+	holding, err := r.holding(ctx, sc, req)
 	if err != nil || len(holding) == 0 {
 		return nil, err
 	}

@@ -191,9 +191,24 @@ type ReplicasFn func(ctx context.Context, lsn string) (bool, error)
 
 func (f ReplicasFn) CaughtUp(ctx context.Context, lsn string) (bool, error) { return f(ctx, lsn) }
 
-// ClaimsFn is a Claims of one function.
-type ClaimsFn func(ctx context.Context, claim metav1.Condition) (ClaimResult, error)
+// ClaimsFns is a Claims of function fields.
+type ClaimsFns struct {
+	CancelRequestedFn func(ctx context.Context) (bool, error)
+	ClaimFn           func(ctx context.Context, claim metav1.Condition) (bool, error)
+}
 
-func (f ClaimsFn) Claim(ctx context.Context, claim metav1.Condition) (ClaimResult, error) {
-	return f(ctx, claim)
+var _ Claims = &ClaimsFns{}
+
+func (f *ClaimsFns) CancelRequested(ctx context.Context) (bool, error) {
+	if f.CancelRequestedFn == nil {
+		return false, ErrNotFaked
+	}
+	return f.CancelRequestedFn(ctx)
+}
+
+func (f *ClaimsFns) Claim(ctx context.Context, claim metav1.Condition) (bool, error) {
+	if f.ClaimFn == nil {
+		return false, ErrNotFaked
+	}
+	return f.ClaimFn(ctx, claim)
 }

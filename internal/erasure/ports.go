@@ -91,25 +91,18 @@ type Replicas interface {
 	CaughtUp(ctx context.Context, lsn string) (bool, error)
 }
 
-// ClaimResult is what a claim found.
-type ClaimResult int
-
-const (
-	// Claimed: the intent to delete is written; the deletion may start.
-	Claimed ClaimResult = iota
-	// CancelRequested: the latest version of the request asks to cancel;
-	// nothing was written.
-	CancelRequested
-	// ClaimConflict: the request changed since it was read; nothing was
-	// written and the pass starts again.
-	ClaimConflict
-)
-
-// Claims writes the claim on the request before its deletion starts.
+// Claims writes the claim on the request before its deletion starts: the
+// intent to delete, written with optimistic concurrency after an uncached
+// read that shows the request not cancelled, so that a concurrent cancel
+// makes the claim fail rather than lose.
 type Claims interface {
-	// Claim reads the request uncached and, when it is not cancelled,
-	// writes the given Deleted condition with optimistic concurrency.
-	Claim(ctx context.Context, claim metav1.Condition) (ClaimResult, error)
+	// CancelRequested reads the latest version of the request, uncached,
+	// and reports whether it asks to cancel.
+	CancelRequested(ctx context.Context) (bool, error)
+	// Claim writes the given Deleted condition on top of the version
+	// CancelRequested read; false (nothing written) when the request
+	// changed since.
+	Claim(ctx context.Context, claim metav1.Condition) (bool, error)
 }
 
 // Ports are what one pass works through. Graph and Backups are nil when the

@@ -4,79 +4,26 @@ import (
 	"context"
 	"fmt"
 	"regexp"
-	"slices"
-	"strings"
 
 	"github.com/FalkorDB/falkordb-go/v2"
+
+	"github.com/lethe-dev/lethe/internal/erasure"
 )
 
 // sessionID is the canonical lowercase UUID form the API admits; nothing
 // else is ever sent to the graph as a session ID.
 var sessionID = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
-// AttachedKey is the Relationships key for relationships of other
-// provenance that went with an erased node (DELETE removes a node's
-// relationships). In the reference model there are none.
-const AttachedKey = "(other provenance, attached to erased nodes)"
+// AttachedKey counts relationships of other provenance attached to erased nodes.
+const AttachedKey = erasure.GraphAttachedKey
 
-// Counts is what a prune removed, or a count found, per node label and
-// relationship type. It holds numbers only, never content.
-type Counts struct {
-	Nodes         map[string]int64
-	Relationships map[string]int64
-}
-
-// Total is the sum of every count.
-func (c Counts) Total() int64 {
-	var n int64
-	for _, v := range c.Nodes {
-		n += v
-	}
-	for _, v := range c.Relationships {
-		n += v
-	}
-	return n
-}
-
-// Add adds o into c.
-func (c *Counts) Add(o Counts) {
-	if c.Nodes == nil {
-		c.Nodes = map[string]int64{}
-	}
-	if c.Relationships == nil {
-		c.Relationships = map[string]int64{}
-	}
-	for k, v := range o.Nodes {
-		c.Nodes[k] += v
-	}
-	for k, v := range o.Relationships {
-		c.Relationships[k] += v
-	}
-}
-
-// Keys returns "nodes :Label" / "relationships :TYPE" entries in a stable
-// order, for evidence.
-func (c Counts) Keys() []KeyCount {
-	var out []KeyCount
-	for k, v := range c.Nodes {
-		out = append(out, KeyCount{"graph nodes :" + k, v})
-	}
-	for k, v := range c.Relationships {
-		if k == AttachedKey {
-			out = append(out, KeyCount{"graph relationships " + k, v})
-			continue
-		}
-		out = append(out, KeyCount{"graph relationships :" + k, v})
-	}
-	slices.SortFunc(out, func(a, b KeyCount) int { return strings.Compare(a.Key, b.Key) })
-	return out
-}
+// Counts is what a prune removed, or a count found (the erasure port's type).
+type Counts = erasure.GraphCounts
 
 // KeyCount is one entry of Counts.Keys.
-type KeyCount struct {
-	Key   string
-	Count int64
-}
+type KeyCount = erasure.KeyCount
+
+var _ erasure.Graph = (*Graph)(nil)
 
 func newCounts() Counts {
 	return Counts{Nodes: map[string]int64{}, Relationships: map[string]int64{}}

@@ -1,4 +1,4 @@
-package controllers
+package erasure
 
 import (
 	"time"
@@ -7,7 +7,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
-	"github.com/lethe-dev/lethe/internal/postgres"
 )
 
 // stepConditions are the step conditions in pipeline order.
@@ -35,10 +34,6 @@ func derivePhase(conds []metav1.Condition, dryRun bool) lethev1.Phase {
 	if grace != nil && grace.Reason == lethev1.ReasonCancelled {
 		return lethev1.PhaseCancelled
 	}
-	if stalled := meta.FindStatusCondition(conds, lethev1.ConditionStalled); stalled != nil &&
-		stalled.Status == metav1.ConditionTrue && stalled.Reason == lethev1.ReasonFailed {
-		return lethev1.PhaseFailed
-	}
 	if tomb := meta.FindStatusCondition(conds, lethev1.ConditionTombstoned); dryRun && tomb != nil && tomb.Reason == lethev1.ReasonDryRun {
 		return lethev1.PhasePlanned
 	}
@@ -62,6 +57,15 @@ func terminal(conds []metav1.Condition) bool {
 	return c != nil && c.Reason == lethev1.ReasonCancelled
 }
 
+// stalledReasons are the step reasons that need a human: a Stalled outcome
+// uses one of them, and the Stalled condition is True while the pending
+// step has one.
+var stalledReasons = map[string]bool{
+	lethev1.ReasonResidueFound:       true,
+	lethev1.ReasonVerificationFailed: true,
+	lethev1.ReasonStoreNotFound:      true,
+}
+
 // summary computes Ready and Stalled from the step conditions.
 func summary(conds []metav1.Condition, phase lethev1.Phase, generation int64) (ready, stalled metav1.Condition) {
 	ready = metav1.Condition{Type: lethev1.ConditionReady, ObservedGeneration: generation}
@@ -69,8 +73,7 @@ func summary(conds []metav1.Condition, phase lethev1.Phase, generation int64) (r
 		Status: metav1.ConditionFalse, Reason: lethev1.ReasonNoActionNeeded, Message: "no human action is needed"}
 	pending := pendingStep(conds)
 	if pending != nil {
-		switch pending.Reason {
-		case lethev1.ReasonResidueFound, lethev1.ReasonVerificationFailed, lethev1.ReasonStoreNotFound:
+		if stalledReasons[pending.Reason] {
 			stalled.Status, stalled.Reason, stalled.Message = metav1.ConditionTrue, pending.Reason, pending.Type+": "+pending.Message
 		}
 	}
@@ -98,13 +101,11 @@ func summary(conds []metav1.Condition, phase lethev1.Phase, generation int64) (r
 
 // reconciling derives the Reconciling condition kstatus reads (Flux's
 // health checks): True while the request still moves by itself, with the
-// reason of the step it is on; False once it is done, planned, cancelled,
-// failed or stalled on a human. It reads only the conditions given.
+// reason of the step it is on; False once it is done, planned, cancelled
+// or stalled on a human. It reads only the conditions given.
 func reconciling(conds []metav1.Condition, ready, stalled metav1.Condition, phase lethev1.Phase, generation int64) metav1.Condition {
 	c := metav1.Condition{Type: lethev1.ConditionReconciling, ObservedGeneration: generation, Status: metav1.ConditionFalse}
 	switch {
-	case phase == lethev1.PhaseFailed:
-		c.Reason, c.Message = lethev1.ReasonFailed, "the erasure failed; Lethe does not retry it"
 	case stalled.Status == metav1.ConditionTrue:
 		c.Reason, c.Message = stalled.Reason, "stalled: a human must act (see the Stalled condition)"
 	case ready.Status == metav1.ConditionTrue:
@@ -149,7 +150,7 @@ func firstPending(conds []metav1.Condition) string {
 }
 
 // planStatus converts the database plan into the API's shape.
-func planStatus(p postgres.Plan) *lethev1.ErasurePlan {
+func planStatus(p Plan) *lethev1.ErasurePlan {
 	out := &lethev1.ErasurePlan{
 		SessionsFound:       int32(len(p.Found)),
 		Embeddings:          p.Embeddings,
@@ -167,7 +168,7 @@ func planStatus(p postgres.Plan) *lethev1.ErasurePlan {
 }
 
 // sumBatches adds the per-table counts of every batch that ran.
-func sumBatches(batches []postgres.BatchResult) (counts []lethev1.TableCount, sessions int, cache, derived int64, last time.Time) {
+func sumBatches(batches []BatchResult) (counts []lethev1.TableCount, sessions int, cache, derived int64, last time.Time) {
 	idx := map[string]int{}
 	for _, b := range batches {
 		if b.Skipped {
@@ -195,21 +196,28 @@ func sumBatches(batches []postgres.BatchResult) (counts []lethev1.TableCount, se
 // deadline is one calendar month after the request (GDPR Art. 12(3)).
 func deadline(requested time.Time) time.Time { return requested.AddDate(0, 1, 0) }
 
-// setEvidence replaces (or appends) the evidence of one step.
-func setEvidence(st *lethev1.ErasureRequestStatus, ev lethev1.StepEvidence) {
-	if st.Evidence == nil {
-		st.Evidence = &lethev1.ErasureEvidence{}
+// Summarize derives the phase, Ready, Stalled and Reconciling from the
+// step conditions alone, and stamps the observed generation.
+func Summarize(er *lethev1.ErasureRequest) {
+	st := &er.Status
+	st.Phase = derivePhase(st.Conditions, er.Spec.DryRun)
+	ready, stalled := summary(st.Conditions, st.Phase, er.Generation)
+	if st.Phase == lethev1.PhaseBackupsRotated && st.Receipt != nil && st.Receipt.Envelope == "" {
+		ready.Message += "; the receipt is unsigned: no signing key is configured (--receipt-key-secret)"
 	}
-	for i := range st.Evidence.Steps {
-		if st.Evidence.Steps[i].Step == ev.Step {
-			st.Evidence.Steps[i] = ev
-			return
-		}
-	}
-	st.Evidence.Steps = append(st.Evidence.Steps, ev)
+	meta.SetStatusCondition(&st.Conditions, ready)
+	meta.SetStatusCondition(&st.Conditions, stalled)
+	meta.SetStatusCondition(&st.Conditions, reconciling(st.Conditions, ready, stalled, st.Phase, er.Generation))
+	st.ObservedGeneration = er.Generation
 }
 
-func mtime(t time.Time) *metav1.Time {
-	m := metav1.NewTime(t.UTC().Truncate(time.Second))
-	return &m
-}
+// Terminal reports a request that ended without completing: planned (dry run)
+// or cancelled. Nothing more happens to it, not even a status rewrite.
+func Terminal(er *lethev1.ErasureRequest) bool { return terminal(er.Status.Conditions) }
+
+// FirstPending is the first step condition, in order, that is not True
+// ("none" when every step is done).
+func FirstPending(er *lethev1.ErasureRequest) string { return firstPending(er.Status.Conditions) }
+
+// Deadline is one calendar month after the request (GDPR Art. 12(3)).
+func Deadline(requested time.Time) time.Time { return deadline(requested) }

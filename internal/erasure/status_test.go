@@ -1,4 +1,4 @@
-package controllers
+package erasure
 
 import (
 	"strings"

@@ -1,0 +1,57 @@
+package v1alpha1
+
+import "time"
+
+// The defaults of the CRDs' optional fields. The API server applies them
+// from the +kubebuilder:default markers; the code reads a field through the
+// methods below, so an object admitted before a default existed (or built
+// in a test) behaves the same. defaults_test.go checks the markers agree.
+const (
+	DefaultSchema          = "memory"
+	DefaultGraph           = "memory"
+	DefaultSweepInterval   = 168 * time.Hour
+	DefaultVeleroNamespace = "velero"
+	DefaultRotationWindow  = 720 * time.Hour
+	DefaultGracePeriod     = 168 * time.Hour
+)
+
+// SchemaOrDefault is the schema of the memory tables.
+func (p PostgresSpec) SchemaOrDefault() string {
+	if p.Schema == "" {
+		return DefaultSchema
+	}
+	return p.Schema
+}
+
+// GraphOrDefault is the graph's name.
+func (f *FalkorDBSpec) GraphOrDefault() string {
+	if f == nil || f.Graph == "" {
+		return DefaultGraph
+	}
+	return f.Graph
+}
+
+// SweepIntervalOrDefault is how often the graph is swept.
+func (f *FalkorDBSpec) SweepIntervalOrDefault() time.Duration {
+	if f == nil || f.SweepInterval == nil || f.SweepInterval.Duration <= 0 {
+		return DefaultSweepInterval
+	}
+	return f.SweepInterval.Duration
+}
+
+// NamespaceOrDefault is where the store's Velero Backups are.
+func (v *VeleroSpec) NamespaceOrDefault() string {
+	if v == nil || v.Namespace == "" {
+		return DefaultVeleroNamespace
+	}
+	return v.Namespace
+}
+
+// RotationWindowOrDefault is the longest a Backup holding erased data may
+// live after the deletion.
+func (v *VeleroSpec) RotationWindowOrDefault() time.Duration {
+	if v == nil || v.RotationWindow == nil {
+		return DefaultRotationWindow
+	}
+	return v.RotationWindow.Duration
+}

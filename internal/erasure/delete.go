@@ -1,0 +1,212 @@
+package erasure
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+)
+
+// residueDistance is the cosine distance below which a vector counts as a
+// copy of an erased embedding.
+const residueDistance = 1e-6
+
+// Deletion is step 3: it claims the deletion, deletes in bounded batches,
+// verifies, probes for residue and waits for the replicas.
+type Deletion struct {
+	Config Config
+	// probes keeps the sampled embeddings between the deletion and the
+	// residue probe, in memory only, keyed by request UID: batches that
+	// ran in an earlier pass of this process sampled them.
+	probes sync.Map
+}
+
+func (d *Deletion) Run(ctx context.Context, s *Scope) Outcome {
+	if s.isTrue(lethev1.ConditionDeleted) {
+		return Outcome{Kind: Done}
+	}
+	if !meta.IsStatusConditionTrue(s.Store.Status.Conditions, lethev1.MemoryStoreSchemaCompliant) {
+		return waiting(d.Config.RetryAfter, lethev1.ConditionDeleted, lethev1.ReasonStoreNotReady,
+			"the MemoryStore's SchemaCompliant is not True: a deletion could leave rows behind")
+	}
+	if s.reason(lethev1.ConditionDeleted) != lethev1.ReasonDeleting {
+		if out, claimed := d.claim(ctx, s); !claimed {
+			return out
+		}
+	}
+	res, err := s.Ledger.Delete(ctx, ledgerRequest(s.Request), d.Config.BatchSize, d.Config.ProbeBudget)
+	if err != nil {
+		return failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonDeleting, "deletion claimed; a batch failed and will be retried", err)
+	}
+	probe := d.sample(s.uid(), res.Probe)
+	ev, work, err := d.evidence(ctx, s, res, len(probe))
+	if err != nil {
+		return failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonDeleting, "deleted; the verification failed and is retried", err)
+	}
+	residue, err := s.Ledger.ProbeResidue(ctx, probe, residueDistance)
+	if err != nil {
+		// E.g. a vector column the manager's role may not read.
+		return failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonDeleting,
+			"deleted; the residue probe failed and is retried (the manager's role needs SELECT on every vector column)", err)
+	}
+	for _, r := range residue {
+		ev.Verification = append(ev.Verification, lethev1.Verification{Check: "near-identical vectors in " + r.Column, Found: r.Found})
+	}
+	if out, clean := d.judge(ev, residue); !clean {
+		return out
+	}
+	caughtUp, err := s.Replicas.CaughtUp(ctx, res.CommitLSN)
+	if err != nil || !caughtUp {
+		out := waiting(d.Config.ReplicaRecheck, lethev1.ConditionDeleted, lethev1.ReasonReplicaLagging,
+			"waiting for every replica to replay past the deletion")
+		if err != nil {
+			out.Kind, out.Err = Errored, err
+		}
+		return out
+	}
+	d.forget(s.uid())
+	out := done(lethev1.ConditionDeleted, lethev1.ReasonSessionsDeleted,
+		"the sessions, every row cascading from them, their content-keyed entries and derived records are deleted and verified absent")
+	out.Evidence = &ev
+	out.Milestone = &Milestone{Phase: lethev1.PhaseDeleted, At: ev.CompletedAt.Time, Evidence: ev, Note: ev.Note}
+	out.Work = work
+	return out
+}
+
+// claim writes the intent to delete before anything is deleted. A cancel
+// seen by the uncached read cancels instead, unless the deletion had
+// already started; a conflict starts the pass again.
+func (d *Deletion) claim(ctx context.Context, s *Scope) (Outcome, bool) {
+	cancelRequested, err := s.Claims.CancelRequested(ctx)
+	if err != nil {
+		return errored(err), false
+	}
+	if cancelRequested {
+		if out, ok := cancel(ctx, s, d.Config); ok {
+			return out, false
+		}
+	}
+	claimed, err := s.Claims.Claim(ctx, metav1.Condition{Type: lethev1.ConditionDeleted, Status: metav1.ConditionFalse,
+		Reason: lethev1.ReasonDeleting, Message: "deletion claimed; deleting in bounded batches"})
+	if err != nil {
+		return errored(err), false
+	}
+	if !claimed {
+		return Outcome{Kind: Waiting, RequeueAfter: time.Second}, false
+	}
+	return Outcome{}, true
+}
+
+// evidence sums the batches and verifies, by the ledger, that nothing of
+// the erased sessions is left.
+func (d *Deletion) evidence(ctx context.Context, s *Scope, res DeleteResult, probed int) (lethev1.StepEvidence, Work, error) {
+	counts, sessions, cache, derived, last := sumBatches(res.Batches)
+	if last.IsZero() {
+		last = s.Clock.Now()
+	}
+	checks, err := s.Ledger.Verify(ctx, s.uid())
+	if err != nil {
+		return lethev1.StepEvidence{}, Work{}, err
+	}
+	ev := lethev1.StepEvidence{Step: lethev1.ConditionDeleted, CompletedAt: mtime(last), Counts: counts}
+	ev.Counts = append(ev.Counts, lethev1.TableCount{Table: "content-keyed index entries", Rows: cache},
+		lethev1.TableCount{Table: "derived records", Rows: derived})
+	for _, c := range checks {
+		ev.Verification = append(ev.Verification, lethev1.Verification{Check: c.Check, Found: c.Found})
+	}
+	ev.Note = fmt.Sprintf("%d session(s) deleted in %d batch(es) of at most %d; residue probe: %d of %d erased embeddings (planned) probed against every vector column outside the cascade",
+		sessions, len(res.Batches), d.Config.BatchSize, probed, plannedEmbeddings(s.Request))
+	return ev, Work{SessionsDeleted: sessions, Mode: mode(s.Request), RowsDeleted: counts}, nil
+}
+
+// judge stalls the step when rows of the erased sessions remain or a copy
+// of an erased embedding was found: a human must look.
+func (d *Deletion) judge(ev lethev1.StepEvidence, residue []Residue) (Outcome, bool) {
+	var left []string
+	for _, v := range ev.Verification {
+		if v.Found > 0 && !strings.HasPrefix(v.Check, "near-identical vectors in ") {
+			left = append(left, v.Check)
+		}
+	}
+	if len(left) > 0 {
+		out := stalled(d.Config.ReverifyInterval, lethev1.ConditionDeleted, lethev1.ReasonVerificationFailed,
+			"rows of the erased sessions remain: "+strings.Join(left, "; "))
+		out.Evidence = &ev
+		return out, false
+	}
+	if len(residue) > 0 {
+		cols := make([]string, len(residue))
+		for i, r := range residue {
+			cols[i] = r.Column
+		}
+		out := stalled(d.Config.RetryAfter, lethev1.ConditionDeleted, lethev1.ReasonResidueFound,
+			"near-identical copies of erased embeddings remain in "+strings.Join(cols, ", ")+": remove them; Lethe probes again")
+		out.Evidence = &ev
+		out.Warning = &Warning{Reason: lethev1.ReasonResidueFound, Action: "Verify", Note: fmt.Sprintf("residue found in %d column(s)", len(cols))}
+		return out, false
+	}
+	return Outcome{}, true
+}
+
+// Reverify erases again, at once, any erased session that reappeared (a
+// restored backup) and records the resurrection in the history.
+func (d *Deletion) Reverify(ctx context.Context, s *Scope) Outcome {
+	res, err := s.Ledger.Reerase(ctx, s.uid())
+	if err != nil {
+		return errored(err)
+	}
+	if res.Skipped || res.Sessions == 0 {
+		return Outcome{Kind: Done}
+	}
+	ev := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: mtime(res.DeletedAt), Counts: tableCounts(res.Rows),
+		Note: fmt.Sprintf("%d resurrected session(s) erased again", res.Sessions)}
+	return Outcome{Kind: Done, Evidence: &ev,
+		Milestone: &Milestone{Phase: s.Request.Status.Phase, Event: lethev1.ReasonResurrected, At: res.DeletedAt, Evidence: ev, Note: ev.Note},
+		Warning: &Warning{Reason: lethev1.ReasonResurrected, Action: "Erase",
+			Note: fmt.Sprintf("%d erased session(s) reappeared and were erased again", res.Sessions)},
+	}
+}
+
+// sample returns the probe sample of this deletion: the one just taken, or
+// the one an earlier pass of this process took before the batches were done.
+func (d *Deletion) sample(uid string, fresh []Embedding) []Embedding {
+	if len(fresh) > 0 {
+		d.probes.Store(uid, fresh)
+		return fresh
+	}
+	if v, ok := d.probes.Load(uid); ok {
+		return v.([]Embedding)
+	}
+	return nil
+}
+
+func (d *Deletion) forget(uid string) { d.probes.Delete(uid) }
+
+func mode(er *lethev1.ErasureRequest) string {
+	if er.Spec.Immediate {
+		return "immediate"
+	}
+	return "grace"
+}
+
+// plannedEmbeddings is the number of embeddings the plan found.
+func plannedEmbeddings(er *lethev1.ErasureRequest) int64 {
+	if er.Status.Plan == nil {
+		return 0
+	}
+	return er.Status.Plan.Embeddings
+}
+
+func tableCounts(cs []Count) []lethev1.TableCount {
+	out := make([]lethev1.TableCount, len(cs))
+	for i, c := range cs {
+		out[i] = lethev1.TableCount{Table: c.Table, Rows: c.Rows}
+	}
+	return out
+}

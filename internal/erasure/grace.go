@@ -1,0 +1,71 @@
+package erasure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+)
+
+// GraceWait is step 2: it waits out the grace period by the database's
+// clock; spec.cancel lifts the tombstones; spec.immediate skips the wait.
+type GraceWait struct{ Config Config }
+
+func (g GraceWait) Run(ctx context.Context, s *Scope) Outcome {
+	er := s.Request
+	if s.isTrue(lethev1.ConditionGracePeriodElapsed) {
+		return Outcome{Kind: Done}
+	}
+	if er.Spec.Cancel {
+		// Too late (the deletion had started) goes on as if not cancelled.
+		if out, ok := cancel(ctx, s, g.Config); ok {
+			return out
+		}
+	}
+	if er.Spec.Immediate {
+		out := done(lethev1.ConditionGracePeriodElapsed, lethev1.ReasonImmediate, "spec.immediate skips the grace period; spec.reason says why")
+		out.Milestone = &Milestone{Phase: lethev1.PhaseGracePeriod, Event: lethev1.ReasonImmediate, At: s.Clock.Now(),
+			Evidence: map[string]string{"reason": er.Spec.Reason}, Note: "grace period skipped (immediate)"}
+		return out
+	}
+	gs, err := s.Ledger.Grace(ctx, s.uid())
+	if err != nil {
+		return failed(g.Config, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonDatabaseUnavailable,
+			"the database clock could not be read; Lethe retries", err)
+	}
+	if !gs.Elapsed {
+		// Requeue at the right time by the database's clock; never sleep.
+		out := waiting(gs.GraceEndsAt.Sub(gs.Now)+time.Second, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonWaitingForGrace,
+			"waiting until status.graceEndsAt by the database's clock; set spec.cancel to undo")
+		out.GraceEndsAt = &gs.GraceEndsAt
+		return out
+	}
+	out := done(lethev1.ConditionGracePeriodElapsed, lethev1.ReasonGraceElapsed, "the grace period has elapsed by the database's clock")
+	out.GraceEndsAt = &gs.GraceEndsAt
+	out.Milestone = &Milestone{Phase: lethev1.PhaseGracePeriod, At: gs.Now,
+		Evidence: map[string]string{"graceEndsAt": gs.GraceEndsAt.UTC().Format(time.RFC3339)}, Note: "grace period elapsed"}
+	return out
+}
+
+// cancel lifts the tombstones and ends the request as Cancelled. ok is
+// false when the deletion has started: the cancel is then too late and
+// ignored.
+func cancel(ctx context.Context, s *Scope, cfg Config) (out Outcome, ok bool) {
+	c, err := s.Ledger.Cancel(ctx, s.uid())
+	if errors.Is(err, ErrTooLateToCancel) {
+		return Outcome{}, false
+	}
+	if err != nil {
+		return failed(cfg, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonDatabaseUnavailable,
+			"the cancel could not be written; Lethe retries", err), true
+	}
+	return Outcome{Kind: Ended,
+		Condition: condition(lethev1.ConditionGracePeriodElapsed, false, lethev1.ReasonCancelled, "spec.cancel: the tombstones were lifted before deletion"),
+		Evidence: &lethev1.StepEvidence{Step: lethev1.ReasonCancelled, CompletedAt: mtime(c.At),
+			Note: fmt.Sprintf("%d tombstone(s) lifted; the ledger marks the request cancelled", c.Lifted)},
+		Milestone: &Milestone{Phase: lethev1.PhaseCancelled, At: c.At, Evidence: map[string]int64{"tombstonesLifted": c.Lifted},
+			Note: "cancelled: tombstones lifted"},
+	}, true
+}

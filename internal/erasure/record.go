@@ -1,0 +1,64 @@
+package erasure
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/evidence"
+)
+
+// Record writes an outcome into the request's status: its condition (the
+// transition time from now, the manager's injected clock), plan, grace
+// end, evidence and history entry. It is pure; events and metrics are the
+// controller's.
+func Record(er *lethev1.ErasureRequest, out Outcome, now time.Time) {
+	st := &er.Status
+	if c := out.Condition; c != nil && c.Type != "" {
+		status := metav1.ConditionFalse
+		if c.OK {
+			status = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: c.Type, Status: status, Reason: c.Reason, Message: c.Message,
+			ObservedGeneration: er.Generation, LastTransitionTime: metav1.NewTime(now),
+		})
+	}
+	if out.Plan != nil {
+		st.Plan = out.Plan
+	}
+	if out.GraceEndsAt != nil {
+		st.GraceEndsAt = mtime(*out.GraceEndsAt)
+	}
+	if out.Evidence != nil {
+		setEvidence(st, *out.Evidence)
+	}
+	if m := out.Milestone; m != nil {
+		d, err := evidence.Digest(m.Evidence)
+		if err != nil {
+			d = "sha256:unavailable"
+		}
+		st.History = evidence.Append(st.History, m.Phase, m.Event, m.At, d)
+	}
+}
+
+// setEvidence replaces (or appends) the evidence of one step.
+func setEvidence(st *lethev1.ErasureRequestStatus, ev lethev1.StepEvidence) {
+	if st.Evidence == nil {
+		st.Evidence = &lethev1.ErasureEvidence{}
+	}
+	for i := range st.Evidence.Steps {
+		if st.Evidence.Steps[i].Step == ev.Step {
+			st.Evidence.Steps[i] = ev
+			return
+		}
+	}
+	st.Evidence.Steps = append(st.Evidence.Steps, ev)
+}
+
+func mtime(t time.Time) *metav1.Time {
+	m := metav1.NewTime(t.UTC().Truncate(time.Second))
+	return &m
+}
