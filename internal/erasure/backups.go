@@ -20,6 +20,9 @@ import (
 // expiration, bounded by BackupRecheck.
 type BackupRotation struct{ Config Config }
 
+// Name is the step's condition type.
+func (BackupRotation) Name() string { return lethev1.ConditionBackupsRotated }
+
 func (b BackupRotation) Run(ctx context.Context, s *Scope) Outcome {
 	if s.isTrue(lethev1.ConditionBackupsRotated) {
 		return Outcome{Kind: Done}

@@ -27,6 +27,9 @@ type Deletion struct {
 	probes sync.Map
 }
 
+// Name is the step's condition type.
+func (*Deletion) Name() string { return lethev1.ConditionDeleted }
+
 func (d *Deletion) Run(ctx context.Context, s *Scope) Outcome {
 	if s.isTrue(lethev1.ConditionDeleted) {
 		return Outcome{Kind: Done}
@@ -40,7 +43,7 @@ func (d *Deletion) Run(ctx context.Context, s *Scope) Outcome {
 			return out
 		}
 	}
-	res, err := s.Ledger.Delete(ctx, ledgerRequest(s.Request), d.Config.BatchSize, d.Config.ProbeBudget)
+	res, err := s.Ledger.Delete(ctx, LedgerRequest(s.Request), d.Config.BatchSize, d.Config.ProbeBudget)
 	if err != nil {
 		return failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonDeleting, "deletion claimed; a batch failed and will be retried", err)
 	}

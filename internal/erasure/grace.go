@@ -13,6 +13,9 @@ import (
 // clock; spec.cancel lifts the tombstones; spec.immediate skips the wait.
 type GraceWait struct{ Config Config }
 
+// Name is the step's condition type.
+func (GraceWait) Name() string { return lethev1.ConditionGracePeriodElapsed }
+
 func (g GraceWait) Run(ctx context.Context, s *Scope) Outcome {
 	er := s.Request
 	if s.isTrue(lethev1.ConditionGracePeriodElapsed) {

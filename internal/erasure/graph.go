@@ -18,6 +18,9 @@ import (
 // by counting.
 type GraphPrune struct{ Config Config }
 
+// Name is the step's condition type.
+func (GraphPrune) Name() string { return lethev1.ConditionGraphReconciled }
+
 func (g GraphPrune) Run(ctx context.Context, s *Scope) Outcome {
 	if s.isTrue(lethev1.ConditionGraphReconciled) {
 		return Outcome{Kind: Done}

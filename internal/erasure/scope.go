@@ -54,8 +54,8 @@ func (s *Scope) reason(condType string) string {
 	return ""
 }
 
-// ledgerRequest is the database's view of the erasure request.
-func ledgerRequest(er *lethev1.ErasureRequest) Request {
+// LedgerRequest is the database's view of the erasure request.
+func LedgerRequest(er *lethev1.ErasureRequest) Request {
 	ids := make([]string, len(er.Spec.SessionIDs))
 	for i, id := range er.Spec.SessionIDs {
 		ids[i] = string(id)
@@ -71,6 +71,8 @@ func ledgerRequest(er *lethev1.ErasureRequest) Request {
 // Done at once when its condition is already True, and running it again
 // after a crash anywhere gives the same end state and evidence.
 type Step interface {
+	// Name is the step's condition type.
+	Name() string
 	Run(ctx context.Context, s *Scope) Outcome
 }
 

@@ -107,8 +107,6 @@ func TestDeriveReconciling(t *testing.T) {
 			"stalled at step Deleted (ResidueFound): a human must act"},
 		"stalled: store missing": {[]metav1.Condition{cond(lethev1.ConditionTombstoned, F, lethev1.ReasonStoreNotFound)},
 			false, metav1.ConditionFalse, lethev1.ReasonStoreNotFound, "human", "stalled at step Tombstoned (StoreNotFound): a human must act"},
-		"failed": {append(done(lethev1.ConditionTombstoned), cond(lethev1.ConditionStalled, T, lethev1.ReasonFailed)),
-			false, metav1.ConditionFalse, lethev1.ReasonFailed, "failed", ""},
 	}
 	for name, tc := range cases {
 		phase := derivePhase(tc.conds, tc.dryRun)

@@ -12,12 +12,15 @@ import (
 // plans; a request cancelled before this step ends at once.
 type Tombstoning struct{ Config Config }
 
+// Name is the step's condition type.
+func (Tombstoning) Name() string { return lethev1.ConditionTombstoned }
+
 func (t Tombstoning) Run(ctx context.Context, s *Scope) Outcome {
 	er := s.Request
 	if s.isTrue(lethev1.ConditionTombstoned) {
 		return Outcome{Kind: Done}
 	}
-	req := ledgerRequest(er)
+	req := LedgerRequest(er)
 	if er.Spec.DryRun {
 		return t.plan(ctx, s, req)
 	}
