@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
-	"github.com/lethe-dev/lethe/controllers"
 	"github.com/lethe-dev/lethe/internal/fixture"
 )
 
@@ -56,7 +55,7 @@ func TestCrashesAtEveryBoundaryLeaveOneReceiptPerStep(t *testing.T) {
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(7, 11))
 	crashes := map[string]int{}
-	restore := controllers.SetFaultHook(func(namespace, point string) bool {
+	restore := setCrashHook(func(namespace, point string) bool {
 		if namespace != ns {
 			return false
 		}

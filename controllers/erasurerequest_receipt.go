@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/connector"
 	"github.com/lethe-dev/lethe/internal/evidence"
 )
 
@@ -28,8 +29,8 @@ const (
 // issueReceipt makes the receipt of a completed request over the history
 // head, signed when a key is configured. A configured key that cannot be
 // read is an error (retried): Lethe never falls back to an unsigned receipt.
-func (r *ErasureRequestReconciler) issueReceipt(ctx context.Context, s *scope) error {
-	if s.req.Status.Receipt != nil {
+func (r *ErasureRequestReconciler) issueReceipt(ctx context.Context, er *lethev1.ErasureRequest) error {
+	if er.Status.Receipt != nil {
 		return nil
 	}
 	var key *evidence.Key
@@ -39,15 +40,15 @@ func (r *ErasureRequestReconciler) issueReceipt(ctx context.Context, s *scope) e
 			return err
 		}
 	}
-	rc, err := evidence.Issue(ctx, s.req, key, r.Clock.Now())
+	rc, err := evidence.Issue(ctx, er, key, r.Clock.Now())
 	if err != nil {
 		return err
 	}
-	s.req.Status.Receipt = rc
+	er.Status.Receipt = rc
 	if key == nil {
-		r.Recorder.Eventf(s.req, nil, corev1.EventTypeNormal, "ReceiptUnsigned", "Receipt", "receipt issued over %s, unsigned: no signing key is configured", rc.Digest)
+		r.Recorder.Eventf(er, nil, corev1.EventTypeNormal, "ReceiptUnsigned", "Receipt", "receipt issued over %s, unsigned: no signing key is configured", rc.Digest)
 	} else {
-		r.Recorder.Eventf(s.req, nil, corev1.EventTypeNormal, "ReceiptSigned", "Receipt", "receipt over %s signed with key %s", rc.Digest, rc.KeyID)
+		r.Recorder.Eventf(er, nil, corev1.EventTypeNormal, "ReceiptSigned", "Receipt", "receipt over %s signed with key %s", rc.Digest, rc.KeyID)
 	}
 	return nil
 }
@@ -56,9 +57,9 @@ func (r *ErasureRequestReconciler) issueReceipt(ctx context.Context, s *scope) e
 // key in a ConfigMap of the same name.
 func (r *ErasureRequestReconciler) receiptKey(ctx context.Context) (*evidence.Key, error) {
 	ref := lethev1.SecretKeyRef{Name: r.ReceiptKeySecret.Name, Key: ReceiptPrivateKey}
-	pemKey, f := readSecretKey(ctx, r.SecretReader, r.ReceiptKeySecret.Namespace, ref)
-	if f != nil {
-		return nil, fmt.Errorf("receipt signing key %s: %s", r.ReceiptKeySecret, f.message)
+	pemKey, err := (&connector.Connector{Secrets: r.SecretReader}).ReadSecretKey(ctx, r.ReceiptKeySecret.Namespace, ref)
+	if err != nil {
+		return nil, fmt.Errorf("receipt signing key %s: %w", r.ReceiptKeySecret, err)
 	}
 	key, err := evidence.ParsePrivateKey([]byte(pemKey))
 	if err != nil {

@@ -15,7 +15,6 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
-	"github.com/lethe-dev/lethe/controllers"
 	"github.com/lethe-dev/lethe/internal/fixture"
 	"github.com/lethe-dev/lethe/internal/graph"
 	"github.com/lethe-dev/lethe/internal/testenv"
@@ -149,7 +148,7 @@ func TestGraphOutageAndCrashesBetweenBatches(t *testing.T) {
 
 	var mu sync.Mutex
 	crashes := 0
-	restore := controllers.SetFaultHook(func(ns, point string) bool {
+	restore := setCrashHook(func(ns, point string) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		if ns == ge.ns && point == "between-graph-batches" && crashes < 2 {

@@ -1,9 +1,11 @@
 // Package controllers holds Lethe's reconcilers: the MemoryStore controller
-// (connectivity and schema audit) and, later, the ErasureRequest phase machine.
+// (connectivity, schema audit, graph sweep) and the ErasureRequest
+// controller, which drives the phase machine of internal/erasure.
 package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -20,12 +22,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
-
-	"github.com/lethe-dev/lethe/internal/graph"
-	"github.com/lethe-dev/lethe/internal/postgres"
+	"github.com/lethe-dev/lethe/internal/connector"
+	"github.com/lethe-dev/lethe/internal/erasure"
 )
 
 // VeleroDetector reports whether Velero's CRDs are served.
@@ -38,16 +37,13 @@ type VeleroDetector interface {
 // changes the memory database.
 type MemoryStoreReconciler struct {
 	// Client reads MemoryStores from the cache and writes their status.
-	Client client.Client
-	// SecretReader reads Secrets straight from the API server: Lethe keeps no
-	// cluster-wide Secret cache, and reads only in the store's namespace.
-	SecretReader client.Reader
-	Recorder     events.EventRecorder
-	Clock        clock.PassiveClock
-
-	Pools  *postgres.Pools
-	Graphs *graph.Clients
-	Velero VeleroDetector
+	Client   client.Client
+	Recorder events.EventRecorder
+	Clock    clock.PassiveClock
+	// Connector opens the store's databases and graph; its Secrets reader
+	// reads straight from the API server, in the store's namespace only.
+	Connector *connector.Connector
+	Velero    VeleroDetector
 
 	// RecheckInterval is how often a Ready store is probed again; a store that
 	// is not Ready is retried sooner (NotReadyRetry).
@@ -100,7 +96,7 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		meta.IsStatusConditionTrue(store.Status.Conditions, lethev1.MemoryStoreSchemaCompliant) {
 		wait := r.sweepWait(store)
 		if wait <= 0 {
-			r.sweep(ctx, store, facts.graphHandle, facts.primary)
+			r.sweep(ctx, store)
 			wait = r.sweepWait(store)
 		}
 		requeue = min(requeue, wait)
@@ -134,12 +130,11 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 // observe runs every external check of the store.
 func (r *MemoryStoreReconciler) observe(ctx context.Context, store *lethev1.MemoryStore) storeFacts {
 	var f storeFacts
-	spec := store.Spec
-
-	f.primary, f.postgres = r.checkPostgres(ctx, store)
-	if f.postgres == nil {
+	if err := r.Connector.CheckPostgres(ctx, store, r.ProbeTimeout); err != nil {
+		f.postgres = failureOf(err)
+	} else {
 		actx, cancel := context.WithTimeout(ctx, r.ProbeTimeout)
-		rep, err := postgres.AuditSchema(actx, f.primary, spec.Postgres.Schema)
+		rep, err := r.Connector.AuditSchema(actx, store)
 		cancel()
 		if err != nil {
 			f.schemaErr = err
@@ -147,13 +142,13 @@ func (r *MemoryStoreReconciler) observe(ctx context.Context, store *lethev1.Memo
 			f.schema = &rep
 		}
 	}
-
-	if spec.FalkorDB != nil {
+	if store.Spec.FalkorDB != nil {
 		f.graphConfigured = true
-		f.graphHandle, f.graph = r.checkGraph(ctx, store)
+		if err := r.Connector.CheckGraph(ctx, store, r.ProbeTimeout, r.SweepTimeout); err != nil {
+			f.graph = failureOf(err)
+		}
 	}
-
-	if spec.Velero != nil {
+	if store.Spec.Velero != nil {
 		f.veleroConfigured = true
 		installed, err := r.Velero.Installed(ctx)
 		if err != nil {
@@ -164,74 +159,19 @@ func (r *MemoryStoreReconciler) observe(ctx context.Context, store *lethev1.Memo
 	return f
 }
 
-// checkPostgres connects to the primary and every replica and returns the
-// primary's pool; a nil failure means all answered.
-func (r *MemoryStoreReconciler) checkPostgres(ctx context.Context, store *lethev1.MemoryStore) (*pgxpool.Pool, *failure) {
-	targets := []struct {
-		name string
-		ref  lethev1.SecretKeyRef
-	}{{"primary", store.Spec.Postgres.DSNSecretRef}}
-	for i, rep := range store.Spec.Postgres.Replicas {
-		targets = append(targets, struct {
-			name string
-			ref  lethev1.SecretKeyRef
-		}{fmt.Sprintf("replica %d", i), rep.DSNSecretRef})
+// failureOf is the condition reason and message of a failed check: a
+// configuration error's own, else ConnectionFailed with the error's text.
+func failureOf(err error) *failure {
+	var ce *erasure.ConfigError
+	if errors.As(err, &ce) {
+		return fail(ce.Reason, "%s", ce.Message)
 	}
-	var primary *pgxpool.Pool
-	for _, t := range targets {
-		dsn, f := readSecretKey(ctx, r.SecretReader, store.Namespace, t.ref)
-		if f != nil {
-			f.message = t.name + ": " + f.message
-			return nil, f
-		}
-		pctx, cancel := context.WithTimeout(ctx, r.ProbeTimeout)
-		pool, err := r.Pools.Get(pctx, poolKey(store, t.name), dsn)
-		if err == nil {
-			err = pool.Ping(pctx)
-		}
-		cancel()
-		if err != nil {
-			return nil, fail(lethev1.ReasonConnectionFailed, "%s: %v", t.name, err)
-		}
-		if primary == nil {
-			primary = pool
-		}
-	}
-	return primary, nil
-}
-
-// checkGraph pings FalkorDB and makes sure the provenance indexes exist; it
-// returns the store's graph when both succeeded.
-func (r *MemoryStoreReconciler) checkGraph(ctx context.Context, store *lethev1.MemoryStore) (*graph.Graph, *failure) {
-	g, f := storeGraph(ctx, r.SecretReader, r.Graphs, store)
-	if f != nil {
-		return nil, f
-	}
-	pctx, cancel := context.WithTimeout(ctx, r.ProbeTimeout)
-	defer cancel()
-	if err := g.Ping(pctx); err != nil {
-		return nil, fail(lethev1.ReasonConnectionFailed, "%v", err)
-	}
-	// The provenance indexes exist before the first erasure needs them
-	// (remembered per client: only the first check creates them). Building
-	// them on a large graph takes seconds, hence the sweep's timeout.
-	ictx, icancel := context.WithTimeout(ctx, r.SweepTimeout)
-	defer icancel()
-	if err := g.EnsureIndexes(ictx); err != nil {
-		return nil, fail(lethev1.ReasonConnectionFailed, "the provenance indexes could not be created: %v", err)
-	}
-	return g, nil
+	return fail(lethev1.ReasonConnectionFailed, "%v", err)
 }
 
 // forget drops the cached connections of a deleted store.
 func (r *MemoryStoreReconciler) forget(key types.NamespacedName) {
-	r.Pools.ForgetPrefix(key.String() + "/")
-	r.Graphs.Forget(key.String() + "/graph")
-}
-
-// poolKey names a cached connection by store and target.
-func poolKey(store *lethev1.MemoryStore, target string) string {
-	return store.Namespace + "/" + store.Name + "/" + target
+	r.Connector.Forget(key)
 }
 
 func sameSchema(a, b *lethev1.SchemaStatus) bool {

@@ -1,10 +1,6 @@
 package controllers
 
 import (
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/lethe-dev/lethe/internal/graph"
-
 	"fmt"
 	"slices"
 	"strings"
@@ -21,8 +17,6 @@ import (
 type storeFacts struct {
 	// postgres is nil when the primary and every replica answered.
 	postgres *failure
-	// primary is the primary's pool when it answered.
-	primary *pgxpool.Pool
 	// schema is the audit's report; nil when it could not run.
 	schema *postgres.SchemaReport
 	// schemaErr is set when the audit query itself failed.
@@ -30,8 +24,6 @@ type storeFacts struct {
 
 	graphConfigured bool
 	graph           *failure
-	// graphHandle is the store's graph when it answered.
-	graphHandle *graph.Graph
 
 	veleroConfigured bool
 	veleroInstalled  bool

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -13,15 +12,11 @@ import (
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/graph"
 	"github.com/lethe-dev/lethe/internal/metrics"
-	"github.com/lethe-dev/lethe/internal/postgres"
 )
 
 // sweepInterval is the store's sweepInterval, 168h by default.
 func sweepInterval(store *lethev1.MemoryStore) time.Duration {
-	if fs := store.Spec.FalkorDB; fs != nil && fs.SweepInterval != nil && fs.SweepInterval.Duration > 0 {
-		return fs.SweepInterval.Duration
-	}
-	return 168 * time.Hour
+	return store.Spec.FalkorDB.SweepIntervalOrDefault()
 }
 
 // sweepWait is how long until the next sweep is due: sweepInterval after
@@ -41,15 +36,14 @@ func (r *MemoryStoreReconciler) sweepWait(store *lethev1.MemoryStore) time.Durat
 
 // sweep runs the full reconciliation of the store's graph from Postgres and
 // records it in status.graphSweep (and status.lastSweep when it completed).
-func (r *MemoryStoreReconciler) sweep(ctx context.Context, store *lethev1.MemoryStore, g *graph.Graph, primary *pgxpool.Pool) {
+func (r *MemoryStoreReconciler) sweep(ctx context.Context, store *lethev1.MemoryStore) {
 	log := ctrl.LoggerFrom(ctx)
 	started := r.Clock.Now()
 	st := &lethev1.GraphSweepStatus{StartedAt: metav1.NewTime(started)}
 	store.Status.GraphSweep = st
 	sctx, cancel := context.WithTimeout(ctx, r.SweepTimeout)
 	defer cancel()
-	res, err := g.Sweep(sctx, postgres.GraphSource{Pool: primary, Schema: store.Spec.Postgres.Schema},
-		graph.SweepOptions{MaxOrphanFraction: r.SweepMaxOrphanFraction})
+	res, err := r.Connector.Sweep(sctx, store, graph.SweepOptions{MaxOrphanFraction: r.SweepMaxOrphanFraction})
 	st.SessionsChecked, st.FactsChecked = int64(res.SessionsChecked), int64(res.FactsChecked)
 	st.OrphanSessions, st.OrphanFacts = int64(res.OrphanSessions), int64(res.OrphanFacts)
 	for _, kc := range res.Removed.Keys() {

@@ -10,6 +10,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/erasure"
 )
 
 // requestCollector reports, at each scrape, the requests by phase, the
@@ -73,7 +74,7 @@ func (c *requestCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // allPhases are exported even at 0, so a phase emptying out reads 0, not absent.
 var allPhases = []lethev1.Phase{lethev1.PhasePending, lethev1.PhasePlanned, lethev1.PhaseTombstoned, lethev1.PhaseGracePeriod,
-	lethev1.PhaseDeleted, lethev1.PhaseGraphReconciled, lethev1.PhaseBackupsRotated, lethev1.PhaseCancelled, lethev1.PhaseFailed}
+	lethev1.PhaseDeleted, lethev1.PhaseGraphReconciled, lethev1.PhaseBackupsRotated, lethev1.PhaseCancelled}
 
 // namespaceDeadlines is what the collector keeps per namespace.
 type namespaceDeadlines struct {
@@ -119,7 +120,7 @@ func (c *requestCollector) Collect(ch chan<- prometheus.Metric) {
 			stalled++
 		}
 		// A dry run erases nothing, planned or not: no deadline runs for it.
-		if er.Spec.DryRun || terminal(conds) || er.Status.Phase == lethev1.PhaseBackupsRotated ||
+		if er.Spec.DryRun || erasure.Terminal(er) || er.Status.Phase == lethev1.PhaseBackupsRotated ||
 			meta.IsStatusConditionTrue(conds, lethev1.ConditionBackupsRotated) || er.Status.Deadline == nil {
 			continue
 		}
@@ -173,7 +174,7 @@ func (c *requestCollector) Collect(ch chan<- prometheus.Metric) {
 // (immediate) goes now, whatever its expiration says.
 func latestRemainingExpiration(er *lethev1.ErasureRequest) (time.Time, bool) {
 	var latest time.Time
-	for _, b := range previousBackups(er) {
+	for _, b := range erasure.RecordedBackups(er) {
 		if b.GoneAt != nil || b.DeleteBackupRequest != "" || b.Expiration == nil {
 			continue
 		}

@@ -34,6 +34,7 @@ import (
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/controllers"
 	"github.com/lethe-dev/lethe/internal/backups"
+	"github.com/lethe-dev/lethe/internal/connector"
 	"github.com/lethe-dev/lethe/internal/evidence"
 	"github.com/lethe-dev/lethe/internal/fixture"
 	"github.com/lethe-dev/lethe/internal/graph"
@@ -132,13 +133,15 @@ func startManager(cfg *rest.Config, pools *postgres.Pools, another bool) (stop f
 		return nil, err
 	}
 	graphs := &graph.Clients{}
+	detector := backups.Detector{Discovery: disc}
+	conn := &connector.Connector{Secrets: mgr.GetAPIReader(), Pools: pools, Graphs: graphs, Velero: backups.Velero{
+		Detector: detector, Rotator: backups.Rotator{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Concurrency: 8}}}
+	lost := &lostWrites{}
 	if err := (&controllers.MemoryStoreReconciler{
 		Client:          mgr.GetClient(),
-		SecretReader:    mgr.GetAPIReader(),
 		Recorder:        mgr.GetEventRecorder("lethe-memorystore"),
-		Pools:           pools,
-		Graphs:          graphs,
-		Velero:          backups.Detector{Discovery: disc},
+		Connector:       conn,
+		Velero:          detector,
 		RecheckInterval: 2 * time.Second,
 		NotReadyRetry:   500 * time.Millisecond,
 		ProbeTimeout:    3 * time.Second,
@@ -149,14 +152,14 @@ func startManager(cfg *rest.Config, pools *postgres.Pools, another bool) (stop f
 		return nil, err
 	}
 	if err := (&controllers.ErasureRequestReconciler{
-		Client:           mgr.GetClient(),
+		Client:           lost.client(mgr.GetClient()),
 		APIReader:        mgr.GetAPIReader(),
 		SecretReader:     mgr.GetAPIReader(),
 		Recorder:         mgr.GetEventRecorder("lethe-erasurerequest"),
 		Clock:            operatorClock,
-		Pools:            pools,
-		Graphs:           graphs,
-		Velero:           backups.Detector{Discovery: disc},
+		Connector:        crashingConnector{inner: conn, lost: lost},
+		BackoffBase:      20 * time.Millisecond,
+		BackoffMax:       time.Second,
 		BackupRecheck:    time.Second,
 		ReceiptKeySecret: receiptKeySecret,
 		GraphBatch:       1,

@@ -21,6 +21,7 @@ import (
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/controllers"
+	"github.com/lethe-dev/lethe/internal/connector"
 	"github.com/lethe-dev/lethe/internal/fixture"
 	"github.com/lethe-dev/lethe/internal/graph"
 	"github.com/lethe-dev/lethe/internal/postgres"
@@ -55,7 +56,8 @@ func TestTwoManagersAtOnceDeleteEachSessionOnce(t *testing.T) {
 	seen := &readCounter{Client: mgr.GetClient()}
 	if err := (&controllers.ErasureRequestReconciler{
 		Client: seen, APIReader: mgr.GetAPIReader(), SecretReader: mgr.GetAPIReader(),
-		Recorder: mgr.GetEventRecorder("lethe-second"), Pools: secondPools, Graphs: &graph.Clients{},
+		Recorder:  mgr.GetEventRecorder("lethe-second"),
+		Connector: &connector.Connector{Secrets: mgr.GetAPIReader(), Pools: secondPools, Graphs: &graph.Clients{}},
 		BatchSize: 2, ReverifyInterval: time.Second, RetryAfter: 300 * time.Millisecond,
 	}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)

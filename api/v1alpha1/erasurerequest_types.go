@@ -89,7 +89,7 @@ type ErasureRequestSpec struct {
 
 // Phase is the last milestone an ErasureRequest reached. It is derived from
 // the conditions, never the other way round.
-// +kubebuilder:validation:Enum=Pending;Planned;Tombstoned;GracePeriod;Deleted;GraphReconciled;BackupsRotated;Cancelled;Failed
+// +kubebuilder:validation:Enum=Pending;Planned;Tombstoned;GracePeriod;Deleted;GraphReconciled;BackupsRotated;Cancelled
 type Phase string
 
 // Phases, in the order a request moves through them.
@@ -102,7 +102,6 @@ const (
 	PhaseGraphReconciled Phase = "GraphReconciled"
 	PhaseBackupsRotated  Phase = "BackupsRotated"
 	PhaseCancelled       Phase = "Cancelled"
-	PhaseFailed          Phase = "Failed"
 )
 
 // A planning request is a dry-run ErasureRequest that `kubectl erasure plan`
@@ -134,7 +133,6 @@ const (
 
 // ErasureRequest condition reasons.
 const (
-	ReasonPending             = "Pending"
 	ReasonStoreNotFound       = "StoreNotFound"
 	ReasonStoreNotReady       = "StoreNotReady"
 	ReasonDatabaseUnavailable = "DatabaseUnavailable"
@@ -158,7 +156,6 @@ const (
 	ReasonInvalidSpec         = "InvalidSpec"
 	ReasonCompleted           = "Completed"
 	ReasonInProgress          = "InProgress"
-	ReasonFailed              = "Failed"
 	ReasonResurrected         = "Resurrected"
 	ReasonNoActionNeeded      = "NoActionNeeded"
 	// ReasonProgressing is Reconciling's reason when the next step has not

@@ -34,6 +34,7 @@ import (
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/controllers"
 	"github.com/lethe-dev/lethe/internal/backups"
+	"github.com/lethe-dev/lethe/internal/connector"
 	"github.com/lethe-dev/lethe/internal/graph"
 	"github.com/lethe-dev/lethe/internal/postgres"
 	"github.com/lethe-dev/lethe/internal/version"
@@ -215,14 +216,15 @@ func runManager(args []string) int {
 	defer pools.Close()
 	graphs := &graph.Clients{}
 	defer graphs.Close()
+	detector := backups.Detector{Discovery: disc}
+	conn := &connector.Connector{Secrets: mgr.GetAPIReader(), Pools: pools, Graphs: graphs, Velero: backups.Velero{
+		Detector: detector, Rotator: backups.Rotator{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Concurrency: 8}}}
 
 	if err := (&controllers.MemoryStoreReconciler{
 		Client:                 mgr.GetClient(),
-		SecretReader:           mgr.GetAPIReader(),
 		Recorder:               mgr.GetEventRecorder("lethe-memorystore"),
-		Pools:                  pools,
-		Graphs:                 graphs,
-		Velero:                 backups.Detector{Discovery: disc},
+		Connector:              conn,
+		Velero:                 detector,
 		RecheckInterval:        f.storeRecheck,
 		ProbeTimeout:           f.probeTimeout,
 		SweepMaxOrphanFraction: float64(f.sweepMaxOrphanPercent) / 100,
@@ -236,9 +238,7 @@ func runManager(args []string) int {
 		APIReader:               mgr.GetAPIReader(),
 		SecretReader:            mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("lethe-erasurerequest"),
-		Pools:                   pools,
-		Graphs:                  graphs,
-		Velero:                  backups.Detector{Discovery: disc},
+		Connector:               conn,
 		BackupRecheck:           f.backupRecheck,
 		ReceiptKeySecret:        receiptKey,
 		MaxConcurrentReconciles: f.concurrency,

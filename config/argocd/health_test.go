@@ -160,7 +160,7 @@ func requireErasureCoverage(t *testing.T, dir string, tests healthTests, statuse
 		phases[string(er.Status.Phase)] = true
 	}
 	for _, p := range []lethev1.Phase{"", lethev1.PhasePending, lethev1.PhasePlanned, lethev1.PhaseTombstoned, lethev1.PhaseGracePeriod,
-		lethev1.PhaseDeleted, lethev1.PhaseGraphReconciled, lethev1.PhaseBackupsRotated, lethev1.PhaseCancelled, lethev1.PhaseFailed} {
+		lethev1.PhaseDeleted, lethev1.PhaseGraphReconciled, lethev1.PhaseBackupsRotated, lethev1.PhaseCancelled} {
 		if !phases[string(p)] {
 			t.Errorf("no ErasureRequest case in phase %q (\"\": no status yet)", p)
 		}

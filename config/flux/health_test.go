@@ -40,7 +40,6 @@ var want = map[string]struct{ kstatus, exprs string }{
 	"healthy_cancelled.yaml":           {"Current", "Current"},
 	"degraded_stalledResidue.yaml":     {"Failed", "Failed"},
 	"degraded_storeNotFound.yaml":      {"Failed", "Failed"},
-	"degraded_failed.yaml":             {"Failed", "Failed"},
 }
 
 func TestWhatFluxReportsInEveryPhase(t *testing.T) {

@@ -46,7 +46,7 @@ func (b BackupRotation) Run(ctx context.Context, s *Scope) Outcome {
 			"the Velero Backups could not be updated; Lethe retries", err)
 	}
 	now := s.Clock.Now()
-	entries := mergeBackups(previousBackups(s.Request), found, now)
+	entries := mergeBackups(RecordedBackups(s.Request), found, now)
 	remaining := slices.DeleteFunc(slices.Clone(entries), func(e lethev1.BackupEvidence) bool { return e.GoneAt != nil })
 	ev := backupEvidence(lethev1.ConditionBackupsRotated, entries, req)
 	if len(remaining) == 0 {
@@ -150,7 +150,8 @@ func backupScope(store *lethev1.MemoryStore) (BackupScope, error) {
 	return BackupScope{Namespace: v.NamespaceOrDefault(), Selector: sel}, nil
 }
 
-func previousBackups(er *lethev1.ErasureRequest) []lethev1.BackupEvidence {
+// RecordedBackups are the Backups the backup step recorded in the evidence.
+func RecordedBackups(er *lethev1.ErasureRequest) []lethev1.BackupEvidence {
 	if er.Status.Evidence == nil {
 		return nil
 	}

@@ -78,7 +78,7 @@ func TestNextWaitNamesTheConditionAndUntilWhen(t *testing.T) {
 		t.Fatalf("rotating backups: %+v", w)
 	}
 
-	for _, p := range []lethev1.Phase{lethev1.PhaseBackupsRotated, lethev1.PhaseCancelled, lethev1.PhaseFailed, lethev1.PhasePlanned} {
+	for _, p := range []lethev1.Phase{lethev1.PhaseBackupsRotated, lethev1.PhaseCancelled, lethev1.PhasePlanned} {
 		er := inGrace()
 		er.Status.Phase = p
 		if w := nextWait(er); w != nil {

@@ -37,7 +37,7 @@ type waitState struct {
 // terminalPhase: nothing more happens to a request in one of these.
 func terminalPhase(p lethev1.Phase) bool {
 	switch p {
-	case lethev1.PhaseBackupsRotated, lethev1.PhaseCancelled, lethev1.PhaseFailed, lethev1.PhasePlanned:
+	case lethev1.PhaseBackupsRotated, lethev1.PhaseCancelled, lethev1.PhasePlanned:
 		return true
 	}
 	return false
@@ -183,7 +183,7 @@ func outcome(er *lethev1.ErasureRequest) error {
 	switch er.Status.Phase {
 	case lethev1.PhaseBackupsRotated, lethev1.PhasePlanned:
 		return nil
-	case lethev1.PhaseFailed, lethev1.PhaseCancelled:
+	case lethev1.PhaseCancelled:
 		return &ExitError{Code: 1, Err: fmt.Errorf("erasurerequest %s ended in phase %s", er.Name, er.Status.Phase)}
 	}
 	if w := nextWait(er); w != nil && w.Human {

@@ -34,6 +34,7 @@ import (
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/controllers"
+	"github.com/lethe-dev/lethe/internal/connector"
 	"github.com/lethe-dev/lethe/internal/fixture"
 	"github.com/lethe-dev/lethe/internal/graph"
 	"github.com/lethe-dev/lethe/internal/postgres"
@@ -102,13 +103,14 @@ func (e *env) manager(b *testing.B, qps float32, burst, concurrency int) func() 
 		b.Fatal(err)
 	}
 	pools := &postgres.Pools{Options: postgres.Options{Vector: true, MaxConns: int32(concurrency + 2)}}
-	if err := (&controllers.MemoryStoreReconciler{Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(),
-		Recorder: mgr.GetEventRecorder("lethe-memorystore"), Pools: pools, Graphs: &graph.Clients{}, Velero: noVelero{},
+	conn := &connector.Connector{Secrets: mgr.GetAPIReader(), Pools: pools, Graphs: &graph.Clients{}}
+	if err := (&controllers.MemoryStoreReconciler{Client: mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("lethe-memorystore"), Connector: conn, Velero: noVelero{},
 	}).SetupWithManager(mgr); err != nil {
 		b.Fatal(err)
 	}
 	if err := (&controllers.ErasureRequestReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), SecretReader: mgr.GetAPIReader(),
-		Recorder: mgr.GetEventRecorder("lethe-erasurerequest"), Pools: pools, Graphs: &graph.Clients{}, Velero: noVelero{},
+		Recorder: mgr.GetEventRecorder("lethe-erasurerequest"), Connector: conn,
 		MaxConcurrentReconciles: concurrency,
 	}).SetupWithManager(mgr); err != nil {
 		b.Fatal(err)

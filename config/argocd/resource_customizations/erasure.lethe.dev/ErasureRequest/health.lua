@@ -35,11 +35,6 @@ if phase == "BackupsRotated" or phase == "Planned" or phase == "Cancelled" then
   hs.message = phase .. (ready ~= nil and (": " .. ready.message) or "")
   return hs
 end
-if phase == "Failed" then
-  hs.status = "Degraded"
-  hs.message = "the erasure failed"
-  return hs
-end
 local stalled = condition("Stalled")
 if stalled ~= nil and stalled.status == "True" then
   hs.status = "Degraded"

@@ -1,0 +1,185 @@
+package controllers_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/controllers"
+	"github.com/lethe-dev/lethe/internal/erasure"
+	"github.com/lethe-dev/lethe/internal/postgres"
+)
+
+// Crash injection, entirely on the test side: the suite's manager works
+// through decorated ports. When a test's hook says so, a port call "crashes"
+// at a named point — after its work committed, before it started, or inside
+// the deletion transaction (its commit rolls back) — and the status write of
+// that pass is lost, as a killed manager's would be.
+
+// crashHook decides whether the pass in namespace crashes at point.
+var crashHook atomic.Pointer[func(namespace, point string) bool]
+
+// setCrashHook installs h; the returned function removes it.
+func setCrashHook(h func(namespace, point string) bool) (restore func()) {
+	crashHook.Store(&h)
+	return func() { crashHook.Store(nil) }
+}
+
+var errCrash = errors.New("simulated crash")
+
+// crashingConnector decorates the ports of every pass.
+type crashingConnector struct {
+	inner controllers.Connector
+	lost  *lostWrites
+}
+
+func (c crashingConnector) Ports(ctx context.Context, store *lethev1.MemoryStore) (erasure.Ports, error) {
+	c.lost.forget(store.Namespace) // a new pass: the last one's crash is over
+	p, err := c.inner.Ports(ctx, store)
+	if err != nil || crashHook.Load() == nil {
+		return p, err
+	}
+	crash := func(point string) bool {
+		h := crashHook.Load()
+		if h == nil || !(*h)(store.Namespace, point) {
+			return false
+		}
+		c.lost.mark(store.Namespace)
+		return true
+	}
+	if e, ok := p.Ledger.(*postgres.Eraser); ok {
+		p.Ledger = &crashingLedger{Ledger: &postgres.Eraser{Pool: crashingDB{e.Pool}, Schema: e.Schema, TenantID: e.TenantID}, crash: crash}
+	}
+	if p.Graph != nil {
+		p.Graph = crashingGraph{Graph: p.Graph, crash: crash}
+	}
+	return p, nil
+}
+
+// crashingLedger crashes around and inside the ledger's transactions.
+type crashingLedger struct {
+	erasure.Ledger
+	crash func(point string) bool
+}
+
+func (l *crashingLedger) Tombstone(ctx context.Context, req erasure.Request) (erasure.Plan, error) {
+	plan, err := l.Ledger.Tombstone(ctx, req)
+	if err == nil && l.crash("after-tombstone-commit") {
+		return erasure.Plan{}, errCrash
+	}
+	return plan, err
+}
+
+func (l *crashingLedger) Delete(ctx context.Context, req erasure.Request, batchSize, probeBudget int) (erasure.DeleteResult, error) {
+	if l.crash("after-claim") {
+		return erasure.DeleteResult{}, errCrash
+	}
+	if l.crash("inside-delete-transaction") {
+		ctx = context.WithValue(ctx, crashCommitKey{}, true)
+	}
+	res, err := l.Ledger.Delete(ctx, req, batchSize, probeBudget)
+	if err == nil && l.crash("after-delete-commit") {
+		return erasure.DeleteResult{}, errCrash
+	}
+	return res, err
+}
+
+// ProbeResidue is the step's last database call before its status write.
+func (l *crashingLedger) ProbeResidue(ctx context.Context, probe []erasure.Embedding, maxDistance float64) ([]erasure.Residue, error) {
+	res, err := l.Ledger.ProbeResidue(ctx, probe, maxDistance)
+	if err == nil && l.crash("before-status-write") {
+		return nil, errCrash
+	}
+	return res, err
+}
+
+// crashingGraph crashes after a batch was pruned, before its receipt.
+type crashingGraph struct {
+	erasure.Graph
+	crash func(point string) bool
+}
+
+func (g crashingGraph) Prune(ctx context.Context, ids []string, limit int) (erasure.GraphCounts, error) {
+	removed, err := g.Graph.Prune(ctx, ids, limit)
+	if err == nil && g.crash("between-graph-batches") {
+		return erasure.GraphCounts{}, errCrash
+	}
+	return removed, err
+}
+
+// crashCommitKey marks a context whose transactions roll back at commit.
+type crashCommitKey struct{}
+
+// crashingDB hands out transactions that roll back at commit when their
+// context is marked: every statement ran, and none of it took effect.
+type crashingDB struct{ postgres.DB }
+
+func (d crashingDB) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
+	tx, err := d.DB.BeginTx(ctx, opts)
+	if err != nil || ctx.Value(crashCommitKey{}) == nil {
+		return tx, err
+	}
+	return crashingTx{tx}, nil
+}
+
+type crashingTx struct{ pgx.Tx }
+
+func (t crashingTx) Commit(ctx context.Context) error {
+	if err := t.Tx.Rollback(ctx); err != nil {
+		return err
+	}
+	return errCrash
+}
+
+// lostWrites drops the status writes of a crashed pass.
+type lostWrites struct {
+	mu      sync.Mutex
+	crashed map[string]bool
+}
+
+func (l *lostWrites) mark(ns string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.crashed == nil {
+		l.crashed = map[string]bool{}
+	}
+	l.crashed[ns] = true
+}
+
+func (l *lostWrites) forget(ns string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.crashed, ns)
+}
+
+func (l *lostWrites) isCrashed(ns string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.crashed[ns]
+}
+
+// client wraps c so that a crashed pass's status writes are lost.
+func (l *lostWrites) client(c client.Client) client.Client {
+	return interceptor.NewClient(noWatch{c}, interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if l.isCrashed(obj.GetNamespace()) {
+				return nil
+			}
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+}
+
+// noWatch lets the manager's client be intercepted (the reconciler never watches through it).
+type noWatch struct{ client.Client }
+
+func (noWatch) Watch(context.Context, client.ObjectList, ...client.ListOption) (watch.Interface, error) {
+	return nil, errors.New("watch is not supported")
+}

@@ -1,0 +1,70 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/erasure"
+)
+
+// finalize handles the deletion of the request object. During the grace
+// period it lifts the tombstones (the database keeps a Cancelled receipt);
+// once deletion started it finishes it; afterwards it undoes nothing.
+func (r *ErasureRequestReconciler) finalize(ctx context.Context, er *lethev1.ErasureRequest) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(er, Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	tombstoned := meta.IsStatusConditionTrue(er.Status.Conditions, lethev1.ConditionTombstoned)
+	deleted := meta.IsStatusConditionTrue(er.Status.Conditions, lethev1.ConditionDeleted)
+	if tombstoned && !deleted {
+		if err := r.withdraw(ctx, er); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	r.machine.Forget(string(er.UID))
+	controllerutil.RemoveFinalizer(er, Finalizer)
+	if err := patchFinalizers(ctx, r.Client, er); err != nil && !apierrors.IsNotFound(err) {
+		return requeueOnConflict(err)
+	}
+	return ctrl.Result{}, nil
+}
+
+// withdraw lifts the tombstones of a request deleted during its grace
+// period, or finishes a deletion that had started rather than leave it
+// half-done.
+func (r *ErasureRequestReconciler) withdraw(ctx context.Context, er *lethev1.ErasureRequest) error {
+	store := &lethev1.MemoryStore{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: er.Namespace, Name: er.Spec.StoreRef.Name}, store); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, lethev1.ReasonStoreNotFound, "Finalize",
+				"MemoryStore gone: the tombstones of this request stay in the database")
+			return nil
+		}
+		return err
+	}
+	ports, err := r.Connector.Ports(ctx, store)
+	if err != nil {
+		return err
+	}
+	c, err := ports.Ledger.Cancel(ctx, string(er.UID))
+	switch {
+	case errors.Is(err, erasure.ErrTooLateToCancel):
+		if _, err := ports.Ledger.Delete(ctx, erasure.LedgerRequest(er), r.BatchSize, 0); err != nil {
+			return err
+		}
+		r.Recorder.Eventf(er, nil, corev1.EventTypeNormal, "DeletionFinished", "Finalize", "request deleted mid-deletion: the deletion was finished")
+	case err != nil:
+		return err
+	default:
+		r.Recorder.Eventf(er, nil, corev1.EventTypeNormal, "Withdrawn", "Finalize", "request deleted during the grace period: %d tombstone(s) lifted", c.Lifted)
+	}
+	return nil
+}

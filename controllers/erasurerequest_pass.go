@@ -1,0 +1,197 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/erasure"
+	"github.com/lethe-dev/lethe/internal/metrics"
+)
+
+// pass is the state of one reconcile of a request.
+type pass struct {
+	// req is the request with this pass's outcomes applied; before is the
+	// version the status patch is computed (and optimistically locked) against.
+	req, before *lethev1.ErasureRequest
+	// gone: the pass deleted the request, so there is no status to write.
+	gone bool
+}
+
+// scope resolves the request's store and opens its ports; when that is not
+// possible it returns the outcome that says why.
+func (r *ErasureRequestReconciler) scope(ctx context.Context, p *pass) (*erasure.Scope, *erasure.Outcome) {
+	er := p.req
+	store := &lethev1.MemoryStore{}
+	key := types.NamespacedName{Namespace: er.Namespace, Name: er.Spec.StoreRef.Name}
+	if err := r.Client.Get(ctx, key, store); err != nil {
+		out := erasure.Outcome{Kind: erasure.Errored, Err: err}
+		if apierrors.IsNotFound(err) {
+			out = erasure.Outcome{Kind: erasure.Waiting, RequeueAfter: r.RetryAfter}
+			if !meta.IsStatusConditionTrue(er.Status.Conditions, lethev1.ConditionTombstoned) {
+				out.Kind = erasure.Stalled
+				out.Condition = &erasure.Condition{Type: lethev1.ConditionTombstoned, Reason: lethev1.ReasonStoreNotFound,
+					Message: fmt.Sprintf("MemoryStore %q not found in namespace %s", key.Name, key.Namespace)}
+			}
+		}
+		return nil, &out
+	}
+	ports, err := r.Connector.Ports(ctx, store)
+	if err != nil {
+		return nil, r.unreachable(er, err)
+	}
+	ports.Clock = r.Clock
+	ports.Claims = &claims{r: r, p: p}
+	return &erasure.Scope{Request: er, Store: store, Ports: ports}, nil
+}
+
+// unreachable is the outcome of a memory database that cannot be opened,
+// reported on the step the request is on.
+func (r *ErasureRequestReconciler) unreachable(er *lethev1.ErasureRequest, err error) *erasure.Outcome {
+	step := erasure.FirstPending(er)
+	var ce *erasure.ConfigError
+	if errors.As(err, &ce) {
+		return &erasure.Outcome{Kind: erasure.Waiting, RequeueAfter: r.RetryAfter, Condition: stepCondition(step,
+			lethev1.ReasonDatabaseUnavailable, "the memory database cannot be reached: "+ce.Message)}
+	}
+	return &erasure.Outcome{Kind: erasure.Errored, Err: err, Condition: stepCondition(step,
+		lethev1.ReasonDatabaseUnavailable, "the memory database is unreachable; Lethe retries")}
+}
+
+// stepCondition is a False condition on step, none when every step is done
+// (a completed step stays completed).
+func stepCondition(step, reason, message string) *erasure.Condition {
+	if step == "none" {
+		return nil
+	}
+	return &erasure.Condition{Type: step, Reason: reason, Message: message}
+}
+
+// record applies one outcome: the status (through erasure.Record), the
+// events and the metrics. It is the only writer of them.
+func (r *ErasureRequestReconciler) record(p *pass, out erasure.Outcome) {
+	er := p.req
+	if m := out.Milestone; m != nil {
+		if h := er.Status.History; len(h) > 0 && m.Event != lethev1.ReasonResurrected {
+			metrics.StepDuration.WithLabelValues(string(m.Phase)).Observe(max(0, m.At.Sub(h[len(h)-1].Time.Time).Seconds()))
+		}
+	}
+	erasure.Record(er, out, r.Clock.Now())
+	if w := out.Warning; w != nil {
+		r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, w.Reason, w.Action, "%s", w.Note)
+	}
+	if m := out.Milestone; m != nil {
+		reason := string(m.Phase)
+		if m.Event != "" {
+			reason = m.Event
+		}
+		r.Recorder.Eventf(er, nil, corev1.EventTypeNormal, reason, "Erase", "%s", m.Note)
+	}
+	countWork(out.Work)
+}
+
+// result turns an outcome into what controller-runtime is told: an error
+// (retried with backoff, counted in controller_runtime_reconcile_errors_total)
+// or when to look again.
+func (r *ErasureRequestReconciler) result(ctx context.Context, step string, out erasure.Outcome) (ctrl.Result, error) {
+	if out.Kind == erasure.Errored {
+		ctrl.LoggerFrom(ctx).V(1).Info("step failed; controller-runtime retries with backoff", "step", step)
+		return ctrl.Result{}, fmt.Errorf("step %s: %w", step, out.Err)
+	}
+	return ctrl.Result{RequeueAfter: out.RequeueAfter}, nil
+}
+
+// patchStatus derives phase, Ready, Stalled and Reconciling, then writes the
+// status once if it changed. Optimistic: a pass that started from a stale
+// cache must not overwrite a newer status; it gets a conflict and runs again.
+func (r *ErasureRequestReconciler) patchStatus(ctx context.Context, p *pass) error {
+	erasure.Summarize(p.req)
+	if equality.Semantic.DeepEqual(p.before.Status, p.req.Status) {
+		return nil
+	}
+	return r.Client.Status().Patch(ctx, p.req, client.MergeFromWithOptions(p.before, client.MergeFromWithOptimisticLock{}))
+}
+
+// claims is the pass's erasure.Claims: the claim is written on the latest
+// version of the request, read uncached.
+type claims struct {
+	r      *ErasureRequestReconciler
+	p      *pass
+	latest *lethev1.ErasureRequest
+}
+
+func (c *claims) CancelRequested(ctx context.Context) (bool, error) {
+	latest := &lethev1.ErasureRequest{}
+	if err := c.r.APIReader.Get(ctx, client.ObjectKeyFromObject(c.p.req), latest); err != nil {
+		return false, err
+	}
+	c.latest = latest
+	return latest.Spec.Cancel, nil
+}
+
+func (c *claims) Claim(ctx context.Context, claim metav1.Condition) (bool, error) {
+	if c.latest == nil {
+		return false, errors.New("claim before reading the latest request")
+	}
+	c.r.record(c.p, erasure.Outcome{Condition: &erasure.Condition{Type: claim.Type, OK: claim.Status == metav1.ConditionTrue,
+		Reason: claim.Reason, Message: claim.Message}})
+	base := c.latest.DeepCopy()
+	c.latest.Status = *c.p.req.Status.DeepCopy()
+	if err := c.r.Client.Status().Patch(ctx, c.latest, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsConflict(err) {
+			return false, nil
+		}
+		return false, err
+	}
+	// The claim is written: later changes of this pass patch on top of it.
+	c.p.before = c.latest.DeepCopy()
+	c.p.req.ResourceVersion = c.latest.ResourceVersion
+	return true, nil
+}
+
+// countWork adds what a pass did to the metrics.
+func countWork(w erasure.Work) {
+	if w.SessionsDeleted > 0 {
+		metrics.TombstoneReaper.WithLabelValues(w.Mode).Add(float64(w.SessionsDeleted))
+	}
+	for _, c := range w.RowsDeleted {
+		metrics.RowsDeleted.WithLabelValues(c.Table).Add(float64(c.Rows))
+	}
+	if w.GraphPruned.Total() > 0 {
+		metrics.GraphPruned.WithLabelValues("nodes").Add(float64(sum(w.GraphPruned.Nodes)))
+		metrics.GraphPruned.WithLabelValues("relationships").Add(float64(sum(w.GraphPruned.Relationships)))
+	}
+	for _, b := range w.Backups {
+		switch {
+		case !b.Changed:
+		case b.DeleteRequest != "":
+			metrics.BackupWork.WithLabelValues("delete_requested").Inc()
+		default:
+			metrics.BackupWork.WithLabelValues("shortened").Inc()
+		}
+	}
+}
+
+func sum(m map[string]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func mtime(t time.Time) *metav1.Time {
+	m := metav1.NewTime(t.UTC().Truncate(time.Second))
+	return &m
+}

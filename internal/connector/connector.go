@@ -1,0 +1,125 @@
+// Package connector turns a MemoryStore into the connections Lethe works
+// through: it reads the store's Secrets (uncached, in the store's namespace
+// only), keeps one pool per database and one client per graph, and hands
+// the phase machine its ports. Both controllers use it; neither sees a
+// client library.
+package connector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/erasure"
+	"github.com/lethe-dev/lethe/internal/graph"
+	"github.com/lethe-dev/lethe/internal/postgres"
+)
+
+// Connector opens a store's connections. Connections are cached per store
+// and target and reopened when a Secret's value changes.
+type Connector struct {
+	// Secrets reads Secrets straight from the API server (the manager's
+	// API reader: Lethe keeps no Secret cache).
+	Secrets client.Reader
+	Pools   *postgres.Pools
+	Graphs  *graph.Clients
+	// Velero is the backups port of every store that configures Velero.
+	Velero erasure.Backups
+}
+
+// Ports returns the ports of one pass over store. The primary is opened
+// at once (every step needs it); the graph and the replicas on first use.
+func (c *Connector) Ports(ctx context.Context, store *lethev1.MemoryStore) (erasure.Ports, error) {
+	ledger, err := c.Ledger(ctx, store)
+	if err != nil {
+		return erasure.Ports{}, err
+	}
+	p := erasure.Ports{Ledger: ledger, Replicas: &lazyReplicas{c: c, store: store}}
+	if store.Spec.FalkorDB != nil {
+		p.Graph = &lazyGraph{c: c, store: store}
+	}
+	if store.Spec.Velero != nil {
+		p.Backups = c.Velero
+	}
+	return p, nil
+}
+
+// Ledger opens the store's primary as the erasure ledger.
+func (c *Connector) Ledger(ctx context.Context, store *lethev1.MemoryStore) (*postgres.Eraser, error) {
+	pool, err := c.pool(ctx, store, "primary", store.Spec.Postgres.DSNSecretRef)
+	if err != nil {
+		return nil, err
+	}
+	return &postgres.Eraser{Pool: pool, Schema: store.Spec.Postgres.SchemaOrDefault(), TenantID: store.Spec.TenantID}, nil
+}
+
+// Graph opens the store's graph.
+func (c *Connector) Graph(ctx context.Context, store *lethev1.MemoryStore) (*graph.Graph, error) {
+	url, err := c.ReadSecretKey(ctx, store.Namespace, store.Spec.FalkorDB.URLSecretRef)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := c.Graphs.Get(cacheKey(store, "graph"), url)
+	if err != nil {
+		return nil, &erasure.ConfigError{Reason: lethev1.ReasonInvalidSecret, Message: err.Error()}
+	}
+	return cl.Graph(store.Spec.FalkorDB.GraphOrDefault()), nil
+}
+
+// Forget closes and drops the cached connections of a deleted store.
+func (c *Connector) Forget(key types.NamespacedName) {
+	c.Pools.ForgetPrefix(key.String() + "/")
+	c.Graphs.Forget(key.String() + "/graph")
+}
+
+// pool opens (or reuses) the pool of one target of the store.
+func (c *Connector) pool(ctx context.Context, store *lethev1.MemoryStore, target string, ref lethev1.SecretKeyRef) (*pgxpool.Pool, error) {
+	dsn, err := c.ReadSecretKey(ctx, store.Namespace, ref)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := c.Pools.Get(ctx, cacheKey(store, target), dsn)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", target, err)
+	}
+	return pool, nil
+}
+
+// ReadSecretKey reads one key of a Secret in namespace. A missing Secret or
+// key is a *erasure.ConfigError; the value is never logged or put in a message.
+func (c *Connector) ReadSecretKey(ctx context.Context, namespace string, ref lethev1.SecretKeyRef) (string, error) {
+	secret := &corev1.Secret{}
+	err := c.Secrets.Get(ctx, types.NamespacedName{Namespace: namespace, Name: ref.Name}, secret)
+	if apierrors.IsNotFound(err) {
+		return "", &erasure.ConfigError{Reason: lethev1.ReasonSecretNotFound, Message: fmt.Sprintf("Secret %s/%s not found", namespace, ref.Name)}
+	}
+	if err != nil {
+		return "", &erasure.ConfigError{Reason: lethev1.ReasonSecretNotFound, Message: fmt.Sprintf("cannot read Secret %s/%s: %v", namespace, ref.Name, err)}
+	}
+	v, ok := secret.Data[ref.Key]
+	if !ok || len(v) == 0 {
+		return "", &erasure.ConfigError{Reason: lethev1.ReasonSecretKeyMissing, Message: fmt.Sprintf("Secret %s/%s has no key %q", namespace, ref.Name, ref.Key)}
+	}
+	return string(v), nil
+}
+
+// cacheKey names a cached connection by store and target.
+func cacheKey(store *lethev1.MemoryStore, target string) string {
+	return store.Namespace + "/" + store.Name + "/" + target
+}
+
+// prefixed names the target in a configuration error's message.
+func prefixed(target string, err error) error {
+	var ce *erasure.ConfigError
+	if errors.As(err, &ce) {
+		return &erasure.ConfigError{Reason: ce.Reason, Message: target + ": " + ce.Message}
+	}
+	return err
+}

@@ -1,0 +1,89 @@
+package connector
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/graph"
+	"github.com/lethe-dev/lethe/internal/postgres"
+)
+
+// The MemoryStore controller's checks: whether the store's layers answer,
+// its schema's audit, and the graph sweep.
+
+// CheckPostgres connects to the primary and every replica, each bounded by
+// timeout; nil when all answered. A missing Secret is a *erasure.ConfigError.
+func (c *Connector) CheckPostgres(ctx context.Context, store *lethev1.MemoryStore, timeout time.Duration) error {
+	targets := map[string]lethev1.SecretKeyRef{"primary": store.Spec.Postgres.DSNSecretRef}
+	names := []string{"primary"}
+	for i, rep := range store.Spec.Postgres.Replicas {
+		name := fmt.Sprintf("replica %d", i)
+		targets[name] = rep.DSNSecretRef
+		names = append(names, name)
+	}
+	for _, name := range names {
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		err := c.ping(pctx, store, name, targets[name])
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Connector) ping(ctx context.Context, store *lethev1.MemoryStore, target string, ref lethev1.SecretKeyRef) error {
+	db, err := c.pool(ctx, store, target, ref)
+	if err != nil {
+		return prefixed(target, err)
+	}
+	if err := db.Ping(ctx); err != nil {
+		return fmt.Errorf("%s: %w", target, err)
+	}
+	return nil
+}
+
+// AuditSchema runs the decision record's validation queries on the primary.
+func (c *Connector) AuditSchema(ctx context.Context, store *lethev1.MemoryStore) (postgres.SchemaReport, error) {
+	db, err := c.pool(ctx, store, "primary", store.Spec.Postgres.DSNSecretRef)
+	if err != nil {
+		return postgres.SchemaReport{}, err
+	}
+	return postgres.AuditSchema(ctx, db, store.Spec.Postgres.SchemaOrDefault())
+}
+
+// CheckGraph pings FalkorDB (bounded by pingTimeout) and makes sure the
+// provenance indexes exist (bounded by indexTimeout: building them on a
+// large graph takes seconds; only the first check per client builds them).
+func (c *Connector) CheckGraph(ctx context.Context, store *lethev1.MemoryStore, pingTimeout, indexTimeout time.Duration) error {
+	g, err := c.Graph(ctx, store)
+	if err != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if err := g.Ping(pctx); err != nil {
+		return err
+	}
+	ictx, icancel := context.WithTimeout(ctx, indexTimeout)
+	defer icancel()
+	if err := g.EnsureIndexes(ictx); err != nil {
+		return fmt.Errorf("the provenance indexes could not be created: %w", err)
+	}
+	return nil
+}
+
+// Sweep reconciles the store's whole graph from Postgres.
+func (c *Connector) Sweep(ctx context.Context, store *lethev1.MemoryStore, opts graph.SweepOptions) (graph.SweepResult, error) {
+	g, err := c.Graph(ctx, store)
+	if err != nil {
+		return graph.SweepResult{}, err
+	}
+	db, err := c.pool(ctx, store, "primary", store.Spec.Postgres.DSNSecretRef)
+	if err != nil {
+		return graph.SweepResult{}, err
+	}
+	return g.Sweep(ctx, postgres.GraphSource{Pool: db, Schema: store.Spec.Postgres.SchemaOrDefault()}, opts)
+}
