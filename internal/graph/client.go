@@ -6,7 +6,6 @@ package graph
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/url"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/FalkorDB/falkordb-go/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lethe-dev/lethe/internal/conncache"
 )
 
 // quiet keeps go-redis from printing dial errors to stderr: every error is
@@ -78,56 +79,30 @@ func (c *Client) Ping(ctx context.Context) error {
 func (c *Client) Close() error { return c.db.Conn.Close() }
 
 // Clients keeps one Client per key (e.g. a MemoryStore's UID), reopening it
-// when the URL changes (a rotated Secret).
+// when the URL changes (a rotated Secret). The zero value is ready to use.
 type Clients struct {
-	mu      sync.Mutex
-	clients map[string]cachedClient
+	once  sync.Once
+	cache *conncache.Cache[*Client]
 }
 
-type cachedClient struct {
-	urlHash [32]byte
-	client  *Client
+func (c *Clients) clients() *conncache.Cache[*Client] {
+	c.once.Do(func() {
+		c.cache = conncache.New(
+			func(_ context.Context, rawURL string) (*Client, error) { return Open(rawURL) },
+			func(cl *Client) { _ = cl.Close() },
+		)
+	})
+	return c.cache
 }
 
 // Get returns the client for key, opening it when missing or when url changed.
 func (c *Clients) Get(key, rawURL string) (*Client, error) {
-	h := sha256.Sum256([]byte(rawURL))
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if cur, ok := c.clients[key]; ok {
-		if cur.urlHash == h {
-			return cur.client, nil
-		}
-		_ = cur.client.Close()
-		delete(c.clients, key)
-	}
-	cl, err := Open(rawURL)
-	if err != nil {
-		return nil, err
-	}
-	if c.clients == nil {
-		c.clients = map[string]cachedClient{}
-	}
-	c.clients[key] = cachedClient{urlHash: h, client: cl}
-	return cl, nil
+	// Open does not connect: nothing here waits on the network.
+	return c.clients().Get(context.Background(), key, rawURL)
 }
 
 // Forget closes and drops the client for key.
-func (c *Clients) Forget(key string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if cur, ok := c.clients[key]; ok {
-		_ = cur.client.Close()
-		delete(c.clients, key)
-	}
-}
+func (c *Clients) Forget(key string) { c.clients().Forget(key) }
 
 // Close closes every client.
-func (c *Clients) Close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k, cur := range c.clients {
-		_ = cur.client.Close()
-		delete(c.clients, k)
-	}
-}
+func (c *Clients) Close() { c.clients().Close() }

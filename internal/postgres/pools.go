@@ -2,70 +2,43 @@ package postgres
 
 import (
 	"context"
-	"crypto/sha256"
-	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lethe-dev/lethe/internal/conncache"
 )
 
 // Pools keeps one connection pool per key (e.g. a MemoryStore's UID and
 // role), so reconciles reuse connections instead of dialling each time. A
-// changed DSN (a rotated Secret) replaces the pool.
+// changed DSN (a rotated Secret) replaces the pool. The zero value, with
+// Options set, is ready to use; Options must not change after the first Get.
 type Pools struct {
 	Options Options
 
-	mu    sync.Mutex
-	pools map[string]pooled
+	once  sync.Once
+	cache *conncache.Cache[*pgxpool.Pool]
 }
 
-type pooled struct {
-	dsnHash [32]byte
-	pool    *pgxpool.Pool
+func (p *Pools) pools() *conncache.Cache[*pgxpool.Pool] {
+	p.once.Do(func() {
+		opts := p.Options
+		p.cache = conncache.New(
+			func(ctx context.Context, dsn string) (*pgxpool.Pool, error) { return Connect(ctx, dsn, opts) },
+			(*pgxpool.Pool).Close,
+		)
+	})
+	return p.cache
 }
 
 // Get returns the pool for key, opening it (or reopening it when dsn changed).
 func (p *Pools) Get(ctx context.Context, key, dsn string) (*pgxpool.Pool, error) {
-	h := sha256.Sum256([]byte(dsn))
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if cur, ok := p.pools[key]; ok {
-		if cur.dsnHash == h {
-			return cur.pool, nil
-		}
-		cur.pool.Close()
-		delete(p.pools, key)
-	}
-	pool, err := Connect(ctx, dsn, p.Options)
-	if err != nil {
-		return nil, err
-	}
-	if p.pools == nil {
-		p.pools = map[string]pooled{}
-	}
-	p.pools[key] = pooled{dsnHash: h, pool: pool}
-	return pool, nil
+	return p.pools().Get(ctx, key, dsn)
 }
 
 // ForgetPrefix closes and drops every pool whose key starts with prefix (a
 // deleted store's primary and replicas).
-func (p *Pools) ForgetPrefix(prefix string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for k, cur := range p.pools {
-		if strings.HasPrefix(k, prefix) {
-			cur.pool.Close()
-			delete(p.pools, k)
-		}
-	}
-}
+func (p *Pools) ForgetPrefix(prefix string) { p.pools().ForgetPrefix(prefix) }
 
 // Close closes every pool.
-func (p *Pools) Close() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for k, cur := range p.pools {
-		cur.pool.Close()
-		delete(p.pools, k)
-	}
-}
+func (p *Pools) Close() { p.pools().Close() }
