@@ -19,7 +19,7 @@ import (
 // The API's own rules, checked here first so that a typo is reported
 // before anything reaches the cluster (and before --export prints a
 // manifest the API server would refuse).
-var sessionID = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+var sessionID = regexp.MustCompile(lethev1.SessionIDPattern)
 
 // maxSessions is the API's limit on spec.sessionIDs.
 const maxSessions = 1000
