@@ -73,145 +73,173 @@ func (r SchemaReport) Compliant() bool { return len(r.Violations) == 0 }
 //  2. every vector column lives on a table that a session's deletion removes rows from;
 //  3. the expected tables exist in the schema.
 func AuditCatalog(cat Catalog) SchemaReport {
-	sessions := cat.Schema + ".sessions"
+	reach := cascadeReach(cat)
 	var rep SchemaReport
-
-	// Tables reachable from sessions by cascading keys (breadth-first).
-	reach := map[string]bool{}
-	if cat.SessionsExists {
-		reach[sessions] = true
-		for changed := true; changed; {
-			changed = false
-			for _, e := range cat.CascadeEdges {
-				if reach[e[1]] && !reach[e[0]] {
-					reach[e[0]] = true
-					changed = true
-				}
-			}
-		}
-	}
+	sessions := cat.Schema + ".sessions"
 	for t := range reach {
 		if t != sessions {
 			rep.CascadingTables = append(rep.CascadingTables, t)
 		}
 	}
 	slices.Sort(rep.CascadingTables)
+	rep.Violations = append(rep.Violations, missingTables(cat)...)
+	rep.Violations = append(rep.Violations, uncascaded(cat)...)
+	var offCascade []Violation
+	rep.VectorColumns, offCascade = vectorsOffCascade(cat, reach)
+	rep.Violations = append(rep.Violations, offCascade...)
+	return rep
+}
 
+// cascadeReach are the qualified tables reachable from sessions by
+// cascading keys, sessions included (none when it is missing).
+func cascadeReach(cat Catalog) map[string]bool {
+	reach := map[string]bool{}
+	if !cat.SessionsExists {
+		return reach
+	}
+	reach[cat.Schema+".sessions"] = true
+	for changed := true; changed; {
+		changed = false
+		for _, e := range cat.CascadeEdges {
+			if reach[e[1]] && !reach[e[0]] {
+				reach[e[0]] = true
+				changed = true
+			}
+		}
+	}
+	return reach
+}
+
+// missingTables is rule 3.
+func missingTables(cat Catalog) []Violation {
+	var out []Violation
 	for _, name := range ExpectedTables {
 		if !slices.Contains(cat.Tables, name) {
-			rep.Violations = append(rep.Violations, Violation{
+			out = append(out, Violation{
 				Rule: lethev1.RuleMissingTable, Table: cat.Schema + "." + name,
 				Message: fmt.Sprintf("table %s.%s is missing from the memory schema", cat.Schema, name),
 			})
 		}
 	}
+	return out
+}
 
+// uncascaded is rule 1.
+func uncascaded(cat Catalog) []Violation {
+	sessions := cat.Schema + ".sessions"
 	sidTables := slices.Clone(cat.SessionIDTables)
 	slices.Sort(sidTables)
+	var out []Violation
 	for _, t := range slices.Compact(sidTables) {
 		if t == sessions || slices.Contains(cat.DirectCascade, t) {
 			continue
 		}
-		rep.Violations = append(rep.Violations, Violation{
+		out = append(out, Violation{
 			Rule: lethev1.RuleNoCascade, Table: t, Column: "session_id",
 			Message: fmt.Sprintf("%s.session_id has no ON DELETE CASCADE foreign key to %s(id): deleting a session leaves its rows behind", t, sessions),
 		})
 	}
+	return out
+}
 
+// vectorsOffCascade is rule 2; it also returns every vector column, sorted.
+func vectorsOffCascade(cat Catalog, reach map[string]bool) ([]string, []Violation) {
 	vecs := slices.Clone(cat.VectorColumns)
 	slices.SortFunc(vecs, func(a, b Column) int { return strings.Compare(a.String(), b.String()) })
+	var names []string
+	var out []Violation
 	for _, v := range vecs {
-		rep.VectorColumns = append(rep.VectorColumns, v.String())
+		names = append(names, v.String())
 		if !reach[v.Table] {
-			rep.Violations = append(rep.Violations, Violation{
+			out = append(out, Violation{
 				Rule: lethev1.RuleVectorOffCascade, Table: v.Table, Column: v.Column,
-				Message: fmt.Sprintf("vector column %s is on a table that does not cascade from %s: erased embeddings would survive", v, sessions),
+				Message: fmt.Sprintf("vector column %s is on a table that does not cascade from %s.sessions: erased embeddings would survive", v, cat.Schema),
 			})
 		}
 	}
-	return rep
+	return names, out
 }
 
-// Querier is the part of pgx that the audit needs (a pool, a conn or a tx).
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+const (
+	// schemaTablesSQL lists the tables of the schema $1 (validation query 3).
+	schemaTablesSQL = `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') ORDER BY 1`
+	// sessionIDTablesSQL lists every table of the schema $1 with a
+	// session_id column (views excluded).
+	sessionIDTablesSQL = `SELECT n.nspname || '.' || c.relname
+		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE a.attname = 'session_id' AND NOT a.attisdropped AND c.relkind IN ('r', 'p')
+		  AND n.nspname = $1 ORDER BY 1`
+	// directCascadeSQL lists the tables whose session_id has an ON DELETE
+	// CASCADE key to $1.sessions (validation query 1, narrowed to keys on
+	// the session_id column).
+	directCascadeSQL = `SELECT DISTINCT n.nspname || '.' || c.relname
+		FROM pg_constraint k
+		JOIN pg_class c ON c.oid = k.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		JOIN pg_class p ON p.oid = k.confrelid JOIN pg_namespace pn ON pn.oid = p.relnamespace
+		JOIN pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = ANY (k.conkey)
+		WHERE k.contype = 'f' AND k.confdeltype = 'c'
+		  AND pn.nspname = $1 AND p.relname = 'sessions' AND a.attname = 'session_id'
+		ORDER BY 1`
+	// cascadeEdgesSQL lists every ON DELETE CASCADE key, child -> parent.
+	cascadeEdgesSQL = `SELECT n.nspname || '.' || c.relname, pn.nspname || '.' || p.relname
+		FROM pg_constraint k
+		JOIN pg_class c ON c.oid = k.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		JOIN pg_class p ON p.oid = k.confrelid JOIN pg_namespace pn ON pn.oid = p.relnamespace
+		WHERE k.contype = 'f' AND k.confdeltype = 'c'
+		  AND n.nspname NOT IN ('pg_catalog', 'information_schema')`
+	// schemaVectorColumnsSQL lists the vector columns of the schema $1
+	// (validation query 2, from pg_attribute, which answers what
+	// information_schema.columns does, much faster).
+	schemaVectorColumnsSQL = `SELECT n.nspname || '.' || c.relname, a.attname
+		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		JOIN pg_type t ON t.oid = a.atttypid
+		WHERE t.typname = 'vector' AND n.nspname = $1 AND c.relkind IN ('r', 'p') AND NOT a.attisdropped
+		ORDER BY 1, 2`
+)
 
 // ReadCatalog reads the audit's facts for schema from the database catalog.
 func ReadCatalog(ctx context.Context, q Querier, schema string) (Catalog, error) {
 	cat := Catalog{Schema: schema}
 	var err error
-
-	// Validation query 3: the tables of the schema.
-	if cat.Tables, err = collect[string](ctx, q, `
-		SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') ORDER BY 1`, schema); err != nil {
+	if cat.Tables, err = collectStrings(ctx, q, schemaTablesSQL, schema); err != nil {
 		return cat, fmt.Errorf("list tables of schema %q: %w", schema, err)
 	}
 	cat.SessionsExists = slices.Contains(cat.Tables, "sessions")
-
-	// Every table of the schema with a session_id column (views excluded).
-	if cat.SessionIDTables, err = collect[string](ctx, q, `
-		SELECT n.nspname || '.' || c.relname
-		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE a.attname = 'session_id' AND NOT a.attisdropped AND c.relkind IN ('r', 'p')
-		  AND n.nspname = $1 ORDER BY 1`, schema); err != nil {
+	if cat.SessionIDTables, err = collectStrings(ctx, q, sessionIDTablesSQL, schema); err != nil {
 		return cat, fmt.Errorf("list session_id columns: %w", err)
 	}
-
 	if cat.SessionsExists {
-		// Validation query 1, narrowed to keys on the session_id column.
-		if cat.DirectCascade, err = collect[string](ctx, q, `
-			SELECT DISTINCT n.nspname || '.' || c.relname
-			FROM pg_constraint k
-			JOIN pg_class c ON c.oid = k.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-			JOIN pg_class p ON p.oid = k.confrelid JOIN pg_namespace pn ON pn.oid = p.relnamespace
-			JOIN pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = ANY (k.conkey)
-			WHERE k.contype = 'f' AND k.confdeltype = 'c'
-			  AND pn.nspname = $1 AND p.relname = 'sessions' AND a.attname = 'session_id'
-			ORDER BY 1`, schema); err != nil {
+		if cat.DirectCascade, err = collectStrings(ctx, q, directCascadeSQL, schema); err != nil {
 			return cat, fmt.Errorf("list cascading keys to sessions: %w", err)
 		}
 	}
-
-	rows, err := q.Query(ctx, `
-		SELECT n.nspname || '.' || c.relname, pn.nspname || '.' || p.relname
-		FROM pg_constraint k
-		JOIN pg_class c ON c.oid = k.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-		JOIN pg_class p ON p.oid = k.confrelid JOIN pg_namespace pn ON pn.oid = p.relnamespace
-		WHERE k.contype = 'f' AND k.confdeltype = 'c'
-		  AND n.nspname NOT IN ('pg_catalog', 'information_schema')`)
-	if err != nil {
+	if cat.CascadeEdges, err = collectPairs(ctx, q, cascadeEdgesSQL); err != nil {
 		return cat, fmt.Errorf("list cascading keys: %w", err)
 	}
-	var child, parent string
-	if _, err := pgx.ForEachRow(rows, []any{&child, &parent}, func() error {
-		cat.CascadeEdges = append(cat.CascadeEdges, [2]string{child, parent})
-		return nil
-	}); err != nil {
-		return cat, fmt.Errorf("list cascading keys: %w", err)
-	}
-
-	// Validation query 2: the vector columns of the schema (from pg_attribute,
-	// which answers what information_schema.columns does, much faster).
-	rows, err = q.Query(ctx, `
-		SELECT n.nspname || '.' || c.relname, a.attname
-		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-		JOIN pg_type t ON t.oid = a.atttypid
-		WHERE t.typname = 'vector' AND n.nspname = $1 AND c.relkind IN ('r', 'p') AND NOT a.attisdropped
-		ORDER BY 1, 2`, schema)
+	vecs, err := collectPairs(ctx, q, schemaVectorColumnsSQL, schema)
 	if err != nil {
 		return cat, fmt.Errorf("list vector columns: %w", err)
 	}
-	var col Column
-	if _, err := pgx.ForEachRow(rows, []any{&col.Table, &col.Column}, func() error {
-		cat.VectorColumns = append(cat.VectorColumns, col)
-		return nil
-	}); err != nil {
-		return cat, fmt.Errorf("list vector columns: %w", err)
+	for _, v := range vecs {
+		cat.VectorColumns = append(cat.VectorColumns, Column{Table: v[0], Column: v[1]})
 	}
 	return cat, nil
+}
+
+// collectPairs runs a query of two text columns and returns its rows.
+func collectPairs(ctx context.Context, q Querier, sql string, args ...any) ([][2]string, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	var out [][2]string
+	var p [2]string
+	_, err = pgx.ForEachRow(rows, []any{&p[0], &p[1]}, func() error {
+		out = append(out, p)
+		return nil
+	})
+	return out, err
 }
 
 // AuditSchema reads the catalog of schema and audits it.
@@ -221,12 +249,4 @@ func AuditSchema(ctx context.Context, q Querier, schema string) (SchemaReport, e
 		return SchemaReport{}, err
 	}
 	return AuditCatalog(cat), nil
-}
-
-func collect[T any](ctx context.Context, q Querier, sql string, args ...any) ([]T, error) {
-	rows, err := q.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[T])
 }

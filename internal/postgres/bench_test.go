@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lethe-dev/lethe/internal/erasure"
 	"github.com/lethe-dev/lethe/internal/postgres"
 )
 
@@ -102,12 +103,12 @@ func BenchmarkP1DeleteOneSession(b *testing.B) {
 		}
 		raw += time.Since(t0)
 
-		req := postgres.Request{UID: fmt.Sprintf("bench-%d", i), SessionIDs: []string{letheID}}
-		if _, err := e.Tombstone(ctx, req, fixedDigest[postgres.Plan]); err != nil {
+		req := erasure.Request{UID: fmt.Sprintf("bench-%d", i), SessionIDs: []string{letheID}}
+		if _, err := e.Tombstone(ctx, req); err != nil {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		res, err := e.Delete(ctx, req, 100, 8, fixedDigest[postgres.BatchResult])
+		res, err := e.Delete(ctx, req, 100, 8)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -163,12 +164,12 @@ func BenchmarkP2OneThousandSessions(b *testing.B) {
 		}
 	}
 	raw := time.Since(t0)
-	req := postgres.Request{UID: "bench-p2", SessionIDs: letheIDs}
-	if _, err := e.Tombstone(ctx, req, fixedDigest[postgres.Plan]); err != nil {
+	req := erasure.Request{UID: "bench-p2", SessionIDs: letheIDs}
+	if _, err := e.Tombstone(ctx, req); err != nil {
 		b.Fatal(err)
 	}
 	t1 := time.Now()
-	res, err := e.Delete(ctx, req, *benchBatch, 0, fixedDigest[postgres.BatchResult])
+	res, err := e.Delete(ctx, req, *benchBatch, 0)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,7 +1,17 @@
 // Package postgres is Lethe's adapter to the memory database: connections,
-// the embedded migrations, and the schema audit. SQL lives next to the code
-// that runs it; identifiers are quoted with pgx.Identifier, values are always
-// parameters.
+// the embedded migrations, the schema audit and the erasure ledger
+// (*Eraser implements erasure.Ledger). SQL lives next to the code that runs
+// it: fixed statements as named constants, per-table statements from small
+// builders shared by every step that runs them (statements.go).
+// Identifiers are quoted with pgx.Identifier; values are always parameters.
+//
+// By job: connect.go and pools.go open connections; migrate.go applies the
+// migrations; audit.go audits a schema; layout.go discovers what an erasure
+// must reach; db.go is the DB contract; eraser.go the Eraser; ledger.go the
+// plan, tombstones, grace, cancel and ledger reads; receipts.go the
+// receipts; delete.go, verify.go, probe.go and reerase.go the deletion and
+// its checks; replicas.go the replicas; graphsource.go the graph sweep's
+// source of provenance.
 package postgres
 
 import (

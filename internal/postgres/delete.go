@@ -6,105 +6,82 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgvector/pgvector-go"
+
+	"github.com/lethe-dev/lethe/internal/erasure"
 )
 
-// BatchResult is what one deletion batch did.
-type BatchResult struct {
-	Batch    int
-	Sessions int
-	// Rows removed per table (counted in the transaction before the delete;
-	// the cascade removes the children with the sessions).
-	Rows                []Count
-	ContentIndexEntries int64
-	DerivedRecords      int64
-	DeletedAt           time.Time
-	// Skipped is true when the batch had nothing eligible (already done,
-	// cancelled, or not yet past its grace period).
-	Skipped bool
-}
-
-// DeleteResult is what the whole deletion did.
-type DeleteResult struct {
-	Batches []BatchResult
-	// Probe holds a bounded sample of the erased embeddings, read inside the
-	// transactions and kept in memory only, for the residue probe.
-	Probe []pgvector.Vector
-	// CommitLSN is the WAL position after the last commit (for replicas).
-	CommitLSN string
-}
+// walPositionSQL reads the WAL position after the last commit.
+const walPositionSQL = `SELECT pg_current_wal_lsn()::text`
 
 // Delete erases the request's sessions in batches of batchSize, one
 // transaction each. Each transaction re-checks the ledger — not cancelled,
 // grace elapsed by the database's clock, tenant — removes content-index
 // entries and derived records of the sessions, deletes the sessions (the
 // cascade takes the rest), marks the ledger erased and writes the receipt
-// for (request, Deleted, batch). A repeat skips the batches already done.
-func (e *Eraser) Delete(ctx context.Context, req Request, batchSize, probeBudget int, digest func(BatchResult) (string, error)) (DeleteResult, error) {
-	var out DeleteResult
+// for (request, Deleted, batch), its digest that of the batch's result. A
+// repeat skips the batches already done. It keeps at most probeBudget of
+// the erased embeddings, in memory only, for the residue probe.
+func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, probeBudget int) (erasure.DeleteResult, error) {
+	var out erasure.DeleteResult
+	if batchSize < 1 {
+		return out, errors.New("the deletion batch size must be at least 1")
+	}
 	ids := slices.Clone(req.SessionIDs)
 	slices.Sort(ids)
-	for b, start := 0, 0; start < len(ids); b, start = b+1, start+batchSize {
-		batch := ids[start:min(start+batchSize, len(ids))]
-		res, probe, err := e.deleteBatch(ctx, req.UID, b, batch, probeBudget-len(out.Probe), digest)
+	b := 0
+	for chunk := range slices.Chunk(ids, batchSize) {
+		res, probe, err := e.deleteBatch(ctx, req.UID, b, chunk, probeBudget-len(out.Probe))
 		if err != nil {
 			return out, fmt.Errorf("batch %d: %w", b, err)
 		}
 		out.Batches = append(out.Batches, res)
 		out.Probe = append(out.Probe, probe...)
+		b++
 	}
-	if err := e.Pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&out.CommitLSN); err != nil {
+	if err := e.Pool.QueryRow(ctx, walPositionSQL).Scan(&out.CommitLSN); err != nil {
 		return out, fmt.Errorf("read WAL position: %w", err)
 	}
 	return out, nil
 }
 
-func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []string, probeBudget int,
-	digest func(BatchResult) (string, error)) (BatchResult, []pgvector.Vector, error) {
-	res := BatchResult{Batch: batch}
-	var probe []pgvector.Vector
-	err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		layout, err := e.layout(ctx, tx)
-		if err != nil {
-			return err
-		}
-		// The guard: only sessions this request holds tombstoned, not
-		// cancelled, not yet erased, past the grace period by the database's
-		// clock, and of the store's tenant. Locks both rows.
-		// Two steps, each on its table's key, so that no plan (generic or
-		// custom) walks the tombstoned sessions: the ledger rows first, then
-		// the sessions they name.
-		rows, err := tx.Query(ctx, `WITH l AS MATERIALIZED (
-				SELECT record_id FROM lethe.erasure_ledger
-				WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[])
-				  AND cancelled_at IS NULL AND erased_at IS NULL AND grace_ends_at <= now()
-				FOR UPDATE)
-			SELECT s.id::text FROM `+layout.Sessions.Ident()+` s
-			WHERE s.id = ANY(ARRAY(SELECT record_id::uuid FROM l))
-			  AND s.tombstoned_at IS NOT NULL AND ($3::text IS NULL OR s.tenant_id = $3)
-			ORDER BY s.id FOR UPDATE`, uid, ids, e.tenant())
-		if err != nil {
-			return fmt.Errorf("check ledger: %w", err)
-		}
-		eligible, err := pgx.CollectRows(rows, pgx.RowTo[string])
+// eligibleSQL is the guard: of the sessions $2, those the request $1 holds
+// tombstoned, not cancelled, not yet erased, past the grace period by the
+// database's clock, and of the tenant $3 (NULL: any). It locks both rows.
+// Two steps, each on its table's key, so that no plan (generic or custom)
+// walks the tombstoned sessions: the ledger rows first, then the sessions
+// they name.
+func eligibleSQL(l Layout) string {
+	return `WITH l AS MATERIALIZED (
+			SELECT record_id FROM lethe.erasure_ledger
+			WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[])
+			  AND cancelled_at IS NULL AND erased_at IS NULL AND grace_ends_at <= now()
+			FOR UPDATE)
+		SELECT s.id::text FROM ` + l.Sessions.Ident() + ` s
+		WHERE s.id = ANY(ARRAY(SELECT record_id::uuid FROM l))
+		  AND s.tombstoned_at IS NOT NULL AND ($3::text IS NULL OR s.tenant_id = $3)
+		ORDER BY s.id FOR UPDATE`
+}
+
+func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []string, probeBudget int) (erasure.BatchResult, []erasure.Embedding, error) {
+	res := erasure.BatchResult{Batch: batch}
+	var probe []erasure.Embedding
+	err := e.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx, l Layout) error {
+		eligible, err := collectStrings(ctx, tx, eligibleSQL(l), uid, ids, e.tenant())
 		if err != nil {
 			return fmt.Errorf("check ledger: %w", err)
 		}
 		if len(eligible) == 0 {
 			res.Skipped = true
-			return tx.QueryRow(ctx, `SELECT now()`).Scan(&res.DeletedAt)
+			return tx.QueryRow(ctx, nowSQL).Scan(&res.DeletedAt)
 		}
-		if err := e.eraseLocked(ctx, tx, layout, uid, eligible, probeBudget, &res, &probe); err != nil {
+		if probe, err = eraseLocked(ctx, tx, l, uid, eligible, probeBudget, &res); err != nil {
 			return err
 		}
-		d, err := digest(res)
-		if err != nil {
-			return err
-		}
-		return writeReceipt(ctx, tx, uid, StepDeleted, batch, res.Sessions, res.Rows, d)
+		return receipt{uid: uid, step: erasure.StepDeleted, batch: batch, sessions: res.Sessions, counts: res.Rows, of: res}.write(ctx, tx)
 	})
 	if err != nil {
 		return res, nil, err
@@ -114,295 +91,173 @@ func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []s
 
 // eraseLocked removes the eligible sessions (already locked by the caller's
 // guard query) and everything reached from them: content-index entries,
-// derived records, the sessions and, by cascade, their rows. The statements
-// go in one pipelined batch: one round trip to the database.
-func (e *Eraser) eraseLocked(ctx context.Context, tx pgx.Tx, layout Layout, uid string, eligible []string, probeBudget int,
-	res *BatchResult, probe *[]pgvector.Vector) error {
+// derived records, the sessions and, by cascade, their rows; and marks
+// them erased in the ledger. It returns a sample of at most probeBudget of
+// their embeddings. The statements go in one pipelined batch, one round
+// trip to the database, each with its reader.
+func eraseLocked(ctx context.Context, tx pgx.Tx, l Layout, uid string, eligible []string, probeBudget int,
+	res *erasure.BatchResult) ([]erasure.Embedding, error) {
 	res.Sessions = len(eligible)
-	keyOf := func(t Table) string { return pgx.Identifier{layout.sessionKey(t)}.Sanitize() }
-	tables := append([]Table{layout.Sessions}, layout.Children...)
+	var p pipeline
+	var probe []erasure.Embedding
+	if probeBudget > 0 && len(l.Vectors) > 0 {
+		p.query("sample embeddings", sampleEmbeddingsSQL(l), []any{eligible, probeBudget}, func(rows pgx.Rows) error {
+			vs, err := pgx.CollectRows(rows, pgx.RowTo[pgvector.Vector])
+			for _, v := range vs {
+				probe = append(probe, erasure.Embedding(v.Slice()))
+			}
+			return err
+		})
+	}
+	queueContentDeletes(&p, l, eligible, res)
+	queueDerivedDeletes(&p, l, eligible, res)
+	queueSessionDeletes(&p, l, uid, eligible, res)
+	return probe, p.send(ctx, tx)
+}
 
-	b := &pgx.Batch{}
+// sampleEmbeddingsSQL samples at most $2 embeddings of the sessions $1,
+// from every vector column of the cascade.
+func sampleEmbeddingsSQL(l Layout) string {
+	sel := make([]string, len(l.Vectors))
+	for i, v := range l.Vectors {
+		sel[i] = `(SELECT ` + v.Ident() + `::vector FROM ` + v.Table.Ident() + ` WHERE ` + l.sessionKey(v.Table) +
+			` = ANY($1::uuid[]) AND ` + v.Ident() + ` IS NOT NULL LIMIT $2)`
+	}
+	return `SELECT * FROM (` + strings.Join(sel, " UNION ALL ") + `) s LIMIT $2`
+}
 
-	// 2. A bounded sample of the embeddings for the residue probe.
-	sample := probeBudget > len(*probe) && len(layout.Vectors) > 0
-	if sample {
-		var sel []string
-		for _, v := range layout.Vectors {
-			sel = append(sel, `(SELECT `+v.Ident()+`::vector FROM `+v.Table.Ident()+` WHERE `+keyOf(v.Table)+` = ANY($1::uuid[]) AND `+v.Ident()+` IS NOT NULL LIMIT $2)`)
+// deleteContentSQL deletes the entries of a content-keyed table whose key
+// is a content hash of the sessions $1. Their ledger rows keep hiding the
+// hashes (lethe.is_erased) and are not marked one by one: that cost more
+// than the cascade itself; the receipt counts them.
+func deleteContentSQL(l Layout, idx QColumn) string {
+	sel := make([]string, len(l.ContentSources))
+	for i, src := range l.ContentSources {
+		sel[i] = `SELECT ` + src.Ident() + ` FROM ` + src.Table.Ident() + ` WHERE ` + l.sessionKey(src.Table) + ` = ANY($1::uuid[])`
+	}
+	hashes := `SELECT h FROM (` + strings.Join(sel, " UNION ") + `) x(h) WHERE h IS NOT NULL`
+	return `DELETE FROM ` + idx.Table.Ident() + ` WHERE ` + idx.Ident() + ` IN (` + hashes + `)`
+}
+
+func queueContentDeletes(p *pipeline, l Layout, eligible []string, res *erasure.BatchResult) {
+	if len(l.ContentSources) == 0 {
+		return
+	}
+	for _, idx := range l.ContentIndexes {
+		p.exec("delete from "+idx.Table.String(), deleteContentSQL(l, idx), []any{eligible}, func(tag pgconn.CommandTag) error {
+			res.ContentIndexEntries += tag.RowsAffected()
+			return nil
+		})
+	}
+}
+
+// deleteDerivedSQL deletes the derived records whose lineage names one of
+// the sessions $1; their lineage rows go with them.
+func deleteDerivedSQL(lin Lineage) string {
+	return `WITH l AS (DELETE FROM ` + lin.Table.Ident() + ` WHERE ` + lin.SourceMatch(1) + `
+			RETURNING ` + pgx.Identifier{lin.DerivedColumn}.Sanitize() + ` AS d)
+		DELETE FROM ` + lin.Derived.Ident() + ` WHERE ` + pgx.Identifier{lin.DerivedKey}.Sanitize() + ` IN (SELECT d FROM l)`
+}
+
+func queueDerivedDeletes(p *pipeline, l Layout, eligible []string, res *erasure.BatchResult) {
+	for _, lin := range l.Lineages {
+		p.exec("delete derived records of "+lin.Derived.String(), deleteDerivedSQL(lin), []any{eligible}, func(tag pgconn.CommandTag) error {
+			res.DerivedRecords += tag.RowsAffected()
+			return nil
+		})
+	}
+}
+
+const (
+	// deletedCountersSQL reads, per table $1, the rows this transaction
+	// deleted, from its own statistics counters (they include the cascade,
+	// and cost no second scan).
+	deletedCountersSQL = `SELECT array_agg(pg_stat_get_xact_tuples_deleted(to_regclass(t)) ORDER BY o)
+		FROM unnest($1::text[]) WITH ORDINALITY u(t, o)`
+	// markErasedSQL marks the sessions $2 of the request $1 erased, by the
+	// database's clock.
+	markErasedSQL = `WITH u AS (UPDATE lethe.erasure_ledger SET erased_at = now()
+			WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) RETURNING 1)
+		SELECT now(), count(*) FROM u`
+)
+
+// deleteSessionsSQL deletes the sessions $1: the cascade removes the children.
+func deleteSessionsSQL(l Layout) string {
+	return `DELETE FROM ` + l.Sessions.Ident() + ` WHERE id = ANY($1::uuid[])`
+}
+
+// queueSessionDeletes deletes the sessions, reads what went per table and
+// marks the ledger.
+func queueSessionDeletes(p *pipeline, l Layout, uid string, eligible []string, res *erasure.BatchResult) {
+	p.exec("delete sessions", deleteSessionsSQL(l), []any{eligible}, func(tag pgconn.CommandTag) error {
+		if tag.RowsAffected() != int64(len(eligible)) {
+			return fmt.Errorf("deleted %d sessions, expected %d: rolled back", tag.RowsAffected(), len(eligible))
 		}
-		b.Queue(`SELECT * FROM (`+strings.Join(sel, " UNION ALL ")+`) s LIMIT $2`, eligible, probeBudget-len(*probe))
-	}
-
-	// 3. Content-keyed index entries of the sessions' content. Their ledger
-	// rows keep hiding the hashes (lethe.is_erased) and are not marked one by
-	// one: that cost more than the cascade itself; the receipt counts them.
-	var hashSel []string
-	for _, src := range layout.ContentSources {
-		hashSel = append(hashSel, `SELECT `+src.Ident()+` FROM `+src.Table.Ident()+` WHERE `+keyOf(src.Table)+` = ANY($1::uuid[])`)
-	}
-	hashes := ""
-	if len(hashSel) > 0 {
-		hashes = `SELECT h FROM (` + strings.Join(hashSel, " UNION ") + `) x(h) WHERE h IS NOT NULL`
-		for _, idx := range layout.ContentIndexes {
-			b.Queue(`DELETE FROM `+idx.Table.Ident()+` WHERE `+idx.Ident()+` IN (`+hashes+`)`, eligible)
-		}
-	}
-
-	// 4. Derived records whose lineage names a session (their lineage goes with them).
-	for _, lin := range layout.Lineages {
-		b.Queue(`WITH l AS (DELETE FROM `+lin.Table.Ident()+` WHERE `+lin.SourceMatch(1)+`
-				RETURNING `+pgx.Identifier{lin.DerivedColumn}.Sanitize()+` AS d)
-			DELETE FROM `+lin.Derived.Ident()+` WHERE `+pgx.Identifier{lin.DerivedKey}.Sanitize()+` IN (SELECT d FROM l)`, eligible)
-	}
-
-	// 5. The sessions: the cascade removes the children. Then what was
-	// actually deleted, per table, from this transaction's own statistics
-	// counters (they include the cascade, and cost no second scan). 6. The ledger.
-	b.Queue(`DELETE FROM `+layout.Sessions.Ident()+` WHERE id = ANY($1::uuid[])`, eligible)
+		return nil
+	})
+	tables := l.cascading()
 	names := make([]string, len(tables))
 	for i, t := range tables {
 		names[i] = t.Ident()
 	}
-	b.Queue(`SELECT array_agg(pg_stat_get_xact_tuples_deleted(to_regclass(t)) ORDER BY o)
-		FROM unnest($1::text[]) WITH ORDINALITY u(t, o)`, names)
-	b.Queue(`WITH u AS (UPDATE lethe.erasure_ledger SET erased_at = now()
-			WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) RETURNING 1)
-		SELECT now(), count(*) FROM u`, uid, eligible)
-
-	br := tx.SendBatch(ctx, b)
-	defer func() { _ = br.Close() }()
-	if sample {
-		rows, err := br.Query()
-		if err != nil {
-			return fmt.Errorf("sample embeddings: %w", err)
-		}
-		vs, err := pgx.CollectRows(rows, pgx.RowTo[pgvector.Vector])
-		if err != nil {
-			return fmt.Errorf("sample embeddings: %w", err)
-		}
-		*probe = append(*probe, vs...)
-	}
-	if hashes != "" {
-		for _, idx := range layout.ContentIndexes {
-			tag, err := br.Exec()
-			if err != nil {
-				return fmt.Errorf("delete from %s: %w", idx.Table, err)
-			}
-			res.ContentIndexEntries += tag.RowsAffected()
-		}
-	}
-	for _, lin := range layout.Lineages {
-		tag, err := br.Exec()
-		if err != nil {
-			return fmt.Errorf("delete derived records of %s: %w", lin.Derived, err)
-		}
-		res.DerivedRecords += tag.RowsAffected()
-	}
-	tag, err := br.Exec()
-	if err != nil {
-		return fmt.Errorf("delete sessions: %w", err)
-	}
-	if tag.RowsAffected() != int64(len(eligible)) {
-		return fmt.Errorf("deleted %d sessions, expected %d: rolled back", tag.RowsAffected(), len(eligible))
-	}
-	var deleted []int64
-	if err := br.QueryRow().Scan(&deleted); err != nil {
-		return fmt.Errorf("read deletion counters: %w", err)
-	}
-	for i, t := range tables {
-		res.Rows = append(res.Rows, Count{Table: t.String(), Rows: deleted[i]})
-	}
-	var marked int64
-	if err := br.QueryRow().Scan(&res.DeletedAt, &marked); err != nil {
-		return fmt.Errorf("mark sessions erased: %w", err)
-	}
-	return br.Close()
-}
-
-// Verification is one "nothing left" check.
-type Verification struct {
-	Check string
-	Found int64
-}
-
-// Verify looks for anything left of the sessions the request erased (by the
-// ledger): rows in sessions and every cascading table, content-index entries
-// of their content, lineage rows.
-func (e *Eraser) Verify(ctx context.Context, uid string) ([]Verification, error) {
-	var out []Verification
-	err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		layout, err := e.layout(ctx, tx)
-		if err != nil {
+	p.queryRow("read deletion counters", deletedCountersSQL, []any{names}, func(row pgx.Row) error {
+		var deleted []int64
+		if err := row.Scan(&deleted); err != nil {
 			return err
 		}
-		idRows, err := tx.Query(ctx, `SELECT record_id FROM lethe.erasure_ledger
-			WHERE request_uid = $1 AND scope = 'session' AND erased_at IS NOT NULL`, uid)
-		if err != nil {
-			return fmt.Errorf("read ledger: %w", err)
-		}
-		ids, err := pgx.CollectRows(idRows, pgx.RowTo[string])
-		if err != nil {
-			return fmt.Errorf("read ledger: %w", err)
-		}
-		for _, t := range append([]Table{layout.Sessions}, layout.Children...) {
-			var n int64
-			if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+t.Ident()+` WHERE `+pgx.Identifier{layout.sessionKey(t)}.Sanitize()+` = ANY($1::uuid[])`, ids).Scan(&n); err != nil {
-				return fmt.Errorf("verify %s: %w", t, err)
-			}
-			out = append(out, Verification{Check: "rows of the sessions in " + t.String(), Found: n})
-		}
-		rows, err := tx.Query(ctx, `SELECT record_id FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'content'`, uid)
-		if err != nil {
-			return fmt.Errorf("read content ledger: %w", err)
-		}
-		hashes, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return fmt.Errorf("read content ledger: %w", err)
-		}
-		for _, idx := range layout.ContentIndexes {
-			var n int64
-			if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+idx.Table.Ident()+` WHERE `+idx.Ident()+` = ANY($1::text[])`, hashes).Scan(&n); err != nil {
-				return fmt.Errorf("verify %s: %w", idx.Table, err)
-			}
-			out = append(out, Verification{Check: "content-keyed entries in " + idx.Table.String(), Found: n})
-		}
-		for _, lin := range layout.Lineages {
-			var n int64
-			if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+lin.Table.Ident()+` WHERE `+lin.SourceMatch(1), ids).Scan(&n); err != nil {
-				return fmt.Errorf("verify %s: %w", lin.Table, err)
-			}
-			out = append(out, Verification{Check: "derived records via " + lin.Table.String(), Found: n})
+		for i, t := range tables {
+			res.Rows = append(res.Rows, erasure.Count{Table: t.String(), Rows: deleted[i]})
 		}
 		return nil
 	})
-	return out, err
-}
-
-// Residue is a near-identical copy of an erased embedding found after deletion.
-type Residue struct {
-	Column QColumn
-	Found  int64
-}
-
-// ProbeResidue runs a nearest-neighbour query with each probe vector against
-// every vector column of matching dimension outside the cascade (every
-// schema) and reports the columns holding a near-identical vector (cosine
-// distance below maxDistance): a copy that the cascade missed. Columns on
-// sessions and the tables cascading from it are skipped: a vector there sits
-// on a row of a live session (the same text said in another session is that
-// session's own data, not residue).
-func (e *Eraser) ProbeResidue(ctx context.Context, probe []pgvector.Vector, maxDistance float64) ([]Residue, error) {
-	if len(probe) == 0 {
-		return nil, nil
-	}
-	layout, err := e.layout(ctx, e.Pool)
-	if err != nil {
-		return nil, err
-	}
-	cascade := map[Table]bool{layout.Sessions: true}
-	for _, t := range layout.Children {
-		cascade[t] = true
-	}
-	type col struct {
-		c    QColumn
-		dims int
-	}
-	rows, err := e.Pool.Query(ctx, `SELECT n.nspname, c.relname, a.attname, a.atttypmod
-		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-		JOIN pg_type t ON t.oid = a.atttypid
-		WHERE t.typname = 'vector' AND c.relkind IN ('r', 'p') AND NOT a.attisdropped
-		  AND n.nspname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2, 3`)
-	if err != nil {
-		return nil, fmt.Errorf("list vector columns: %w", err)
-	}
-	var cols []col
-	var c col
-	if _, err := pgx.ForEachRow(rows, []any{&c.c.Table.Schema, &c.c.Table.Name, &c.c.Column, &c.dims}, func() error {
-		cols = append(cols, c)
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("list vector columns: %w", err)
-	}
-	var out []Residue
-	for _, c := range cols {
-		if cascade[c.c.Table] {
-			continue
-		}
-		var found int64
-		for _, v := range probe {
-			if c.dims > 0 && c.dims != len(v.Slice()) {
-				continue
-			}
-			var d *float64
-			if err := e.Pool.QueryRow(ctx, `SELECT `+c.c.Ident()+` <=> $1 FROM `+c.c.Table.Ident()+
-				` WHERE `+c.c.Ident()+` IS NOT NULL ORDER BY `+c.c.Ident()+` <=> $1 LIMIT 1`, v).Scan(&d); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-				return nil, fmt.Errorf("probe %s: %w", c.c, err)
-			}
-			if d != nil && *d <= maxDistance {
-				found++
-			}
-		}
-		if found > 0 {
-			out = append(out, Residue{Column: c.c, Found: found})
-		}
-	}
-	return out, nil
-}
-
-// Reerase finds sessions this request erased that exist again (a restored
-// backup) and erases them at once — the grace period was served the first
-// time — writing the receipt (request, Resurrected, batch). It returns a
-// result with Sessions == 0 when nothing came back.
-func (e *Eraser) Reerase(ctx context.Context, uid string, batch int, digest func(BatchResult) (string, error)) (BatchResult, error) {
-	res := BatchResult{Batch: batch}
-	err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		layout, err := e.layout(ctx, tx)
-		if err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, `SELECT s.id::text FROM lethe.erasure_ledger l
-			JOIN `+layout.Sessions.Ident()+` s ON s.id = l.record_id::uuid
-			WHERE l.scope = 'session' AND l.request_uid = $1 AND l.erased_at IS NOT NULL
-			  AND ($2::text IS NULL OR s.tenant_id = $2)
-			ORDER BY s.id FOR UPDATE OF l, s`, uid, e.tenant())
-		if err != nil {
-			return fmt.Errorf("look for resurrected sessions: %w", err)
-		}
-		back, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return fmt.Errorf("look for resurrected sessions: %w", err)
-		}
-		if len(back) == 0 {
-			res.Skipped = true
-			return nil
-		}
-		// Hidden from the application at once, in case the delete fails.
-		if _, err := tx.Exec(ctx, `UPDATE `+layout.Sessions.Ident()+` SET tombstoned_at = now(), tombstoned_by = $2
-			WHERE id = ANY($1::uuid[]) AND tombstoned_at IS NULL`, back, uid); err != nil {
-			return fmt.Errorf("tombstone resurrected sessions: %w", err)
-		}
-		var probe []pgvector.Vector
-		if err := e.eraseLocked(ctx, tx, layout, uid, back, 0, &res, &probe); err != nil {
-			return err
-		}
-		d, err := digest(res)
-		if err != nil {
-			return err
-		}
-		return writeReceipt(ctx, tx, uid, StepResurrected, batch, res.Sessions, res.Rows, d)
+	p.queryRow("mark sessions erased", markErasedSQL, []any{uid, eligible}, func(row pgx.Row) error {
+		var marked int64
+		return row.Scan(&res.DeletedAt, &marked)
 	})
-	return res, err
 }
 
-// ReplicaCaughtUp reports whether the replica behind pool has replayed past lsn.
-func ReplicaCaughtUp(ctx context.Context, q Querier, lsn string) (bool, error) {
-	var ok *bool
-	if err := q.QueryRow(ctx, `SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn`, lsn).Scan(&ok); err != nil {
-		return false, fmt.Errorf("read replay position: %w", err)
+// pipeline is a pgx batch whose statements each have a reader and a name:
+// the reader runs when the statement's result arrives, and an error names
+// the statement it came from.
+type pipeline struct {
+	batch pgx.Batch
+	names []string
+	// read counts the statements whose reader succeeded: the first failure
+	// is at names[read].
+	read int
+}
+
+func (p *pipeline) queue(name, sql string, args []any) *pgx.QueuedQuery {
+	p.names = append(p.names, name)
+	return p.batch.Queue(sql, args...)
+}
+
+// done counts a statement read when its reader succeeded.
+func (p *pipeline) done(err error) error {
+	if err == nil {
+		p.read++
 	}
-	if ok == nil {
-		return false, fmt.Errorf("the server is not a replica (pg_last_wal_replay_lsn() is null)")
+	return err
+}
+
+func (p *pipeline) exec(name, sql string, args []any, read func(pgconn.CommandTag) error) {
+	p.queue(name, sql, args).Exec(func(tag pgconn.CommandTag) error { return p.done(read(tag)) })
+}
+
+func (p *pipeline) query(name, sql string, args []any, read func(pgx.Rows) error) {
+	p.queue(name, sql, args).Query(func(rows pgx.Rows) error { return p.done(read(rows)) })
+}
+
+func (p *pipeline) queryRow(name, sql string, args []any, read func(pgx.Row) error) {
+	p.queue(name, sql, args).QueryRow(func(row pgx.Row) error { return p.done(read(row)) })
+}
+
+// send sends the batch in tx and runs every reader, in order; it stops at
+// the first error.
+func (p *pipeline) send(ctx context.Context, tx pgx.Tx) error {
+	err := tx.SendBatch(ctx, &p.batch).Close()
+	if err != nil && p.read < len(p.names) {
+		return fmt.Errorf("%s: %w", p.names[p.read], err)
 	}
-	return *ok, nil
+	return err
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lethe-dev/lethe/internal/erasure"
 	"github.com/lethe-dev/lethe/internal/postgres"
 	"github.com/lethe-dev/lethe/internal/testenv"
 )
@@ -62,8 +63,6 @@ func eraser(t *testing.T, dsn, tenant string) *postgres.Eraser {
 	return &postgres.Eraser{Pool: pool, Schema: "memory", TenantID: tenant}
 }
 
-func fixedDigest[T any](T) (string, error) { return "sha256:test", nil }
-
 // snapshot returns a digest of every row of every table Lethe may touch.
 func snapshot(t *testing.T, conn *pgx.Conn) map[string]string {
 	t.Helper()
@@ -93,9 +92,9 @@ func TestEraseRemovesEveryLayerOfTheSessionAndNothingElse(t *testing.T) {
 	mustExec(t, conn, `INSERT INTO public.exported_vectors SELECT 1, embedding FROM memory.rounds WHERE session_id = $1 LIMIT 1`, sessA)
 	before := snapshot(t, conn)
 	e := eraser(t, dsn, "t1")
-	req := postgres.Request{UID: "uid-1", SessionIDs: []string{sessA, sessC}}
+	req := erasure.Request{UID: "uid-1", SessionIDs: []string{sessA, sessC}}
 
-	plan, err := e.Tombstone(ctx, req, fixedDigest[postgres.Plan])
+	plan, err := e.Tombstone(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,12 +112,12 @@ func TestEraseRemovesEveryLayerOfTheSessionAndNothingElse(t *testing.T) {
 		t.Errorf("plan: embeddings %d (want 7), cache entries %d (want 3), derived %d (want 2)", plan.Embeddings, plan.ContentIndexEntries, plan.DerivedRecords)
 	}
 	// Repeating the tombstone gives the same plan and writes nothing twice.
-	again, err := e.Tombstone(ctx, req, fixedDigest[postgres.Plan])
+	again, err := e.Tombstone(ctx, req)
 	if err != nil || !again.TombstonedAt.Equal(plan.TombstonedAt) || !slices.Equal(again.Found, plan.Found) {
 		t.Fatalf("repeat tombstone differs: %v %+v", err, again)
 	}
 
-	res, err := e.Delete(ctx, req, 100, 50, fixedDigest[postgres.BatchResult])
+	res, err := e.Delete(ctx, req, 100, 50)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +148,7 @@ func TestEraseRemovesEveryLayerOfTheSessionAndNothingElse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(residue) != 1 || residue[0].Column.String() != "public.exported_vectors.v" {
+	if len(residue) != 1 || residue[0].Column != "public.exported_vectors.v" {
 		t.Fatalf("residue = %+v, want the copy in public.exported_vectors.v", residue)
 	}
 
@@ -177,14 +176,14 @@ func TestEraseRemovesEveryLayerOfTheSessionAndNothingElse(t *testing.T) {
 	}
 
 	// A repeat deletes nothing and writes no second receipt.
-	res2, err := e.Delete(ctx, req, 100, 50, fixedDigest[postgres.BatchResult])
+	res2, err := e.Delete(ctx, req, 100, 50)
 	if err != nil || !res2.Batches[0].Skipped {
 		t.Fatalf("repeat delete: %v %+v", err, res2.Batches)
 	}
 	if got := count(t, conn, `SELECT count(*) FROM lethe.erasure_receipts WHERE request_uid = 'uid-1'`); got != 2 {
 		t.Errorf("receipts: %d, want exactly 2 (Tombstoned, Deleted batch 0)", got)
 	}
-	if _, _, err := e.Cancel(ctx, req.UID, "sha256:x"); !errors.Is(err, postgres.ErrTooLateToCancel) {
+	if _, err := e.Cancel(ctx, req.UID); !errors.Is(err, erasure.ErrTooLateToCancel) {
 		t.Errorf("cancel after deletion: %v, want ErrTooLateToCancel", err)
 	}
 }
@@ -195,15 +194,15 @@ func TestDeleteWaitsForTheGracePeriodByTheDatabaseClock(t *testing.T) {
 	conn := connect(t, dsn)
 	seedTenants(t, conn)
 	e := eraser(t, dsn, "")
-	req := postgres.Request{UID: "uid-g", SessionIDs: []string{sessA}, Grace: time.Hour}
-	if _, err := e.Tombstone(ctx, req, fixedDigest[postgres.Plan]); err != nil {
+	req := erasure.Request{UID: "uid-g", SessionIDs: []string{sessA}, Grace: time.Hour}
+	if _, err := e.Tombstone(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	g, err := e.Grace(ctx, req.UID)
 	if err != nil || g.Elapsed || g.GraceEndsAt.Sub(g.Now) < 59*time.Minute {
 		t.Fatalf("grace: %+v %v", g, err)
 	}
-	res, err := e.Delete(ctx, req, 100, 10, fixedDigest[postgres.BatchResult])
+	res, err := e.Delete(ctx, req, 100, 10)
 	if err != nil || !res.Batches[0].Skipped {
 		t.Fatalf("delete inside the grace period: %v %+v", err, res.Batches)
 	}
@@ -212,7 +211,7 @@ func TestDeleteWaitsForTheGracePeriodByTheDatabaseClock(t *testing.T) {
 	}
 	// Move the grace end into the past, as the database clock passing it would.
 	mustExec(t, conn, `UPDATE lethe.erasure_ledger SET grace_ends_at = now() - interval '1 second' WHERE request_uid = 'uid-g'`)
-	res, err = e.Delete(ctx, req, 100, 10, fixedDigest[postgres.BatchResult])
+	res, err = e.Delete(ctx, req, 100, 10)
 	if err != nil || res.Batches[0].Sessions != 1 {
 		t.Fatalf("delete after the grace period: %v %+v", err, res.Batches)
 	}
@@ -224,20 +223,20 @@ func TestCancelLiftsTheTombstoneAndStopsDeletion(t *testing.T) {
 	conn := connect(t, dsn)
 	seedTenants(t, conn)
 	e := eraser(t, dsn, "")
-	req := postgres.Request{UID: "uid-c", SessionIDs: []string{sessA, sessB}}
-	other := postgres.Request{UID: "uid-other", SessionIDs: []string{sessB}, Grace: time.Hour}
-	if _, err := e.Tombstone(ctx, req, fixedDigest[postgres.Plan]); err != nil {
+	req := erasure.Request{UID: "uid-c", SessionIDs: []string{sessA, sessB}}
+	other := erasure.Request{UID: "uid-other", SessionIDs: []string{sessB}, Grace: time.Hour}
+	if _, err := e.Tombstone(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Tombstone(ctx, other, fixedDigest[postgres.Plan]); err != nil {
+	if _, err := e.Tombstone(ctx, other); err != nil {
 		t.Fatal(err)
 	}
-	lifted, _, err := e.Cancel(ctx, req.UID, "sha256:c")
+	first, err := e.Cancel(ctx, req.UID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lifted != 1 {
-		t.Errorf("lifted %d tombstones, want 1 (B stays tombstoned by the other request)", lifted)
+	if first.Lifted != 1 {
+		t.Errorf("lifted %d tombstones, want 1 (B stays tombstoned by the other request)", first.Lifted)
 	}
 	if got := count(t, conn, `SELECT count(*) FROM memory.sessions WHERE tombstoned_at IS NULL AND id = $1`, sessA); got != 1 {
 		t.Error("A is still tombstoned after cancel")
@@ -246,11 +245,11 @@ func TestCancelLiftsTheTombstoneAndStopsDeletion(t *testing.T) {
 	if err := conn.QueryRow(ctx, `SELECT tombstoned_by FROM memory.sessions WHERE id = $1`, sessB).Scan(&holder); err != nil || holder != "uid-other" {
 		t.Errorf("B's tombstone holder = %q (%v), want uid-other", holder, err)
 	}
-	again, _, err := e.Cancel(ctx, req.UID, "sha256:c")
-	if err != nil || again != lifted {
-		t.Errorf("repeat cancel reported %d (%v), want the first run's %d", again, err, lifted)
+	again, err := e.Cancel(ctx, req.UID)
+	if err != nil || again.Lifted != first.Lifted {
+		t.Errorf("repeat cancel reported %d (%v), want the first run's %d", again.Lifted, err, first.Lifted)
 	}
-	res, err := e.Delete(ctx, req, 100, 10, fixedDigest[postgres.BatchResult])
+	res, err := e.Delete(ctx, req, 100, 10)
 	if err != nil || !res.Batches[0].Skipped {
 		t.Fatalf("delete after cancel: %v %+v", err, res.Batches)
 	}
@@ -266,7 +265,7 @@ func TestPlanOnlyChangesNothing(t *testing.T) {
 	seedTenants(t, conn)
 	before := snapshot(t, conn)
 	e := eraser(t, dsn, "t1")
-	plan, err := e.PlanOnly(ctx, postgres.Request{UID: "uid-d", SessionIDs: []string{sessA, sessB}})
+	plan, err := e.Plan(ctx, erasure.Request{UID: "uid-d", SessionIDs: []string{sessA, sessB}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,17 +297,17 @@ func TestEveryStepWorksOnAPoolOfOneConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	req := postgres.Request{UID: "uid-one-conn", SessionIDs: []string{sessA}}
+	req := erasure.Request{UID: "uid-one-conn", SessionIDs: []string{sessA}}
 	// A fresh Eraser per call, as the controller makes one per pass: each
 	// loads the layout again.
 	fresh := func() *postgres.Eraser { return &postgres.Eraser{Pool: pool, Schema: "memory", TenantID: "t1"} }
-	if _, err := fresh().PlanOnly(ctx, req); err != nil {
+	if _, err := fresh().Plan(ctx, req); err != nil {
 		t.Fatalf("plan: %v", err)
 	}
-	if _, err := fresh().Tombstone(ctx, req, fixedDigest[postgres.Plan]); err != nil {
+	if _, err := fresh().Tombstone(ctx, req); err != nil {
 		t.Fatalf("tombstone: %v", err)
 	}
-	res, err := fresh().Delete(ctx, req, 10, 4, fixedDigest[postgres.BatchResult])
+	res, err := fresh().Delete(ctx, req, 10, 4)
 	if err != nil {
 		t.Fatalf("delete: %v", err)
 	}

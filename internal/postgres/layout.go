@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -59,13 +60,23 @@ type Layout struct {
 	Lineages       []Lineage
 }
 
-// sessionKey is the column that names the session in t.
-func (l Layout) sessionKey(t Table) string {
-	if t == l.Sessions {
-		return "id"
-	}
-	return "session_id"
-}
+const (
+	// contentSourcesSQL reads the registered content-hash columns.
+	contentSourcesSQL = `SELECT n.nspname, c.relname, s.hash_column
+		FROM lethe.content_sources s JOIN pg_class c ON c.oid = s.source_table JOIN pg_namespace n ON n.oid = c.relnamespace
+		ORDER BY 1, 2, 3`
+	// contentIndexesSQL reads the registered content-keyed tables.
+	contentIndexesSQL = `SELECT n.nspname, c.relname, i.key_column
+		FROM lethe.content_indexes i JOIN pg_class c ON c.oid = i.index_table JOIN pg_namespace n ON n.oid = c.relnamespace
+		ORDER BY 1, 2`
+	// lineageTablesSQL reads the registered lineage tables.
+	lineageTablesSQL = `SELECT ln.nspname, lc.relname, t.source_column, format_type(a.atttypid, NULL), t.derived_column, dn.nspname, dc.relname, t.derived_key
+		FROM lethe.lineage_tables t
+		JOIN pg_class lc ON lc.oid = t.lineage_table JOIN pg_namespace ln ON ln.oid = lc.relnamespace
+		JOIN pg_attribute a ON a.attrelid = t.lineage_table AND a.attname = t.source_column
+		JOIN pg_class dc ON dc.oid = t.derived_table JOIN pg_namespace dn ON dn.oid = dc.relnamespace
+		ORDER BY 1, 2`
+)
 
 // LoadLayout reads the layout of schema.
 func LoadLayout(ctx context.Context, q Querier, schema string) (Layout, error) {
@@ -76,67 +87,86 @@ func LoadLayout(ctx context.Context, q Querier, schema string) (Layout, error) {
 	if !cat.SessionsExists {
 		return Layout{}, fmt.Errorf("table %s.sessions does not exist", schema)
 	}
-	l := Layout{Sessions: Table{schema, "sessions"}}
-	members := map[Table]bool{l.Sessions: true}
+	l := cascadeLayout(cat)
+	return l, l.readRegistry(ctx, q)
+}
+
+// cascadeLayout is the part of the layout the catalog gives: sessions, the
+// tables cascading from it and their vector columns.
+func cascadeLayout(cat Catalog) Layout {
+	l := Layout{Sessions: Table{cat.Schema, "sessions"}}
 	for _, qualified := range cat.DirectCascade {
-		t := splitTable(qualified)
-		l.Children = append(l.Children, t)
-		members[t] = true
+		l.Children = append(l.Children, splitTable(qualified))
 	}
+	slices.SortFunc(l.Children, func(a, b Table) int { return strings.Compare(a.String(), b.String()) })
+	members := l.inCascade()
 	for _, v := range cat.VectorColumns {
 		if t := splitTable(v.Table); members[t] {
 			l.Vectors = append(l.Vectors, QColumn{t, v.Column})
 		}
 	}
+	return l
+}
 
-	rows, err := q.Query(ctx, `SELECT n.nspname, c.relname, s.hash_column
-		FROM lethe.content_sources s JOIN pg_class c ON c.oid = s.source_table JOIN pg_namespace n ON n.oid = c.relnamespace
-		ORDER BY 1, 2, 3`)
-	if err != nil {
-		return l, fmt.Errorf("read lethe.content_sources (are Lethe's migrations applied?): %w", err)
+// inCascade is the set of sessions and the tables cascading from it.
+func (l Layout) inCascade() map[Table]bool {
+	members := map[Table]bool{l.Sessions: true}
+	for _, t := range l.Children {
+		members[t] = true
 	}
-	var c QColumn
-	if _, err := pgx.ForEachRow(rows, []any{&c.Table.Schema, &c.Table.Name, &c.Column}, func() error {
+	return members
+}
+
+// readRegistry reads what Lethe's registry (lethe.content_sources,
+// lethe.content_indexes, lethe.lineage_tables) adds to the layout.
+func (l *Layout) readRegistry(ctx context.Context, q Querier) error {
+	sources, err := readColumns(ctx, q, contentSourcesSQL)
+	if err != nil {
+		return fmt.Errorf("read lethe.content_sources (are Lethe's migrations applied?): %w", err)
+	}
+	members := l.inCascade()
+	for _, c := range sources {
 		if members[c.Table] {
 			l.ContentSources = append(l.ContentSources, c)
 		}
-		return nil
-	}); err != nil {
-		return l, fmt.Errorf("read lethe.content_sources: %w", err)
 	}
+	if l.ContentIndexes, err = readColumns(ctx, q, contentIndexesSQL); err != nil {
+		return fmt.Errorf("read lethe.content_indexes: %w", err)
+	}
+	if l.Lineages, err = readLineages(ctx, q); err != nil {
+		return fmt.Errorf("read lethe.lineage_tables: %w", err)
+	}
+	return nil
+}
 
-	rows, err = q.Query(ctx, `SELECT n.nspname, c.relname, i.key_column
-		FROM lethe.content_indexes i JOIN pg_class c ON c.oid = i.index_table JOIN pg_namespace n ON n.oid = c.relnamespace
-		ORDER BY 1, 2`)
+// readColumns runs a query of (schema, table, column) rows.
+func readColumns(ctx context.Context, q Querier, sql string) ([]QColumn, error) {
+	rows, err := q.Query(ctx, sql)
 	if err != nil {
-		return l, fmt.Errorf("read lethe.content_indexes: %w", err)
+		return nil, err
 	}
-	if _, err := pgx.ForEachRow(rows, []any{&c.Table.Schema, &c.Table.Name, &c.Column}, func() error {
-		l.ContentIndexes = append(l.ContentIndexes, c)
+	var out []QColumn
+	var c QColumn
+	_, err = pgx.ForEachRow(rows, []any{&c.Table.Schema, &c.Table.Name, &c.Column}, func() error {
+		out = append(out, c)
 		return nil
-	}); err != nil {
-		return l, fmt.Errorf("read lethe.content_indexes: %w", err)
-	}
+	})
+	return out, err
+}
 
-	rows, err = q.Query(ctx, `SELECT ln.nspname, lc.relname, t.source_column, format_type(a.atttypid, NULL), t.derived_column, dn.nspname, dc.relname, t.derived_key
-		FROM lethe.lineage_tables t
-		JOIN pg_class lc ON lc.oid = t.lineage_table JOIN pg_namespace ln ON ln.oid = lc.relnamespace
-		JOIN pg_attribute a ON a.attrelid = t.lineage_table AND a.attname = t.source_column
-		JOIN pg_class dc ON dc.oid = t.derived_table JOIN pg_namespace dn ON dn.oid = dc.relnamespace
-		ORDER BY 1, 2`)
+func readLineages(ctx context.Context, q Querier) ([]Lineage, error) {
+	rows, err := q.Query(ctx, lineageTablesSQL)
 	if err != nil {
-		return l, fmt.Errorf("read lethe.lineage_tables: %w", err)
+		return nil, err
 	}
+	var out []Lineage
 	var lin Lineage
-	if _, err := pgx.ForEachRow(rows, []any{&lin.Table.Schema, &lin.Table.Name, &lin.SourceColumn, &lin.SourceType, &lin.DerivedColumn,
+	_, err = pgx.ForEachRow(rows, []any{&lin.Table.Schema, &lin.Table.Name, &lin.SourceColumn, &lin.SourceType, &lin.DerivedColumn,
 		&lin.Derived.Schema, &lin.Derived.Name, &lin.DerivedKey}, func() error {
-		l.Lineages = append(l.Lineages, lin)
+		out = append(out, lin)
 		return nil
-	}); err != nil {
-		return l, fmt.Errorf("read lethe.lineage_tables: %w", err)
-	}
-	slices.SortFunc(l.Children, func(a, b Table) int { return compareStr(a.String(), b.String()) })
-	return l, nil
+	})
+	return out, err
 }
 
 // SourceMatch is the condition "source column is one of $n" for this
@@ -150,20 +180,9 @@ func (l Lineage) SourceMatch(param int) string {
 }
 
 func splitTable(qualified string) Table {
-	for i := 0; i < len(qualified); i++ {
-		if qualified[i] == '.' {
-			return Table{qualified[:i], qualified[i+1:]}
-		}
+	schema, name, ok := strings.Cut(qualified, ".")
+	if !ok {
+		return Table{"", qualified}
 	}
-	return Table{"", qualified}
-}
-
-func compareStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	return Table{schema, name}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lethe-dev/lethe/internal/erasure"
 	"github.com/lethe-dev/lethe/internal/postgres"
 )
 
@@ -38,19 +39,19 @@ func TestTwoManagersDeletingAtOnceDeleteOnce(t *testing.T) {
 	ids := seedTiny(t, conn, "aaaaaaaa", 20)
 	keep := seedTiny(t, conn, "bbbbbbbb", 5)
 	a, b := eraser(t, dsn, "t1"), eraser(t, dsn, "t1")
-	req := postgres.Request{UID: "uid-r5", SessionIDs: ids}
-	if _, err := a.Tombstone(ctx, req, fixedDigest[postgres.Plan]); err != nil {
+	req := erasure.Request{UID: "uid-r5", SessionIDs: ids}
+	if _, err := a.Tombstone(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	for round := 0; round < 5; round++ {
 		var wg sync.WaitGroup
-		results := make([]postgres.DeleteResult, 2)
+		results := make([]erasure.DeleteResult, 2)
 		errs := make([]error, 2)
 		for i, e := range []*postgres.Eraser{a, b} {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				results[i], errs[i] = e.Delete(ctx, req, 3, 0, fixedDigest[postgres.BatchResult])
+				results[i], errs[i] = e.Delete(ctx, req, 3, 0)
 			}()
 		}
 		wg.Wait()
@@ -88,18 +89,18 @@ func TestCancelAndDeleteRace(t *testing.T) {
 	cancelWins, deleteWins := 0, 0
 	for i, id := range ids {
 		uid := fmt.Sprintf("uid-race-%d", i)
-		req := postgres.Request{UID: uid, SessionIDs: []string{id}} // grace 0: expiry is "now"
-		if _, err := a.Tombstone(ctx, req, fixedDigest[postgres.Plan]); err != nil {
+		req := erasure.Request{UID: uid, SessionIDs: []string{id}} // grace 0: expiry is "now"
+		if _, err := a.Tombstone(ctx, req); err != nil {
 			t.Fatal(err)
 		}
 		var wg sync.WaitGroup
 		var cancelErr, deleteErr error
-		var del postgres.DeleteResult
+		var del erasure.DeleteResult
 		wg.Add(2)
 		// A random head start for the cancel, so that both orders happen.
 		jitter := time.Duration(rng.IntN(3000)) * time.Microsecond
-		go func() { defer wg.Done(); time.Sleep(jitter); _, _, cancelErr = a.Cancel(ctx, uid, "sha256:c") }()
-		go func() { defer wg.Done(); del, deleteErr = b.Delete(ctx, req, 10, 0, fixedDigest[postgres.BatchResult]) }()
+		go func() { defer wg.Done(); time.Sleep(jitter); _, cancelErr = a.Cancel(ctx, uid) }()
+		go func() { defer wg.Done(); del, deleteErr = b.Delete(ctx, req, 10, 0) }()
 		wg.Wait()
 		if deleteErr != nil {
 			t.Fatalf("trial %d: delete: %v", i, deleteErr)
@@ -107,9 +108,9 @@ func TestCancelAndDeleteRace(t *testing.T) {
 		exists := count(t, conn, `SELECT count(*) FROM memory.sessions WHERE id = $1`, id) == 1
 		cancelled := cancelErr == nil
 		switch {
-		case cancelled && !errors.Is(cancelErr, postgres.ErrTooLateToCancel) && exists && del.Batches[0].Skipped:
+		case cancelled && !errors.Is(cancelErr, erasure.ErrTooLateToCancel) && exists && del.Batches[0].Skipped:
 			cancelWins++
-		case errors.Is(cancelErr, postgres.ErrTooLateToCancel) && !exists && del.Batches[0].Sessions == 1:
+		case errors.Is(cancelErr, erasure.ErrTooLateToCancel) && !exists && del.Batches[0].Sessions == 1:
 			deleteWins++
 		default:
 			t.Fatalf("trial %d: cancel err %v, session exists %v, delete %+v: neither outcome is clean", i, cancelErr, exists, del.Batches)
@@ -141,7 +142,7 @@ func TestInterruptedDeletionCompletesWithOneReceiptPerBatch(t *testing.T) {
 	for run := 0; run < runs; run++ {
 		ids := seedTiny(t, conn, fmt.Sprintf("e%07d", run), 7)
 		uid := fmt.Sprintf("uid-r1-%d", run)
-		req := postgres.Request{UID: uid, SessionIDs: ids}
+		req := erasure.Request{UID: uid, SessionIDs: ids}
 		var lastT, lastD error
 		for attempt := 0; ; attempt++ {
 			if attempt > 50 {
@@ -151,10 +152,10 @@ func TestInterruptedDeletionCompletesWithOneReceiptPerBatch(t *testing.T) {
 			// every run ends however loaded the machine is.
 			window := min(5000<<min(attempt, 13), 30_000_000)
 			actx, cancel := context.WithTimeout(ctx, time.Duration(rng.IntN(window))*time.Microsecond)
-			_, terr := e.Tombstone(actx, req, fixedDigest[postgres.Plan])
+			_, terr := e.Tombstone(actx, req)
 			var derr error
 			if terr == nil {
-				_, derr = e.Delete(actx, req, 2, 0, fixedDigest[postgres.BatchResult])
+				_, derr = e.Delete(actx, req, 2, 0)
 			}
 			cancel()
 			if terr == nil && derr == nil {

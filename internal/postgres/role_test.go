@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lethe-dev/lethe/internal/evidence"
+	"github.com/lethe-dev/lethe/internal/erasure"
 	"github.com/lethe-dev/lethe/internal/postgres"
 )
 
@@ -51,13 +51,12 @@ func TestOperatorRoleCanEraseAndNothingMore(t *testing.T) {
 	}
 	defer pool.Close()
 	e := &postgres.Eraser{Pool: pool, Schema: "memory"}
-	req := postgres.Request{UID: "role-test", SessionIDs: []string{sessionA}}
-	digest := func(v postgres.Plan) (string, error) { return evidence.Digest(v) }
-	plan, err := e.Tombstone(ctx, req, digest)
+	req := erasure.Request{UID: "role-test", SessionIDs: []string{sessionA}}
+	plan, err := e.Tombstone(ctx, req)
 	if err != nil || len(plan.Found) != 1 {
 		t.Fatalf("tombstone as lethe_operator: %v (plan %+v)", err, plan)
 	}
-	if _, err := e.Delete(ctx, req, 10, 4, func(b postgres.BatchResult) (string, error) { return evidence.Digest(b) }); err != nil {
+	if _, err := e.Delete(ctx, req, 10, 4); err != nil {
 		t.Fatalf("delete as lethe_operator: %v", err)
 	}
 	checks, err := e.Verify(ctx, req.UID)
@@ -68,6 +67,17 @@ func TestOperatorRoleCanEraseAndNothingMore(t *testing.T) {
 		if c.Found != 0 {
 			t.Errorf("%s: %d left", c.Check, c.Found)
 		}
+	}
+	// Receipts of work done outside Postgres: an explicit batch, and an
+	// appended one (its key chosen under an advisory lock).
+	if err := e.WriteReceipt(ctx, req.UID, erasure.StepGraph, 0, 1, nil); err != nil {
+		t.Fatalf("write a receipt as lethe_operator: %v", err)
+	}
+	if err := e.AppendReceipt(ctx, req.UID, erasure.StepGraph, 1, nil); err != nil {
+		t.Fatalf("append a receipt as lethe_operator: %v", err)
+	}
+	if r, err := e.Receipts(ctx, req.UID, erasure.StepGraph); err != nil || len(r) != 2 {
+		t.Fatalf("graph receipts as lethe_operator: %v %+v, want batches 0 and 1", err, r)
 	}
 
 	op := connect(t, opDSN)

@@ -1,0 +1,327 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lethe-dev/lethe/internal/erasure"
+)
+
+// The ledger: tombstones, grace periods and cancellations of requests,
+// recorded in lethe.erasure_ledger by the database's clock.
+
+// planClockSQL reads the database's clock and the end of a grace period $1
+// (in seconds) starting now.
+const planClockSQL = `SELECT now(), now() + make_interval(secs => $1)`
+
+// Plan takes the plan Tombstone would take, in a read-only transaction,
+// and changes nothing.
+func (e *Eraser) Plan(ctx context.Context, req erasure.Request) (erasure.Plan, error) {
+	var plan erasure.Plan
+	err := e.inTx(ctx, readOnly, func(tx pgx.Tx, l Layout) error {
+		var err error
+		if plan, _, err = e.takePlan(ctx, tx, l, req, false); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, planClockSQL, req.Grace.Seconds()).Scan(&plan.TombstonedAt, &plan.GraceEndsAt)
+	})
+	return plan, err
+}
+
+const (
+	// ledgerInsertSQL writes the ledger rows of scope $5 for the records $1.
+	ledgerInsertSQL = `INSERT INTO lethe.erasure_ledger (scope, record_id, request_uid, tenant_id, tombstoned_at, grace_ends_at)
+		SELECT $5::text, r, $2, $3, now(), now() + make_interval(secs => $4) FROM unnest($1::text[]) AS r
+		ON CONFLICT DO NOTHING`
+	// firstTombstoneSQL reads the request's first tombstone's clock readings.
+	firstTombstoneSQL = `SELECT coalesce(min(tombstoned_at), now()), coalesce(min(grace_ends_at), now() + make_interval(secs => $2))
+		FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'session'`
+)
+
+// Tombstone tombstones the request's sessions of this tenant, writes the
+// ledger rows (sessions and the hashes of their content), takes the plan and
+// writes the Tombstoned receipt (its digest that of the plan), all in one
+// transaction. A repeat reports the first run's clock readings.
+func (e *Eraser) Tombstone(ctx context.Context, req erasure.Request) (erasure.Plan, error) {
+	var plan erasure.Plan
+	err := e.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx, l Layout) error {
+		var hashes []string
+		var err error
+		if plan, hashes, err = e.takePlan(ctx, tx, l, req, true); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, tombstoneSQL(l), plan.Found, req.UID); err != nil {
+			return fmt.Errorf("tombstone sessions: %w", err)
+		}
+		if err := e.writeLedger(ctx, tx, req, "session", plan.Found); err != nil {
+			return fmt.Errorf("write ledger: %w", err)
+		}
+		if err := e.writeLedger(ctx, tx, req, "content", hashes); err != nil {
+			return fmt.Errorf("write content ledger: %w", err)
+		}
+		// The first tombstone's clock readings, so a repeat reports the same times.
+		if err := tx.QueryRow(ctx, firstTombstoneSQL, req.UID, req.Grace.Seconds()).Scan(&plan.TombstonedAt, &plan.GraceEndsAt); err != nil {
+			return fmt.Errorf("read ledger: %w", err)
+		}
+		return receipt{uid: req.UID, step: erasure.StepTombstoned, sessions: len(plan.Found), counts: plan.Rows, of: plan}.write(ctx, tx)
+	})
+	return plan, err
+}
+
+func (e *Eraser) writeLedger(ctx context.Context, tx pgx.Tx, req erasure.Request, scope string, records []string) error {
+	_, err := tx.Exec(ctx, ledgerInsertSQL, records, req.UID, e.tenant(), req.Grace.Seconds(), scope)
+	return err
+}
+
+// findSessionsSQL finds the sessions $1 of the tenant $2 (NULL: any),
+// locking them when the plan is taken to tombstone them.
+func findSessionsSQL(l Layout, lock bool) string {
+	sql := `SELECT id::text FROM ` + l.Sessions.Ident() + `
+		WHERE id = ANY($1::uuid[]) AND ($2::text IS NULL OR tenant_id = $2) ORDER BY id`
+	if lock {
+		sql += ` FOR UPDATE`
+	}
+	return sql
+}
+
+// takePlan finds the request's sessions and counts what their erasure
+// removes; it also returns the hashes of their content.
+func (e *Eraser) takePlan(ctx context.Context, tx pgx.Tx, l Layout, req erasure.Request, lock bool) (erasure.Plan, []string, error) {
+	var plan erasure.Plan
+	found, err := collectStrings(ctx, tx, findSessionsSQL(l, lock), req.SessionIDs, e.tenant())
+	if err != nil {
+		return plan, nil, fmt.Errorf("find sessions: %w", err)
+	}
+	plan.Found = found
+	for _, id := range req.SessionIDs {
+		if !slices.Contains(found, id) {
+			plan.NotFound = append(plan.NotFound, id)
+		}
+	}
+	hashes, err := contentHashes(ctx, tx, l, found)
+	if err != nil {
+		return plan, nil, err
+	}
+	return plan, hashes, countPlan(ctx, tx, l, found, hashes, &plan)
+}
+
+// contentHashesSQL reads the distinct content hashes of the sessions $1 in src.
+func contentHashesSQL(l Layout, src QColumn) string {
+	return `SELECT DISTINCT ` + src.Ident() + ` FROM ` + src.Table.Ident() +
+		` WHERE ` + l.sessionKey(src.Table) + ` = ANY($1::uuid[]) AND ` + src.Ident() + ` IS NOT NULL`
+}
+
+// contentHashes returns the distinct content hashes of the sessions' rows, sorted.
+func contentHashes(ctx context.Context, tx pgx.Tx, l Layout, ids []string) ([]string, error) {
+	var out []string
+	for _, src := range l.ContentSources {
+		hs, err := collectStrings(ctx, tx, contentHashesSQL(l, src), ids)
+		if err != nil {
+			return nil, fmt.Errorf("read content hashes of %s: %w", src, err)
+		}
+		out = append(out, hs...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// countEmbeddingsSQL counts the embeddings of the sessions $1 in v.
+func countEmbeddingsSQL(l Layout, v QColumn) string {
+	return `SELECT count(` + v.Ident() + `) FROM ` + v.Table.Ident() + ` WHERE ` + l.sessionKey(v.Table) + ` = ANY($1::uuid[])`
+}
+
+// countDerivedSQL counts the derived records whose lineage names one of the sessions $1.
+func countDerivedSQL(lin Lineage) string {
+	return `SELECT count(DISTINCT ` + pgx.Identifier{lin.DerivedColumn}.Sanitize() + `) FROM ` + lin.Table.Ident() +
+		` WHERE ` + lin.SourceMatch(1)
+}
+
+// countPlan fills the plan's counts for the given sessions and the hashes of their content.
+func countPlan(ctx context.Context, tx pgx.Tx, l Layout, ids, hashes []string, plan *erasure.Plan) error {
+	for _, c := range rowCountings(l, ids, "count") {
+		n, err := c.run(ctx, tx)
+		if err != nil {
+			return err
+		}
+		plan.Rows = append(plan.Rows, erasure.Count{Table: c.name, Rows: n})
+	}
+	var embeddings, content, derived []counting
+	for _, v := range l.Vectors {
+		embeddings = append(embeddings, counting{failure: "count embeddings in " + v.String(), sql: countEmbeddingsSQL(l, v), arg: ids})
+	}
+	for _, idx := range l.ContentIndexes {
+		content = append(content, counting{failure: "count " + idx.Table.String(), sql: countContentSQL(idx), arg: hashes})
+	}
+	for _, lin := range l.Lineages {
+		derived = append(derived, counting{failure: "count derived records via " + lin.Table.String(), sql: countDerivedSQL(lin), arg: ids})
+	}
+	var err error
+	if plan.Embeddings, err = sum(ctx, tx, embeddings); err != nil {
+		return err
+	}
+	if plan.ContentIndexEntries, err = sum(ctx, tx, content); err != nil {
+		return err
+	}
+	plan.DerivedRecords, err = sum(ctx, tx, derived)
+	return err
+}
+
+// graceSQL reads the database's clock and the end of the request's grace period.
+const graceSQL = `SELECT now(), max(grace_ends_at) FROM lethe.erasure_ledger
+	WHERE request_uid = $1 AND scope = 'session'`
+
+// Grace reads the request's grace period end and the database's clock.
+func (e *Eraser) Grace(ctx context.Context, uid string) (erasure.GraceState, error) {
+	var g erasure.GraceState
+	var ends *time.Time
+	if err := e.Pool.QueryRow(ctx, graceSQL, uid).Scan(&g.Now, &ends); err != nil {
+		return g, fmt.Errorf("read grace period: %w", err)
+	}
+	if ends == nil {
+		// No session found: nothing to wait for.
+		g.GraceEndsAt, g.Elapsed = g.Now, true
+		return g, nil
+	}
+	g.GraceEndsAt = *ends
+	g.Elapsed = !g.Now.Before(*ends)
+	return g, nil
+}
+
+// Cancel lifts the request's tombstones (unless another active request holds
+// the same session), marks its ledger rows cancelled and writes the Cancelled
+// receipt, in one transaction. It refuses with erasure.ErrTooLateToCancel
+// when any session is already erased. A repeat reports the first run's figures.
+func (e *Eraser) Cancel(ctx context.Context, uid string) (erasure.Cancellation, error) {
+	var c erasure.Cancellation
+	err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		// Already cancelled (a retry after a lost status write): report the first run's figures.
+		if done, err := previousCancel(ctx, tx, uid, &c); err != nil || done {
+			return err
+		}
+		if err := lockUnerased(ctx, tx, uid); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, nowSQL).Scan(&c.At); err != nil {
+			return err
+		}
+		lifted, err := e.liftTombstones(ctx, tx, uid)
+		if err != nil {
+			return err
+		}
+		c.Lifted = lifted
+		return receipt{uid: uid, step: erasure.StepCancelled, sessions: int(lifted), of: map[string]string{"cancelled": uid}}.write(ctx, tx)
+	})
+	return c, err
+}
+
+// cancelReceiptSQL reads the Cancelled receipt of a request.
+const cancelReceiptSQL = `SELECT sessions, recorded_at FROM lethe.erasure_receipts
+	WHERE request_uid = $1 AND step = $2 AND batch = 0`
+
+// previousCancel fills c from the Cancelled receipt, when there is one.
+func previousCancel(ctx context.Context, tx pgx.Tx, uid string, c *erasure.Cancellation) (bool, error) {
+	var n int
+	err := tx.QueryRow(ctx, cancelReceiptSQL, uid, erasure.StepCancelled).Scan(&n, &c.At)
+	switch {
+	case err == nil:
+		c.Lifted = int64(n)
+		return true, nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, nil
+	}
+	return false, fmt.Errorf("read receipts: %w", err)
+}
+
+// lockLedgerSQL locks the request's session ledger rows and tells which are erased.
+const lockLedgerSQL = `SELECT erased_at IS NOT NULL FROM lethe.erasure_ledger
+	WHERE request_uid = $1 AND scope = 'session' FOR UPDATE`
+
+// lockUnerased locks the request's ledger rows first: a deletion holding
+// them finishes before this reads them, and one that comes later sees the
+// cancel. Either way exactly one of the two takes effect.
+func lockUnerased(ctx context.Context, tx pgx.Tx, uid string) error {
+	rows, err := tx.Query(ctx, lockLedgerSQL, uid)
+	if err != nil {
+		return fmt.Errorf("lock ledger: %w", err)
+	}
+	erased, err := pgx.CollectRows(rows, pgx.RowTo[bool])
+	if err != nil {
+		return fmt.Errorf("lock ledger: %w", err)
+	}
+	if slices.Contains(erased, true) {
+		return erasure.ErrTooLateToCancel
+	}
+	return nil
+}
+
+// cancelLedgerSQL marks the request's ledger rows not yet erased cancelled.
+const cancelLedgerSQL = `UPDATE lethe.erasure_ledger SET cancelled_at = now()
+	WHERE request_uid = $1 AND erased_at IS NULL AND cancelled_at IS NULL`
+
+// handOverSQL hands the request's tombstones over to the oldest other
+// active request holding the same session.
+func handOverSQL(sessions Table) string {
+	return `UPDATE ` + sessions.Ident() + ` s SET tombstoned_by = o.request_uid
+		FROM (SELECT DISTINCT ON (record_id) record_id, request_uid FROM lethe.erasure_ledger
+		      WHERE scope = 'session' AND cancelled_at IS NULL AND request_uid <> $1 ORDER BY record_id, tombstoned_at) o
+		WHERE s.tombstoned_by = $1 AND o.record_id = s.id::text`
+}
+
+// liftSQL lifts the tombstones the request still holds.
+func liftSQL(sessions Table) string {
+	return `UPDATE ` + sessions.Ident() + ` SET tombstoned_at = NULL, tombstoned_by = NULL WHERE tombstoned_by = $1`
+}
+
+// liftTombstones cancels the ledger rows, hands a shared tombstone over to
+// another active request or lifts it, and returns how many were lifted.
+func (e *Eraser) liftTombstones(ctx context.Context, tx pgx.Tx, uid string) (int64, error) {
+	if _, err := tx.Exec(ctx, cancelLedgerSQL, uid); err != nil {
+		return 0, fmt.Errorf("cancel ledger rows: %w", err)
+	}
+	if _, err := tx.Exec(ctx, handOverSQL(e.sessions()), uid); err != nil {
+		return 0, fmt.Errorf("hand over shared tombstones: %w", err)
+	}
+	res, err := tx.Exec(ctx, liftSQL(e.sessions()), uid)
+	if err != nil {
+		return 0, fmt.Errorf("lift tombstones: %w", err)
+	}
+	return res.RowsAffected(), nil
+}
+
+// erasedSessionsSQL lists the sessions a request erased, sorted.
+const erasedSessionsSQL = `SELECT record_id FROM lethe.erasure_ledger
+	WHERE request_uid = $1 AND scope = 'session' AND erased_at IS NOT NULL ORDER BY record_id`
+
+// ErasedSessions returns the sessions this request erased, sorted. The
+// graph step prunes exactly these: the sessions of the store's tenant that
+// the request found and deleted, never the IDs as requested.
+func (e *Eraser) ErasedSessions(ctx context.Context, uid string) ([]string, error) {
+	ids, err := collectStrings(ctx, e.Pool, erasedSessionsSQL, uid)
+	if err != nil {
+		return nil, fmt.Errorf("read erased sessions: %w", err)
+	}
+	return ids, nil
+}
+
+// deletedAtSQL reads when a request's deletion last committed.
+const deletedAtSQL = `SELECT max(erased_at) FROM lethe.erasure_ledger
+	WHERE request_uid = $1 AND scope = 'session' AND erased_at IS NOT NULL`
+
+// DeletedAt is when this request's deletion last committed (the latest
+// erased_at of its sessions, by the database's clock); zero when it erased
+// nothing. Backups started before it may hold the erased sessions.
+func (e *Eraser) DeletedAt(ctx context.Context, uid string) (time.Time, error) {
+	var t *time.Time
+	if err := e.Pool.QueryRow(ctx, deletedAtSQL, uid).Scan(&t); err != nil {
+		return time.Time{}, fmt.Errorf("read the deletion time: %w", err)
+	}
+	if t == nil {
+		return time.Time{}, nil
+	}
+	return *t, nil
+}

@@ -1,0 +1,327 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lethe-dev/lethe/internal/erasure"
+	"github.com/lethe-dev/lethe/internal/evidence"
+	"github.com/lethe-dev/lethe/internal/postgres"
+)
+
+func receiptDigest(t *testing.T, conn *pgx.Conn, uid, step string, batch int) string {
+	t.Helper()
+	var d string
+	if err := conn.QueryRow(context.Background(), `SELECT digest FROM lethe.erasure_receipts
+		WHERE request_uid = $1 AND step = $2 AND batch = $3`, uid, step, batch).Scan(&d); err != nil {
+		t.Fatalf("%s receipt %d of %s: %v", step, batch, uid, err)
+	}
+	return d
+}
+
+func mustDigest(t *testing.T, v any) string {
+	t.Helper()
+	d, err := evidence.Digest(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// Each receipt's digest is that of what it records, computed by the
+// ledger: the plan, the batch's result, the cancellation, the counts.
+func TestReceiptDigestsAreThoseOfWhatTheyRecord(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	e := eraser(t, dsn, "t1")
+	req := erasure.Request{UID: "uid-digest", SessionIDs: []string{sessA}}
+	plan, err := e.Tombstone(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := receiptDigest(t, conn, req.UID, erasure.StepTombstoned, 0), mustDigest(t, plan); got != want {
+		t.Errorf("Tombstoned digest %s, want the plan's %s", got, want)
+	}
+	res, err := e.Delete(ctx, req, 10, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := receiptDigest(t, conn, req.UID, erasure.StepDeleted, 0), mustDigest(t, res.Batches[0]); got != want {
+		t.Errorf("Deleted digest %s, want the batch result's %s", got, want)
+	}
+	counts := []erasure.Count{{Table: "graph nodes :Fact", Rows: 3}}
+	if err := e.WriteReceipt(ctx, req.UID, erasure.StepGraph, 0, 1, counts); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := receiptDigest(t, conn, req.UID, erasure.StepGraph, 0), mustDigest(t, counts); got != want {
+		t.Errorf("GraphReconciled digest %s, want the counts' %s", got, want)
+	}
+
+	other := erasure.Request{UID: "uid-digest-cancel", SessionIDs: []string{sessB}, Grace: time.Hour}
+	if _, err := e.Tombstone(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	c, err := e.Cancel(ctx, other.UID)
+	if err != nil || c.Lifted != 1 || c.At.IsZero() {
+		t.Fatalf("cancel: %+v %v", c, err)
+	}
+	if got, want := receiptDigest(t, conn, other.UID, erasure.StepCancelled, 0), mustDigest(t, map[string]string{"cancelled": other.UID}); got != want {
+		t.Errorf("Cancelled digest %s, want %s", got, want)
+	}
+	again, err := e.Cancel(ctx, other.UID)
+	if err != nil || again.Lifted != c.Lifted || !again.At.Equal(c.At) {
+		t.Errorf("repeat cancel: %+v %v, want the first run's %+v", again, err, c)
+	}
+}
+
+// WriteReceipt keeps the first receipt of a batch; AppendReceipt takes
+// the next free batch, and concurrent appends lose none.
+func TestAppendReceiptTakesTheNextFreeBatchAndLosesNone(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	e := eraser(t, dsn, "")
+	const uid = "uid-append"
+	if err := e.AppendReceipt(ctx, uid, erasure.StepGraph, 7, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.Receipts(ctx, uid, erasure.StepGraph)
+	if err != nil || len(r) != 1 || r[0].Sessions != 7 {
+		t.Fatalf("first append: %+v %v, want batch 0", r, err)
+	}
+	if err := e.WriteReceipt(ctx, uid, erasure.StepGraph, 2, 1, []erasure.Count{{Table: "x", Rows: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.WriteReceipt(ctx, uid, erasure.StepGraph, 2, 5, []erasure.Count{{Table: "x", Rows: 9}}); err != nil {
+		t.Fatal(err)
+	}
+	const appends = 16
+	var wg sync.WaitGroup
+	errs := make([]error, appends)
+	for i := range appends {
+		wg.Go(func() {
+			errs[i] = e.AppendReceipt(ctx, uid, erasure.StepGraph, 100+i, []erasure.Count{{Table: "run", Rows: int64(i)}})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	r, err = e.Receipts(ctx, uid, erasure.StepGraph)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r[2].Sessions != 1 || r[2].Counts["x"] != 1 {
+		t.Errorf("batch 2 = %+v: a repeated WriteReceipt replaced the first receipt", r[2])
+	}
+	if len(r) != 2+appends {
+		t.Fatalf("%d receipts, want %d: a concurrent append was lost", len(r), 2+appends)
+	}
+	var sessions []int
+	for b := 3; b < 3+appends; b++ {
+		rc, ok := r[b]
+		if !ok {
+			t.Fatalf("no receipt for batch %d: appends must take the keys after the highest (2)", b)
+		}
+		sessions = append(sessions, rc.Sessions)
+	}
+	slices.Sort(sessions)
+	for i, s := range sessions {
+		if s != 100+i {
+			t.Fatalf("appended receipts carry sessions %v, want 100..%d once each", sessions, 100+appends-1)
+		}
+	}
+}
+
+// resurrect writes the session back, as a restored backup would.
+func resurrect(t *testing.T, conn *pgx.Conn, id string) {
+	t.Helper()
+	mustExec(t, conn, `INSERT INTO memory.sessions (id, tenant_id, summary) VALUES ($1, 't1', 'restored')`, id)
+	mustExec(t, conn, `INSERT INTO memory.rounds (session_id, round_index, user_text) VALUES ($1, 0, 'restored')`, id)
+}
+
+// Reerase erases a session that came back, under the next free
+// Resurrected batch, chosen in its transaction.
+func TestReeraseWritesEachResurrectionUnderTheNextBatch(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	e := eraser(t, dsn, "t1")
+	req := erasure.Request{UID: "uid-back", SessionIDs: []string{sessA}}
+	if _, err := e.Tombstone(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Delete(ctx, req, 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := e.Reerase(ctx, req.UID); err != nil || !res.Skipped || res.Sessions != 0 {
+		t.Fatalf("reerase with nothing back: %+v %v", res, err)
+	}
+	for want := range 2 {
+		resurrect(t, conn, sessA)
+		res, err := e.Reerase(ctx, req.UID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Skipped || res.Sessions != 1 || res.Batch != want {
+			t.Fatalf("resurrection %d: %+v, want 1 session under batch %d", want, res, want)
+		}
+		if got, d := receiptDigest(t, conn, req.UID, erasure.StepResurrected, want), mustDigest(t, res); got != d {
+			t.Errorf("Resurrected digest %s, want the result's %s", got, d)
+		}
+		if n := count(t, conn, `SELECT count(*) FROM memory.sessions WHERE id = $1`, sessA); n != 0 {
+			t.Fatalf("resurrection %d: the session is still there", want)
+		}
+	}
+	// Two passes at once: one erases, the other finds nothing.
+	resurrect(t, conn, sessA)
+	other := eraser(t, dsn, "t1")
+	var wg sync.WaitGroup
+	results := make([]erasure.BatchResult, 2)
+	errs := make([]error, 2)
+	for i, er := range []*postgres.Eraser{e, other} {
+		wg.Go(func() { results[i], errs[i] = er.Reerase(ctx, req.UID) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if results[0].Sessions+results[1].Sessions != 1 || results[0].Skipped == results[1].Skipped {
+		t.Fatalf("two concurrent reerases: %+v, want one erasing, one skipped", results)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_receipts WHERE request_uid = $1 AND step = 'Resurrected'`, req.UID); n != 3 {
+		t.Errorf("%d Resurrected receipts, want 3", n)
+	}
+}
+
+// crashingDB fails the commit number failAt (counting from 1) of its
+// transactions: the transaction rolls back and Commit returns errCrash, as
+// if the manager died inside it.
+type crashingDB struct {
+	postgres.DB
+	failAt  int32
+	commits atomic.Int32
+}
+
+var errCrash = errors.New("simulated crash inside the transaction")
+
+func (d *crashingDB) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
+	tx, err := d.DB.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &crashingTx{Tx: tx, db: d}, nil
+}
+
+type crashingTx struct {
+	pgx.Tx
+	db *crashingDB
+}
+
+func (t *crashingTx) Commit(ctx context.Context) error {
+	if t.db.commits.Add(1) == t.db.failAt {
+		_ = t.Rollback(ctx)
+		return errCrash
+	}
+	return t.Tx.Commit(ctx)
+}
+
+// A crash inside a deletion transaction (a decorated DB) leaves that batch
+// undone, with no receipt; the next run completes it, one receipt per batch.
+func TestACrashInsideTheDeletionTransactionIsUndoneAndRedone(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	ids := seedTiny(t, conn, "ffffffff", 5)
+	e := eraser(t, dsn, "t1")
+	req := erasure.Request{UID: "uid-crash", SessionIDs: ids}
+	if _, err := e.Tombstone(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	crashing := &postgres.Eraser{Pool: &crashingDB{DB: e.Pool, failAt: 2}, Schema: "memory", TenantID: "t1"}
+	_, err := crashing.Delete(ctx, req, 2, 0)
+	if !errors.Is(err, errCrash) || !strings.Contains(err.Error(), "batch 1") {
+		t.Fatalf("delete with a crash in batch 1: %v", err)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM memory.sessions WHERE id = ANY($1::uuid[])`, ids); n != 3 {
+		t.Fatalf("%d sessions left after the crash, want 3 (batch 0 committed, batch 1 rolled back)", n)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_receipts WHERE request_uid = $1 AND step = 'Deleted'`, req.UID); n != 1 {
+		t.Fatalf("%d deletion receipts after the crash, want 1", n)
+	}
+	res, err := e.Delete(ctx, req, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Batches) != 3 || !res.Batches[0].Skipped || res.Batches[1].Sessions != 2 || res.Batches[2].Sessions != 1 {
+		t.Fatalf("the run after the crash: %+v", res.Batches)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_receipts WHERE request_uid = $1 AND step = 'Deleted'`, req.UID); n != 3 {
+		t.Fatalf("%d deletion receipts, want 3", n)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM memory.sessions WHERE id = ANY($1::uuid[])`, ids); n != 0 {
+		t.Fatalf("%d sessions left", n)
+	}
+}
+
+// Replicas are caught up when each has replayed past the deletion's
+// commit; a primary passed as a replica is an error.
+func TestReplicasCaughtUp(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if ok, err := (postgres.Replicas{}).CaughtUp(ctx, "0/0"); err != nil || !ok {
+		t.Fatalf("no replicas: %v %v, want caught up", ok, err)
+	}
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTiny(t, conn, "abababab", 1)
+	replica, err := pg.StartReplica()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replica.Stop()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rconn := connect(t, replica.DSN(strings.TrimPrefix(u.Path, "/")))
+	primary := connect(t, dsn)
+
+	var lsn string
+	if err := primary.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ok, err := postgres.Replicas{rconn}.CaughtUp(ctx, lsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the replica did not replay past %s", lsn)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if ok, err := (postgres.Replicas{rconn}).CaughtUp(ctx, "FFFFFFFF/FFFFFFFF"); err != nil || ok {
+		t.Fatalf("a position the replica cannot have reached: %v %v", ok, err)
+	}
+	_, err = postgres.Replicas{rconn, primary}.CaughtUp(ctx, lsn)
+	if err == nil || !strings.Contains(err.Error(), "not a replica") || !strings.Contains(err.Error(), fmt.Sprint("replica ", 1)) {
+		t.Fatalf("a primary among the replicas: %v, want its 'not a replica' error", err)
+	}
+}

@@ -1,0 +1,113 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgvector/pgvector-go"
+
+	"github.com/lethe-dev/lethe/internal/erasure"
+)
+
+// vectorColumnsSQL lists every vector column of every schema, with its
+// declared dimensions (-1 when undeclared).
+const vectorColumnsSQL = `SELECT n.nspname, c.relname, a.attname, a.atttypmod
+	FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+	JOIN pg_type t ON t.oid = a.atttypid
+	WHERE t.typname = 'vector' AND c.relkind IN ('r', 'p') AND NOT a.attisdropped
+	  AND n.nspname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2, 3`
+
+// vectorColumn is a vector column and its declared dimensions.
+type vectorColumn struct {
+	col  QColumn
+	dims int
+}
+
+// ProbeResidue runs a nearest-neighbour query with each probe vector against
+// every vector column of matching dimension outside the cascade (every
+// schema) and reports the columns holding a near-identical vector (cosine
+// distance below maxDistance): a copy that the cascade missed. Columns on
+// sessions and the tables cascading from it are skipped: a vector there sits
+// on a row of a live session (the same text said in another session is that
+// session's own data, not residue).
+func (e *Eraser) ProbeResidue(ctx context.Context, probe []erasure.Embedding, maxDistance float64) ([]erasure.Residue, error) {
+	if len(probe) == 0 {
+		return nil, nil
+	}
+	l, err := e.layout(ctx, e.Pool)
+	if err != nil {
+		return nil, err
+	}
+	cols, err := vectorColumns(ctx, e.Pool)
+	if err != nil {
+		return nil, err
+	}
+	vecs := vectors(probe)
+	cascade := l.inCascade()
+	var out []erasure.Residue
+	for _, c := range cols {
+		if cascade[c.col.Table] {
+			continue
+		}
+		found, err := e.nearCopies(ctx, c, vecs, maxDistance)
+		if err != nil {
+			return nil, err
+		}
+		if found > 0 {
+			out = append(out, erasure.Residue{Column: c.col.String(), Found: found})
+		}
+	}
+	return out, nil
+}
+
+// vectors converts embeddings to pgvector's type, at the edge.
+func vectors(es []erasure.Embedding) []pgvector.Vector {
+	out := make([]pgvector.Vector, len(es))
+	for i, e := range es {
+		out[i] = pgvector.NewVector(e)
+	}
+	return out
+}
+
+func vectorColumns(ctx context.Context, q Querier) ([]vectorColumn, error) {
+	rows, err := q.Query(ctx, vectorColumnsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("list vector columns: %w", err)
+	}
+	var cols []vectorColumn
+	var c vectorColumn
+	if _, err := pgx.ForEachRow(rows, []any{&c.col.Table.Schema, &c.col.Table.Name, &c.col.Column, &c.dims}, func() error {
+		cols = append(cols, c)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("list vector columns: %w", err)
+	}
+	return cols, nil
+}
+
+// nearestSQL reads the cosine distance from $1 to the nearest vector of c.
+func nearestSQL(c QColumn) string {
+	return `SELECT ` + c.Ident() + ` <=> $1 FROM ` + c.Table.Ident() +
+		` WHERE ` + c.Ident() + ` IS NOT NULL ORDER BY ` + c.Ident() + ` <=> $1 LIMIT 1`
+}
+
+// nearCopies counts the probe vectors with a copy in c, closer than maxDistance.
+func (e *Eraser) nearCopies(ctx context.Context, c vectorColumn, probe []pgvector.Vector, maxDistance float64) (int64, error) {
+	var found int64
+	for _, v := range probe {
+		if c.dims > 0 && c.dims != len(v.Slice()) {
+			continue
+		}
+		var d *float64
+		err := e.Pool.QueryRow(ctx, nearestSQL(c.col), v).Scan(&d)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return 0, fmt.Errorf("probe %s: %w", c.col, err)
+		}
+		if d != nil && *d <= maxDistance {
+			found++
+		}
+	}
+	return found, nil
+}

@@ -1,0 +1,67 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lethe-dev/lethe/internal/erasure"
+)
+
+// contentLedgerSQL lists the content hashes a request tombstoned.
+const contentLedgerSQL = `SELECT record_id FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'content'`
+
+// Verify looks for anything left of the sessions the request erased (by the
+// ledger): rows in sessions and every cascading table, content-index entries
+// of their content, lineage rows.
+func (e *Eraser) Verify(ctx context.Context, uid string) ([]erasure.Verification, error) {
+	var out []erasure.Verification
+	err := e.inTx(ctx, readOnly, func(tx pgx.Tx, l Layout) error {
+		ids, err := collectStrings(ctx, tx, erasedSessionsSQL, uid)
+		if err != nil {
+			return fmt.Errorf("read ledger: %w", err)
+		}
+		hashes, err := collectStrings(ctx, tx, contentLedgerSQL, uid)
+		if err != nil {
+			return fmt.Errorf("read content ledger: %w", err)
+		}
+		out, err = runChecks(ctx, tx, leftoverChecks(l, ids, hashes))
+		return err
+	})
+	return out, err
+}
+
+// countLineageSQL counts the lineage rows that name one of the sessions $1.
+func countLineageSQL(lin Lineage) string {
+	return `SELECT count(*) FROM ` + lin.Table.Ident() + ` WHERE ` + lin.SourceMatch(1)
+}
+
+// leftoverChecks are Verify's checks, in the order they are reported.
+func leftoverChecks(l Layout, ids, hashes []string) []counting {
+	cs := rowCountings(l, ids, "verify")
+	for i := range cs {
+		cs[i].name = "rows of the sessions in " + cs[i].name
+	}
+	for _, idx := range l.ContentIndexes {
+		t := idx.Table.String()
+		cs = append(cs, counting{name: "content-keyed entries in " + t, failure: "verify " + t, sql: countContentSQL(idx), arg: hashes})
+	}
+	for _, lin := range l.Lineages {
+		t := lin.Table.String()
+		cs = append(cs, counting{name: "derived records via " + t, failure: "verify " + t, sql: countLineageSQL(lin), arg: ids})
+	}
+	return cs
+}
+
+func runChecks(ctx context.Context, q Querier, cs []counting) ([]erasure.Verification, error) {
+	out := make([]erasure.Verification, 0, len(cs))
+	for _, c := range cs {
+		n, err := c.run(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, erasure.Verification{Check: c.name, Found: n})
+	}
+	return out, nil
+}
