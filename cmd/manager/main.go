@@ -98,6 +98,7 @@ type managerFlags struct {
 	graphDeleteLimit       int
 	sweepMaxOrphanPercent  int
 	backupRecheck          time.Duration
+	errorBackoffMax        time.Duration
 	kubeQPS                float64
 	kubeBurst              int
 	receiptKey             string
@@ -134,6 +135,7 @@ func runManager(args []string) int {
 	fs.IntVar(&f.graphBatch, "graph-batch-size", 50, "erased sessions pruned from the graph per batch (one receipt each)")
 	fs.IntVar(&f.graphDeleteLimit, "graph-delete-limit", 1000, "graph elements one delete query removes at most (FalkorDB has crashed on very large single deletes)")
 	fs.IntVar(&f.sweepMaxOrphanPercent, "sweep-max-orphan-percent", 50, "refuse a graph sweep that would remove more than this percentage of the graph's sessions or facts; 100 disables the guard")
+	fs.DurationVar(&f.errorBackoffMax, "error-backoff-max", 5*time.Minute, "longest wait before an ErasureRequest whose pass failed (an unreachable database, graph or API server) is tried again; the wait doubles from 1s after each failure")
 	fs.DurationVar(&f.backupRecheck, "backup-recheck-interval", 10*time.Minute, "longest wait between checks of Velero Backups still expiring (a request also rechecks at the next expiration)")
 	fs.Float64Var(&f.kubeQPS, "kube-api-qps", 100, "queries per second the manager's Kubernetes client may send")
 	fs.IntVar(&f.kubeBurst, "kube-api-burst", 200, "burst above --kube-api-qps the Kubernetes client may send")
@@ -245,6 +247,7 @@ func runManager(args []string) int {
 		GraphBatch:              f.graphBatch,
 		GraphDeleteLimit:        f.graphDeleteLimit,
 		ReverifyInterval:        f.reverify,
+		BackoffMax:              f.errorBackoffMax,
 		PlanTTL:                 f.planTTL,
 		BatchSize:               f.batchSize,
 		ProbeBudget:             f.probeBudget,
@@ -300,6 +303,9 @@ func validateFlags(f managerFlags) error {
 	}
 	if f.reverify < time.Minute {
 		errs = append(errs, fmt.Errorf("--reverify-interval must be at least 1m, got %s", f.reverify))
+	}
+	if f.errorBackoffMax < time.Second || f.errorBackoffMax > time.Hour {
+		errs = append(errs, fmt.Errorf("--error-backoff-max must be between 1s and 1h, got %s", f.errorBackoffMax))
 	}
 	if f.batchSize < 1 || f.batchSize > 1000 {
 		errs = append(errs, fmt.Errorf("--delete-batch-size must be between 1 and 1000, got %d", f.batchSize))

@@ -59,7 +59,7 @@ func TestMigrateCommandRefusesBadArguments(t *testing.T) {
 
 func TestManagerFlagsAreValidated(t *testing.T) {
 	ok := managerFlags{storeRecheck: time.Minute, probeTimeout: time.Second, pgMaxConns: 4, reverify: time.Hour, planTTL: 10 * time.Minute, batchSize: 100, probeBudget: 64,
-		graphBatch: 50, graphDeleteLimit: 1000, sweepMaxOrphanPercent: 50, backupRecheck: time.Minute, kubeQPS: 100, kubeBurst: 200, concurrency: 4}
+		graphBatch: 50, graphDeleteLimit: 1000, sweepMaxOrphanPercent: 50, backupRecheck: time.Minute, errorBackoffMax: 5 * time.Minute, kubeQPS: 100, kubeBurst: 200, concurrency: 4}
 	if err := validateFlags(ok); err != nil {
 		t.Fatalf("valid flags refused: %v", err)
 	}
@@ -75,6 +75,7 @@ func TestManagerFlagsAreValidated(t *testing.T) {
 		"--graph-delete-limit":        func(f *managerFlags) { f.graphDeleteLimit = 1e6 },
 		"--sweep-max-orphan-percent":  func(f *managerFlags) { f.sweepMaxOrphanPercent = 101 },
 		"--backup-recheck-interval":   func(f *managerFlags) { f.backupRecheck = 0 },
+		"--error-backoff-max":         func(f *managerFlags) { f.errorBackoffMax = 2 * time.Hour },
 		"--kube-api-qps":              func(f *managerFlags) { f.kubeQPS = 0 },
 		"--max-concurrent-reconciles": func(f *managerFlags) { f.concurrency = 0 },
 	} {
@@ -85,7 +86,7 @@ func TestManagerFlagsAreValidated(t *testing.T) {
 			t.Errorf("%s: got %v, want an error naming the flag", name, err)
 		}
 	}
-	if err := validateFlags(managerFlags{}); err == nil || strings.Count(err.Error(), "--") != 13 {
-		t.Errorf("want all twelve problems (thirteen flags named) reported at once, got %v", fmt.Sprint(err))
+	if err := validateFlags(managerFlags{}); err == nil || strings.Count(err.Error(), "--") != 14 {
+		t.Errorf("want all thirteen problems (fourteen flags named) reported at once, got %v", fmt.Sprint(err))
 	}
 }

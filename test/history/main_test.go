@@ -155,7 +155,7 @@ func (e *env) startManager() (*testenv.ManagerProcess, error) {
 	return testenv.StartManager(e.bin, e.kubeconfig, e.logPath(),
 		"--metrics-bind-address=0", "--health-probe-bind-address=0",
 		"--delete-batch-size=1", "--graph-batch-size=1", "--graph-delete-limit=2",
-		"--backup-recheck-interval=1s", "--store-recheck-interval=10s", "--probe-timeout=3s",
+		"--backup-recheck-interval=1s", "--error-backoff-max=2s", "--store-recheck-interval=10s", "--probe-timeout=3s",
 		"--max-concurrent-reconciles=4", "--postgres-max-conns=4",
 		"--receipt-key-secret="+receiptKeyNS+"/"+receiptKeyName)
 }
