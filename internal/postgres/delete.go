@@ -99,6 +99,8 @@ func eraseLocked(ctx context.Context, tx pgx.Tx, l Layout, uid string, eligible 
 	res *erasure.BatchResult) ([]erasure.Embedding, error) {
 	res.Sessions = len(eligible)
 	var p pipeline
+	counters := newDeletionCounters(l)
+	counters.queueBefore(&p)
 	var probe []erasure.Embedding
 	if probeBudget > 0 && len(l.Vectors) > 0 {
 		p.query("sample embeddings", sampleEmbeddingsSQL(l), []any{eligible, probeBudget}, func(rows pgx.Rows) error {
@@ -111,7 +113,9 @@ func eraseLocked(ctx context.Context, tx pgx.Tx, l Layout, uid string, eligible 
 	}
 	queueContentDeletes(&p, l, eligible, res)
 	queueDerivedDeletes(&p, l, eligible, res)
-	queueSessionDeletes(&p, l, uid, eligible, res)
+	queueSessionDeletes(&p, l, eligible)
+	counters.queueAfter(&p, res)
+	queueMarkErased(&p, uid, eligible, res)
 	return probe, p.send(ctx, tx)
 }
 
@@ -168,48 +172,74 @@ func queueDerivedDeletes(p *pipeline, l Layout, eligible []string, res *erasure.
 	}
 }
 
-const (
-	// deletedCountersSQL reads, per table $1, the rows this transaction
-	// deleted, from its own statistics counters (they include the cascade,
-	// and cost no second scan).
-	deletedCountersSQL = `SELECT array_agg(pg_stat_get_xact_tuples_deleted(to_regclass(t)) ORDER BY o)
-		FROM unnest($1::text[]) WITH ORDINALITY u(t, o)`
-	// markErasedSQL marks the sessions $2 of the request $1 erased, by the
-	// database's clock.
-	markErasedSQL = `WITH u AS (UPDATE lethe.erasure_ledger SET erased_at = now()
-			WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) RETURNING 1)
-		SELECT now(), count(*) FROM u`
-)
+// deletedCountersSQL reads, per table $1, the rows deleted by this
+// connection's transactions, from its statistics counters (they include
+// the cascade, and cost no second scan). Besides this transaction's rows
+// they count those of earlier transactions of the connection that the
+// backend has not yet flushed (PostgreSQL 15 flushes at most once a
+// second, when idle): a reading before the deletes and one after, in the
+// same transaction, differ by exactly this transaction's rows.
+const deletedCountersSQL = `SELECT array_agg(pg_stat_get_xact_tuples_deleted(to_regclass(t)) ORDER BY o)
+	FROM unnest($1::text[]) WITH ORDINALITY u(t, o)`
+
+// deletionCounters reads the deletion counters of sessions and the tables
+// cascading from it before and after the deletes.
+type deletionCounters struct {
+	tables []Table
+	names  []string
+	before []int64
+}
+
+func newDeletionCounters(l Layout) *deletionCounters {
+	d := &deletionCounters{tables: l.cascading()}
+	for _, t := range d.tables {
+		d.names = append(d.names, t.Ident())
+	}
+	return d
+}
+
+// queueBefore reads the counters; it must come before any delete.
+func (d *deletionCounters) queueBefore(p *pipeline) {
+	p.queryRow("read deletion counters", deletedCountersSQL, []any{d.names}, func(row pgx.Row) error {
+		return row.Scan(&d.before)
+	})
+}
+
+// queueAfter reads them again, after the deletes, and sets res.Rows to the difference.
+func (d *deletionCounters) queueAfter(p *pipeline, res *erasure.BatchResult) {
+	p.queryRow("read deletion counters", deletedCountersSQL, []any{d.names}, func(row pgx.Row) error {
+		var after []int64
+		if err := row.Scan(&after); err != nil {
+			return err
+		}
+		for i, t := range d.tables {
+			res.Rows = append(res.Rows, erasure.Count{Table: t.String(), Rows: after[i] - d.before[i]})
+		}
+		return nil
+	})
+}
 
 // deleteSessionsSQL deletes the sessions $1: the cascade removes the children.
 func deleteSessionsSQL(l Layout) string {
 	return `DELETE FROM ` + l.Sessions.Ident() + ` WHERE id = ANY($1::uuid[])`
 }
 
-// queueSessionDeletes deletes the sessions, reads what went per table and
-// marks the ledger.
-func queueSessionDeletes(p *pipeline, l Layout, uid string, eligible []string, res *erasure.BatchResult) {
+func queueSessionDeletes(p *pipeline, l Layout, eligible []string) {
 	p.exec("delete sessions", deleteSessionsSQL(l), []any{eligible}, func(tag pgconn.CommandTag) error {
 		if tag.RowsAffected() != int64(len(eligible)) {
 			return fmt.Errorf("deleted %d sessions, expected %d: rolled back", tag.RowsAffected(), len(eligible))
 		}
 		return nil
 	})
-	tables := l.cascading()
-	names := make([]string, len(tables))
-	for i, t := range tables {
-		names[i] = t.Ident()
-	}
-	p.queryRow("read deletion counters", deletedCountersSQL, []any{names}, func(row pgx.Row) error {
-		var deleted []int64
-		if err := row.Scan(&deleted); err != nil {
-			return err
-		}
-		for i, t := range tables {
-			res.Rows = append(res.Rows, erasure.Count{Table: t.String(), Rows: deleted[i]})
-		}
-		return nil
-	})
+}
+
+// markErasedSQL marks the sessions $2 of the request $1 erased, by the
+// database's clock.
+const markErasedSQL = `WITH u AS (UPDATE lethe.erasure_ledger SET erased_at = now()
+		WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) RETURNING 1)
+	SELECT now(), count(*) FROM u`
+
+func queueMarkErased(p *pipeline, uid string, eligible []string, res *erasure.BatchResult) {
 	p.queryRow("mark sessions erased", markErasedSQL, []any{uid, eligible}, func(row pgx.Row) error {
 		var marked int64
 		return row.Scan(&res.DeletedAt, &marked)

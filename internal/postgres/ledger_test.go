@@ -178,6 +178,13 @@ func TestReeraseWritesEachResurrectionUnderTheNextBatch(t *testing.T) {
 		if res.Skipped || res.Sessions != 1 || res.Batch != want {
 			t.Fatalf("resurrection %d: %+v, want 1 session under batch %d", want, res, want)
 		}
+		rows := map[string]int64{}
+		for _, c := range res.Rows {
+			rows[c.Table] = c.Rows
+		}
+		if rows["memory.sessions"] != 1 || rows["memory.rounds"] != 1 {
+			t.Errorf("resurrection %d: rows %v, want the session and its round", want, rows)
+		}
 		if got, d := receiptDigest(t, conn, req.UID, erasure.StepResurrected, want), mustDigest(t, res); got != d {
 			t.Errorf("Resurrected digest %s, want the result's %s", got, d)
 		}
@@ -323,5 +330,51 @@ func TestReplicasCaughtUp(t *testing.T) {
 	_, err = postgres.Replicas{rconn, primary}.CaughtUp(ctx, lsn)
 	if err == nil || !strings.Contains(err.Error(), "not a replica") || !strings.Contains(err.Error(), fmt.Sprint("replica ", 1)) {
 		t.Fatalf("a primary among the replicas: %v, want its 'not a replica' error", err)
+	}
+}
+
+// Each batch counts its own rows: consecutive deletion transactions on one
+// connection (within the second PostgreSQL 15 waits before flushing its
+// statistics counters) used to report the rows of the earlier ones too.
+func TestEachBatchCountsOnlyItsOwnRows(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	ids := seedTiny(t, conn, "cdcdcdcd", 7)
+	pool, err := postgres.Connect(ctx, dsn, postgres.Options{Vector: true, MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	e := &postgres.Eraser{Pool: pool, Schema: "memory", TenantID: "t1"}
+	req := erasure.Request{UID: "uid-counts", SessionIDs: ids}
+	if _, err := e.Tombstone(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.Delete(ctx, req, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	receipts, err := e.Receipts(ctx, req.UID, erasure.StepDeleted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range res.Batches {
+		want := int64(b.Sessions)
+		for _, c := range b.Rows {
+			switch c.Table {
+			case "memory.sessions", "memory.rounds", "memory.facts":
+				if c.Rows != want {
+					t.Errorf("batch %d: %s = %d, want %d", b.Batch, c.Table, c.Rows, want)
+				}
+				if got := receipts[b.Batch].Counts[c.Table]; got != want {
+					t.Errorf("receipt of batch %d: %s = %d, want %d", b.Batch, c.Table, got, want)
+				}
+			default:
+				if c.Rows != 0 {
+					t.Errorf("batch %d: %s = %d, want 0", b.Batch, c.Table, c.Rows)
+				}
+			}
+		}
 	}
 }
