@@ -2,10 +2,12 @@ package controllers_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 )
@@ -32,6 +34,7 @@ func TestPostgresOutageIsReportedAndTheRequestResumes(t *testing.T) {
 	})
 	waitStepReason(t, er, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonWaitingForGrace)
 
+	errorsBefore := reconcileErrors(t)
 	own.StopServer()
 	// The grace period ends during the outage; the request says why it waits.
 	c := waitStepReason(t, er, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonDatabaseUnavailable)
@@ -40,6 +43,22 @@ func TestPostgresOutageIsReportedAndTheRequestResumes(t *testing.T) {
 	}
 	waitCondition(t, store, lethev1.MemoryStorePostgresReady, metav1.ConditionFalse, lethev1.ReasonConnectionFailed)
 	time.Sleep(3 * time.Second) // past the grace end, still down
+
+	// Each failed pass went to controller-runtime as an error (retried with
+	// backoff and counted), and the condition did not change between them:
+	// its message holds no error text.
+	if n := reconcileErrors(t) - errorsBefore; n < 2 {
+		t.Errorf("controller_runtime_reconcile_errors_total rose by %v during the outage, want at least 2 failed passes", n)
+	}
+	again := waitStepReason(t, er, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonDatabaseUnavailable)
+	if again.Message != c.Message || !again.LastTransitionTime.Equal(&c.LastTransitionTime) {
+		t.Errorf("the condition changed between failed passes:\n%+v\n%+v", c, again)
+	}
+	for _, text := range []string{"dial", "connect", "refused", "EOF", "SQLSTATE"} {
+		if strings.Contains(c.Message, text) {
+			t.Errorf("condition message %q holds error text %q", c.Message, text)
+		}
+	}
 
 	if err := own.StartServer(); err != nil {
 		t.Fatal(err)
@@ -59,4 +78,28 @@ func TestPostgresOutageIsReportedAndTheRequestResumes(t *testing.T) {
 	if receipts != 2 {
 		t.Errorf("receipts after the outage: %d, want 2 (Tombstoned, Deleted)", receipts)
 	}
+}
+
+// reconcileErrors is controller-runtime's count of the ErasureRequest
+// controller's failed passes, from the suite manager's registry.
+func reconcileErrors(t *testing.T) float64 {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_errors_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == "erasurerequest" {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatal("no controller_runtime_reconcile_errors_total series for the erasurerequest controller")
+	return 0
 }
