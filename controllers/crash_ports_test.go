@@ -132,7 +132,7 @@ func (d crashingDB) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, er
 type crashingTx struct{ pgx.Tx }
 
 func (t crashingTx) Commit(ctx context.Context) error {
-	if err := t.Tx.Rollback(ctx); err != nil {
+	if err := t.Rollback(ctx); err != nil {
 		return err
 	}
 	return errCrash
