@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/FalkorDB/falkordb-go/v2 v2.1.0
 	github.com/google/cel-go v0.29.2
+	github.com/google/go-cmp v0.7.0
 	github.com/in-toto/attestation v1.2.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/pgvector/pgvector-go v0.4.1

@@ -1,0 +1,310 @@
+package erasure
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+)
+
+func runDeletion(ctx context.Context, s *Scope) Outcome {
+	return (&Deletion{Config: testConfig}).Run(ctx, s)
+}
+
+func reverifyDeletion(ctx context.Context, s *Scope) Outcome {
+	return (&Deletion{Config: testConfig}).Reverify(ctx, s)
+}
+
+var (
+	// deletedAt is when the last batch committed, by the database's clock.
+	deletedAt = dbNow.Add(6*time.Minute + 650*time.Millisecond)
+	sample    = []Embedding{{0.1, 0.2}, {0.3, 0.4}}
+	clean     = []Verification{{Check: "sessions of the request", Found: 0}, {Check: "rows in memory.messages", Found: 0}}
+)
+
+const (
+	cancelRequestedCall = "Claims.CancelRequested()"
+	claimCall           = "Claims.Claim(Deleted=False/Deleting)"
+	deleteCall          = "Ledger.Delete({req-uid [s1 s2 s3] grace=168h0m0s}, 50, 8)"
+	verifyCall          = "Ledger.Verify(req-uid)"
+	probeCall           = "Ledger.ProbeResidue([[0.1 0.2] [0.3 0.4]], 1e-06)"
+	replicaCall         = "Replicas.CaughtUp(0/3000060)"
+)
+
+// deleteResult is three batches: two ran, the middle one was done before.
+func deleteResult() DeleteResult {
+	return DeleteResult{Batches: []BatchResult{
+		{Batch: 0, Sessions: 2, Rows: []Count{{Table: "memory.sessions", Rows: 2}, {Table: "memory.messages", Rows: 30}},
+			ContentIndexEntries: 2, DerivedRecords: 1, DeletedAt: dbNow.Add(5 * time.Minute)},
+		{Batch: 1, Skipped: true},
+		{Batch: 2, Sessions: 1, Rows: []Count{{Table: "memory.sessions", Rows: 1}, {Table: "memory.messages", Rows: 10}},
+			ContentIndexEntries: 1, DeletedAt: deletedAt},
+	}, Probe: sample, CommitLSN: "0/3000060"}
+}
+
+// deletionFakes is a deletion that claims, deletes, verifies clean, finds
+// no residue and whose replicas caught up; mods change it.
+func deletionFakes(mods ...func(*fakes)) fakes {
+	f := fakes{
+		claims: ClaimsFns{CancelRequestedFn: func(context.Context) (bool, error) { return false, nil },
+			ClaimFn: func(context.Context, metav1.Condition) (bool, error) { return true, nil }},
+		ledger: LedgerFns{
+			DeleteFn:       func(context.Context, Request, int, int) (DeleteResult, error) { return deleteResult(), nil },
+			VerifyFn:       func(context.Context, string) ([]Verification, error) { return clean, nil },
+			ProbeResidueFn: func(context.Context, []Embedding, float64) ([]Residue, error) { return nil, nil },
+		},
+		replicas: func(context.Context, string) (bool, error) { return true, nil },
+	}
+	for _, m := range mods {
+		m(&f)
+	}
+	return f
+}
+
+// deletedEvidence is the evidence of deleteResult, with the checks found.
+func deletedEvidence(checks ...lethev1.Verification) lethev1.StepEvidence {
+	return lethev1.StepEvidence{Step: lethev1.ConditionDeleted, CompletedAt: secs(deletedAt),
+		Counts: []lethev1.TableCount{{Table: "memory.sessions", Rows: 3}, {Table: "memory.messages", Rows: 40},
+			{Table: "content-keyed index entries", Rows: 3}, {Table: "derived records", Rows: 1}},
+		Verification: checks,
+		Note: "3 session(s) deleted in 3 batch(es) of at most 50; residue probe: 2 of 12 erased embeddings (planned) " +
+			"probed against every vector column outside the cascade"}
+}
+
+var cleanChecks = []lethev1.Verification{{Check: "sessions of the request", Found: 0}, {Check: "rows in memory.messages", Found: 0}}
+
+// deleted is the Done outcome of deleteResult.
+func deleted(mode string) Outcome {
+	ev := deletedEvidence(cleanChecks...)
+	return Outcome{Kind: Done, Evidence: &ev,
+		Condition: &Condition{Type: lethev1.ConditionDeleted, OK: true, Reason: lethev1.ReasonSessionsDeleted,
+			Message: "the sessions, every row cascading from them, their content-keyed entries and derived records are deleted and verified absent"},
+		Milestone: &Milestone{Phase: lethev1.PhaseDeleted, At: secs(deletedAt).Time, Evidence: ev, Note: ev.Note},
+		Work: Work{SessionsDeleted: 3, Mode: mode,
+			RowsDeleted: []lethev1.TableCount{{Table: "memory.sessions", Rows: 3}, {Table: "memory.messages", Rows: 40}}}}
+}
+
+func deletedStatus(er *lethev1.ErasureRequest, out Outcome) recorded {
+	return after(er, withCond(out.Condition), withEvidence(*out.Evidence), withEntry(lethev1.PhaseDeleted, "", deletedAt))
+}
+
+func TestDeletionClaim(t *testing.T) {
+	notReady := &Condition{Type: lethev1.ConditionDeleted, Reason: lethev1.ReasonStoreNotReady,
+		Message: "the MemoryStore's SchemaCompliant is not True: a deletion could leave rows behind"}
+	claimed := reached(2, withStatusCondition(lethev1.ConditionDeleted, false, lethev1.ReasonDeleting))
+	lifted := Outcome{Kind: Ended, Condition: cancelledCond,
+		Evidence:  &lethev1.StepEvidence{Step: lethev1.ReasonCancelled, CompletedAt: secs(dbNow), Note: "3 tombstone(s) lifted; the ledger marks the request cancelled"},
+		Milestone: &Milestone{Phase: lethev1.PhaseCancelled, At: dbNow, Evidence: map[string]int64{"tombstonesLifted": 3}, Note: "cancelled: tombstones lifted"}}
+	cancelSeen := func(err error) func(*fakes) {
+		return func(f *fakes) {
+			f.claims.CancelRequestedFn = func(context.Context) (bool, error) { return true, nil }
+			f.ledger.CancelFn = cancelReturns(Cancellation{Lifted: 3, At: dbNow}, err)
+		}
+	}
+	runCases(t, runDeletion, map[string]stepCase{
+		"AlreadyDeleted": {reason: "A True condition is done without calling any port.",
+			er: reached(3), want: stepWant{out: Outcome{Kind: Done}, status: after(reached(3))}},
+		"StoreNotSchemaCompliant": {reason: "A store whose schema audit failed could leave rows behind: wait, claim nothing, delete nothing.",
+			er: atDeletion(), store: newStore(notCompliant),
+			want: stepWant{out: Outcome{Kind: Waiting, Condition: notReady, RequeueAfter: testConfig.RetryAfter}, status: after(atDeletion(), withCond(notReady))}},
+		"ClaimConflict": {reason: "The request changed since the uncached read: start the pass again in a second; Delete is not called.",
+			er: atDeletion(), fakes: deletionFakes(func(f *fakes) {
+				f.claims.ClaimFn = func(context.Context, metav1.Condition) (bool, error) { return false, nil }
+			}),
+			want: stepWant{out: Outcome{Kind: Waiting, RequeueAfter: time.Second}, status: after(atDeletion()), calls: []string{cancelRequestedCall, claimCall}}},
+		"CancelSeenAtClaim": {reason: "A cancel the cache had not shown yet, seen by the uncached read, cancels instead of claiming.",
+			er: atDeletion(), fakes: deletionFakes(cancelSeen(nil)),
+			want: stepWant{out: lifted, calls: []string{cancelRequestedCall, "Ledger.Cancel(req-uid)"},
+				status: after(atDeletion(), withCond(cancelledCond), withEvidence(*lifted.Evidence), withEntry(lethev1.PhaseCancelled, "", dbNow))}},
+		"CancelSeenTooLate": {reason: "A cancel seen after the deletion started is ignored: claim and delete.",
+			er: atDeletion(), fakes: deletionFakes(cancelSeen(ErrTooLateToCancel)),
+			want: stepWant{out: deleted("grace"), status: deletedStatus(atDeletion(), deleted("grace")),
+				calls: []string{cancelRequestedCall, "Ledger.Cancel(req-uid)", claimCall, deleteCall, verifyCall, probeCall, replicaCall}}},
+		"AlreadyClaimed": {reason: "A deletion claimed in an earlier pass (reason Deleting) is not claimed again.",
+			er: claimed, fakes: deletionFakes(func(f *fakes) { f.claims = ClaimsFns{} }),
+			want: stepWant{out: deleted("grace"), status: deletedStatus(claimed, deleted("grace")),
+				calls: []string{deleteCall, verifyCall, probeCall, replicaCall}}},
+		"CancelReadError": {reason: "The uncached read failing is an error; no condition changes, nothing is claimed.",
+			er: atDeletion(), fakes: deletionFakes(func(f *fakes) {
+				f.claims.CancelRequestedFn = func(context.Context) (bool, error) { return false, errPort }
+			}),
+			want: stepWant{out: Outcome{Kind: Errored}, err: errPort, status: after(atDeletion()), calls: []string{cancelRequestedCall}}},
+		"ClaimError": {reason: "The claim failing to be written is an error; Delete is not called.",
+			er: atDeletion(), fakes: deletionFakes(func(f *fakes) {
+				f.claims.ClaimFn = func(context.Context, metav1.Condition) (bool, error) { return false, errPort }
+			}),
+			want: stepWant{out: Outcome{Kind: Errored}, err: errPort, status: after(atDeletion()), calls: []string{cancelRequestedCall, claimCall}}},
+	})
+}
+
+func TestDeletionRun(t *testing.T) {
+	claims := []string{cancelRequestedCall, claimCall}
+	deleting := func(msg string) *Condition {
+		return &Condition{Type: lethev1.ConditionDeleted, Reason: lethev1.ReasonDeleting, Message: msg}
+	}
+	batchFailed := deleting("deletion claimed; a batch failed and will be retried")
+	verifyFailed := deleting("deleted; the verification failed and is retried")
+	probeFailed := deleting("deleted; the residue probe failed and is retried (the manager's role needs SELECT on every vector column)")
+	configCond := &Condition{Type: lethev1.ConditionDeleted, Reason: errConfig.Reason, Message: errConfig.Message}
+	lagging := &Condition{Type: lethev1.ConditionDeleted, Reason: lethev1.ReasonReplicaLagging, Message: "waiting for every replica to replay past the deletion"}
+	deleteFails := func(err error) func(*fakes) {
+		return func(f *fakes) {
+			f.ledger.DeleteFn = func(context.Context, Request, int, int) (DeleteResult, error) { return DeleteResult{}, err }
+		}
+	}
+	caughtUp := func(ok bool, err error) func(*fakes) {
+		return func(f *fakes) { f.replicas = func(context.Context, string) (bool, error) { return ok, err } }
+	}
+	runCases(t, runDeletion, map[string]stepCase{
+		"Done": {reason: "Deleted, verified absent, no residue, replicas caught up: done, with the batches' counts as evidence and work.",
+			er: atDeletion(), fakes: deletionFakes(),
+			want: stepWant{out: deleted("grace"), status: deletedStatus(atDeletion(), deleted("grace")),
+				calls: append(claims, deleteCall, verifyCall, probeCall, replicaCall)}},
+		"DoneImmediate": {reason: "The work of an immediate request counts as immediate; the ledger is asked for no grace period.",
+			er: reached(2, immediate), fakes: deletionFakes(),
+			want: stepWant{out: deleted("immediate"), status: deletedStatus(atDeletion(), deleted("immediate")),
+				calls: append(claims, "Ledger.Delete({req-uid [s1 s2 s3] grace=0s}, 50, 8)", verifyCall, probeCall, replicaCall)}},
+		"DeleteError": {reason: "A failed batch is an error for a retry; the condition keeps the claim's reason, so it is not claimed again.",
+			er: atDeletion(), fakes: deletionFakes(deleteFails(errPort)),
+			want: stepWant{out: Outcome{Kind: Errored, Condition: batchFailed}, err: errPort,
+				status: after(atDeletion(), withCond(batchFailed)), calls: append(claims, deleteCall)}},
+		"DeleteConfigError": {reason: "A configuration a human must fix waits with its reason and message.",
+			er: atDeletion(), fakes: deletionFakes(deleteFails(errConfig)),
+			want: stepWant{out: Outcome{Kind: Waiting, Condition: configCond, RequeueAfter: testConfig.RetryAfter},
+				status: after(atDeletion(), withCond(configCond)), calls: append(claims, deleteCall)}},
+		"VerifyError": {reason: "A verification that could not run is an error, not a success.",
+			er: atDeletion(), fakes: deletionFakes(func(f *fakes) {
+				f.ledger.VerifyFn = func(context.Context, string) ([]Verification, error) { return nil, errPort }
+			}),
+			want: stepWant{out: Outcome{Kind: Errored, Condition: verifyFailed}, err: errPort,
+				status: after(atDeletion(), withCond(verifyFailed)), calls: append(claims, deleteCall, verifyCall)}},
+		"ProbeError": {reason: "A residue probe that could not run (a column the role may not read) is an error, not a success.",
+			er: atDeletion(), fakes: deletionFakes(func(f *fakes) {
+				f.ledger.ProbeResidueFn = func(context.Context, []Embedding, float64) ([]Residue, error) { return nil, errPort }
+			}),
+			want: stepWant{out: Outcome{Kind: Errored, Condition: probeFailed}, err: errPort,
+				status: after(atDeletion(), withCond(probeFailed)), calls: append(claims, deleteCall, verifyCall, probeCall)}},
+		"ReplicasLagging": {reason: "A replica behind the deletion's commit waits for it; nothing is recorded as deleted yet.",
+			er: atDeletion(), fakes: deletionFakes(caughtUp(false, nil)),
+			want: stepWant{out: Outcome{Kind: Waiting, Condition: lagging, RequeueAfter: testConfig.ReplicaRecheck},
+				status: after(atDeletion(), withCond(lagging)), calls: append(claims, deleteCall, verifyCall, probeCall, replicaCall)}},
+		"ReplicaError": {reason: "A replica that cannot be asked is an error for a retry.",
+			er: atDeletion(), fakes: deletionFakes(caughtUp(false, errPort)),
+			want: stepWant{out: Outcome{Kind: Errored, Condition: lagging, RequeueAfter: testConfig.ReplicaRecheck}, err: errPort,
+				status: after(atDeletion(), withCond(lagging)), calls: append(claims, deleteCall, verifyCall, probeCall, replicaCall)}},
+	})
+}
+
+// rowsLeft is a verification that finds rows of the erased sessions.
+func rowsLeft(f *fakes) {
+	f.ledger.VerifyFn = func(context.Context, string) ([]Verification, error) {
+		return []Verification{{Check: "sessions of the request"}, {Check: "rows in memory.messages", Found: 4}}, nil
+	}
+}
+
+// residueLeft is a probe that finds a copy of an erased embedding.
+func residueLeft(f *fakes) {
+	f.ledger.ProbeResidueFn = func(context.Context, []Embedding, float64) ([]Residue, error) {
+		return []Residue{{Column: `"memory"."notes"."embedding"`, Found: 1}}, nil
+	}
+}
+
+func TestDeletionJudge(t *testing.T) {
+	calls := []string{cancelRequestedCall, claimCall, deleteCall, verifyCall, probeCall}
+	left := []lethev1.Verification{{Check: "sessions of the request", Found: 0}, {Check: "rows in memory.messages", Found: 4}}
+	leftEv := deletedEvidence(left...)
+	leftCond := &Condition{Type: lethev1.ConditionDeleted, Reason: lethev1.ReasonVerificationFailed,
+		Message: "rows of the erased sessions remain: rows in memory.messages"}
+	residueEv := deletedEvidence(append(cleanChecks, lethev1.Verification{Check: `near-identical vectors in "memory"."notes"."embedding"`, Found: 1})...)
+	residueCond := &Condition{Type: lethev1.ConditionDeleted, Reason: lethev1.ReasonResidueFound,
+		Message: `near-identical copies of erased embeddings remain in "memory"."notes"."embedding": remove them; Lethe probes again`}
+	runCases(t, runDeletion, map[string]stepCase{
+		"VerificationFindsRows": {reason: "Rows of the erased sessions remain: a human must look; checked again after the re-verification interval.",
+			er: atDeletion(), fakes: deletionFakes(rowsLeft),
+			want: stepWant{out: Outcome{Kind: Stalled, Condition: leftCond, Evidence: &leftEv, RequeueAfter: testConfig.ReverifyInterval},
+				status: after(atDeletion(), withCond(leftCond), withEvidence(leftEv)), calls: calls}},
+		"ResidueFound": {reason: "A near-identical copy of an erased embedding outside the cascade stalls the step, with a Warning.",
+			er: atDeletion(), fakes: deletionFakes(residueLeft),
+			want: stepWant{out: Outcome{Kind: Stalled, Condition: residueCond, Evidence: &residueEv, RequeueAfter: testConfig.RetryAfter,
+				Warning: &Warning{Reason: lethev1.ReasonResidueFound, Action: "Verify", Note: "residue found in 1 column(s)"}},
+				status: after(atDeletion(), withCond(residueCond), withEvidence(residueEv)), calls: calls}},
+	})
+}
+
+// TestDeletionKeepsProbeSample runs two passes on one *Deletion: the first
+// deletes and samples but waits for a replica; the second finds every batch
+// done (no fresh sample) and must probe with the first pass's sample.
+func TestDeletionKeepsProbeSample(t *testing.T) {
+	d := &Deletion{Config: testConfig}
+	run := func(ctx context.Context, s *Scope) Outcome { return d.Run(ctx, s) }
+	first := runFakes(t, run, atDeletion(), deletionFakes(func(f *fakes) {
+		f.replicas = func(context.Context, string) (bool, error) { return false, nil }
+	}))
+	if first.out.Kind != Waiting {
+		t.Fatalf("first pass: kind %d, want Waiting for the replica", first.out.Kind)
+	}
+	second := runFakes(t, run, first.er, deletionFakes(func(f *fakes) {
+		f.ledger.DeleteFn = func(context.Context, Request, int, int) (DeleteResult, error) {
+			return DeleteResult{Batches: []BatchResult{{Batch: 0, Skipped: true}, {Batch: 1, Skipped: true}}, CommitLSN: "0/3000060"}, nil
+		}
+	}))
+	if second.out.Kind != Done {
+		t.Fatalf("second pass: kind %d, want Done", second.out.Kind)
+	}
+	if diff := cmp.Diff(append([]string{cancelRequestedCall, claimCall, deleteCall, verifyCall}, probeCall, replicaCall), second.calls); diff != "" {
+		t.Errorf("second pass: ProbeResidue must receive the first pass's sample: -want, +got:\n%s", diff)
+	}
+	if _, kept := d.probes.Load(uid); kept {
+		t.Error("the sample is still kept after the step completed: it must be forgotten")
+	}
+	if n := second.er.Status.Evidence.Steps[0].Note; n != "0 session(s) deleted in 2 batch(es) of at most 50; residue probe: 2 of 12 erased embeddings (planned) probed against every vector column outside the cascade" {
+		t.Errorf("second pass evidence note %q: want the kept sample's size", n)
+	}
+}
+
+// ran is one pass run by runFakes.
+type ran struct {
+	out   Outcome
+	er    *lethev1.ErasureRequest
+	calls []string
+}
+
+// runFakes runs one pass of run on er with f and records its outcome.
+func runFakes(t *testing.T, run stepFn, er *lethev1.ErasureRequest, f fakes) ran {
+	t.Helper()
+	out, got, calls := runCase(t, run, stepCase{reason: "pass", er: er, fakes: f})
+	checkInvariants(t, out, got)
+	return ran{out: out, er: got, calls: calls}
+}
+
+func TestDeletionReverify(t *testing.T) {
+	reerase := func(res BatchResult, err error) fakes {
+		return fakes{ledger: LedgerFns{ReeraseFn: func(context.Context, string) (BatchResult, error) { return res, err }}}
+	}
+	back := BatchResult{Batch: 4, Sessions: 2, Rows: []Count{{Table: "memory.sessions", Rows: 2}, {Table: "memory.messages", Rows: 7}}, DeletedAt: dbNow}
+	ev := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: secs(dbNow), Note: "2 resurrected session(s) erased again",
+		Counts: []lethev1.TableCount{{Table: "memory.sessions", Rows: 2}, {Table: "memory.messages", Rows: 7}}}
+	calls := []string{"Ledger.Reerase(req-uid)"}
+	runCases(t, reverifyDeletion, map[string]stepCase{
+		"NothingBack": {reason: "No erased session came back: done, nothing recorded.",
+			er: completed(), fakes: reerase(BatchResult{Skipped: true}, nil),
+			want: stepWant{out: Outcome{Kind: Done}, status: after(completed()), calls: calls}},
+		"NothingErasedAgain": {reason: "A re-erase that erased no session records nothing either.",
+			er: completed(), fakes: reerase(BatchResult{Batch: 4}, nil),
+			want: stepWant{out: Outcome{Kind: Done}, status: after(completed()), calls: calls}},
+		"SessionsBack": {reason: "Sessions restored from a backup are erased again, at once: a Resurrected milestone in the request's phase and a Warning; the condition is not touched.",
+			er: completed(), fakes: reerase(back, nil),
+			want: stepWant{out: Outcome{Kind: Done, Evidence: &ev,
+				Milestone: &Milestone{Phase: lethev1.PhaseBackupsRotated, Event: lethev1.ReasonResurrected, At: dbNow, Evidence: ev, Note: ev.Note},
+				Warning:   &Warning{Reason: lethev1.ReasonResurrected, Action: "Erase", Note: "2 erased session(s) reappeared and were erased again"}},
+				status: after(completed(), withEvidence(ev), withEntry(lethev1.PhaseBackupsRotated, lethev1.ReasonResurrected, dbNow)), calls: calls}},
+		"LedgerError": {reason: "A re-erase that failed is an error for a retry; no condition changes.",
+			er: completed(), fakes: reerase(BatchResult{}, fmt.Errorf("re-erase: %w", errPort)),
+			want: stepWant{out: Outcome{Kind: Errored}, err: errPort, status: after(completed()), calls: calls}},
+	})
+}

@@ -1,0 +1,116 @@
+package erasure
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+)
+
+func runGraceWait(ctx context.Context, s *Scope) Outcome {
+	return GraceWait{Config: testConfig}.Run(ctx, s)
+}
+
+// graceEnds is the end of the grace period by the database's clock: two
+// and a half hours after dbNow, but an hour and a half after now.
+var graceEnds = time.Date(2030, 1, 10, 13, 30, 0, 0, time.UTC)
+
+func graceReturns(gs GraceState, err error) func(context.Context, string) (GraceState, error) {
+	return func(context.Context, string) (GraceState, error) { return gs, err }
+}
+
+func cancelReturns(c Cancellation, err error) func(context.Context, string) (Cancellation, error) {
+	return func(context.Context, string) (Cancellation, error) { return c, err }
+}
+
+var (
+	elapsedCond = &Condition{Type: lethev1.ConditionGracePeriodElapsed, OK: true, Reason: lethev1.ReasonGraceElapsed,
+		Message: "the grace period has elapsed by the database's clock"}
+	immediateCond = &Condition{Type: lethev1.ConditionGracePeriodElapsed, OK: true, Reason: lethev1.ReasonImmediate,
+		Message: "spec.immediate skips the grace period; spec.reason says why"}
+	cancelledCond = &Condition{Type: lethev1.ConditionGracePeriodElapsed, Reason: lethev1.ReasonCancelled,
+		Message: "spec.cancel: the tombstones were lifted before deletion"}
+)
+
+// elapsedAt is the Done outcome of a grace period over by the database's clock at dbAt.
+func elapsedAt(dbAt, ends time.Time, endsRFC3339 string) Outcome {
+	return Outcome{Kind: Done, Condition: elapsedCond, GraceEndsAt: &ends,
+		Milestone: &Milestone{Phase: lethev1.PhaseGracePeriod, At: dbAt,
+			Evidence: map[string]string{"graceEndsAt": endsRFC3339}, Note: "grace period elapsed"}}
+}
+
+func immediateOutcome() Outcome {
+	return Outcome{Kind: Done, Condition: immediateCond, Milestone: &Milestone{Phase: lethev1.PhaseGracePeriod, Event: lethev1.ReasonImmediate,
+		At: now, Evidence: map[string]string{"reason": "statutory deadline in three days"}, Note: "grace period skipped (immediate)"}}
+}
+
+func TestGraceWaitRun(t *testing.T) {
+	waitCond := &Condition{Type: lethev1.ConditionGracePeriodElapsed, Reason: lethev1.ReasonWaitingForGrace,
+		Message: "waiting until status.graceEndsAt by the database's clock; set spec.cancel to undo"}
+	readFailed := &Condition{Type: lethev1.ConditionGracePeriodElapsed, Reason: lethev1.ReasonDatabaseUnavailable,
+		Message: "the database clock could not be read; Lethe retries"}
+	configCond := &Condition{Type: lethev1.ConditionGracePeriodElapsed, Reason: errConfig.Reason, Message: errConfig.Message}
+	elapsed := elapsedAt(dbNow, dbNow.Add(-time.Minute), "2030-01-10T10:59:00Z")
+	imm := immediateOutcome()
+	runCases(t, runGraceWait, map[string]stepCase{
+		"AlreadyElapsed": {reason: "A True condition is done without calling any port.",
+			er: reached(2), want: stepWant{out: Outcome{Kind: Done}, status: after(reached(2))}},
+		"Immediate": {reason: "spec.immediate skips the wait without reading the database's clock; the milestone names it.",
+			er:   reached(1, immediate),
+			want: stepWant{out: imm, status: after(atGrace(), withCond(imm.Condition), withEntry(lethev1.PhaseGracePeriod, lethev1.ReasonImmediate, now))}},
+		"Waiting": {reason: "Not elapsed: requeue when the grace ends by the DATABASE's clock (2h30m from dbNow, not 1h30m from the fake clock), plus a second.",
+			er: atGrace(), fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: graceEnds}, nil)}},
+			want: stepWant{out: Outcome{Kind: Waiting, Condition: waitCond, GraceEndsAt: &graceEnds, RequeueAfter: 2*time.Hour + 29*time.Minute + 59750*time.Millisecond + time.Second},
+				status: after(atGrace(), withCond(waitCond), withGraceEndsAt(graceEnds)), calls: []string{"Ledger.Grace(req-uid)"}}},
+		"Elapsed": {reason: "Elapsed by the database's clock, though not by the manager's: done, the milestone at the database's time.",
+			er: atGrace(), fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: dbNow.Add(-time.Minute), Elapsed: true}, nil)}},
+			want: stepWant{out: elapsed, calls: []string{"Ledger.Grace(req-uid)"},
+				status: after(atGrace(), withCond(elapsedCond), withGraceEndsAt(dbNow.Add(-time.Minute)), withEntry(lethev1.PhaseGracePeriod, "", dbNow))}},
+		"LedgerError": {reason: "A clock that cannot be read is an error for a retry; the message stays stable.",
+			er: atGrace(), fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{}, errPort)}},
+			want: stepWant{out: Outcome{Kind: Errored, Condition: readFailed}, err: errPort,
+				status: after(atGrace(), withCond(readFailed)), calls: []string{"Ledger.Grace(req-uid)"}}},
+		"ConfigError": {reason: "A configuration a human must fix waits with its reason and message.",
+			er: atGrace(), fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{}, errConfig)}},
+			want: stepWant{out: Outcome{Kind: Waiting, Condition: configCond, RequeueAfter: testConfig.RetryAfter},
+				status: after(atGrace(), withCond(configCond)), calls: []string{"Ledger.Grace(req-uid)"}}},
+	})
+}
+
+func TestGraceWaitCancel(t *testing.T) {
+	lifted := Cancellation{Lifted: 2, At: dbNow}
+	ev := &lethev1.StepEvidence{Step: lethev1.ReasonCancelled, CompletedAt: secs(dbNow), Note: "2 tombstone(s) lifted; the ledger marks the request cancelled"}
+	cancelOut := Outcome{Kind: Ended, Condition: cancelledCond, Evidence: ev, Milestone: &Milestone{Phase: lethev1.PhaseCancelled, At: dbNow,
+		Evidence: map[string]int64{"tombstonesLifted": 2}, Note: "cancelled: tombstones lifted"}}
+	cancelFailed := &Condition{Type: lethev1.ConditionGracePeriodElapsed, Reason: lethev1.ReasonDatabaseUnavailable, Message: "the cancel could not be written; Lethe retries"}
+	tooLate := cancelReturns(Cancellation{}, fmt.Errorf("request req-uid: %w", ErrTooLateToCancel))
+	elapsed := elapsedAt(dbNow, dbNow.Add(-time.Minute), "2030-01-10T10:59:00Z")
+	imm := immediateOutcome()
+	runCases(t, runGraceWait, map[string]stepCase{
+		"InTime": {reason: "A cancel before deletion lifts the tombstones and ends the request; the grace period is not read.",
+			er: reached(1, cancelled), fakes: fakes{ledger: LedgerFns{CancelFn: cancelReturns(lifted, nil)}},
+			want: stepWant{out: cancelOut, calls: []string{"Ledger.Cancel(req-uid)"},
+				status: after(atGrace(), withCond(cancelledCond), withEvidence(*ev), withEntry(lethev1.PhaseCancelled, "", dbNow))}},
+		"TooLate": {reason: "ErrTooLateToCancel (deletion started) is ignored: the step goes on as if not cancelled.",
+			er: reached(1, cancelled), fakes: fakes{ledger: LedgerFns{CancelFn: tooLate,
+				GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: dbNow.Add(-time.Minute), Elapsed: true}, nil)}},
+			want: stepWant{out: elapsed, calls: []string{"Ledger.Cancel(req-uid)", "Ledger.Grace(req-uid)"},
+				status: after(atGrace(), withCond(elapsedCond), withGraceEndsAt(dbNow.Add(-time.Minute)), withEntry(lethev1.PhaseGracePeriod, "", dbNow))}},
+		"TooLateImmediate": {reason: "A cancel too late on an immediate request goes on to the immediate milestone.",
+			er: reached(1, cancelled, immediate), fakes: fakes{ledger: LedgerFns{CancelFn: tooLate}},
+			want: stepWant{out: imm, calls: []string{"Ledger.Cancel(req-uid)"},
+				status: after(atGrace(), withCond(imm.Condition), withEntry(lethev1.PhaseGracePeriod, lethev1.ReasonImmediate, now))}},
+		"LedgerError": {reason: "A cancel that could not be written is an error for a retry, never an ignored cancel.",
+			er: reached(1, cancelled), fakes: fakes{ledger: LedgerFns{CancelFn: cancelReturns(Cancellation{}, errPort)}},
+			want: stepWant{out: Outcome{Kind: Errored, Condition: cancelFailed}, err: errPort,
+				status: after(atGrace(), withCond(cancelFailed)), calls: []string{"Ledger.Cancel(req-uid)"}}},
+		"ConfigError": {reason: "A cancel blocked by the configuration waits with the ConfigError's reason and message.",
+			er: reached(1, cancelled), fakes: fakes{ledger: LedgerFns{CancelFn: cancelReturns(Cancellation{}, errConfig)}},
+			want: stepWant{out: Outcome{Kind: Waiting, RequeueAfter: testConfig.RetryAfter,
+				Condition: &Condition{Type: lethev1.ConditionGracePeriodElapsed, Reason: errConfig.Reason, Message: errConfig.Message}},
+				status: after(atGrace(), withCond(&Condition{Type: lethev1.ConditionGracePeriodElapsed, Reason: errConfig.Reason, Message: errConfig.Message})),
+				calls:  []string{"Ledger.Cancel(req-uid)"}}},
+	})
+}
