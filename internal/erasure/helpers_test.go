@@ -398,7 +398,12 @@ func runCases(t *testing.T, run stepFn, cases map[string]stepCase) {
 			if diff := cmp.Diff(tc.want.out, got, outcomeOpts); diff != "" {
 				t.Errorf("%s\noutcome: -want, +got:\n%s", tc.reason, diff)
 			}
-			if !errors.Is(got.Err, tc.want.err) && (tc.want.err != errAny || got.Err == nil) {
+			switch {
+			case errors.Is(tc.want.err, errAny):
+				if got.Err == nil {
+					t.Errorf("%s\nErr: got nil, want an error", tc.reason)
+				}
+			case !errors.Is(got.Err, tc.want.err):
 				t.Errorf("%s\nErr: got %v, want errors.Is %v", tc.reason, got.Err, tc.want.err)
 			}
 			if diff := cmp.Diff(tc.want.status, recordedOf(er), statusOpts); diff != "" {
