@@ -138,6 +138,26 @@ func TestGraphStepPrunesOnlyWhatTheErasedSessionsAlone(t *testing.T) {
 	}
 }
 
+// A dry run's plan says what the graph step would prune, and changes nothing.
+func TestDryRunPlansTheGraphStep(t *testing.T) {
+	ge := newGraphEnv(t, "graph-plan", fdb.URL(), nil)
+	er := ge.request(t, "plan", func(er *lethev1.ErasureRequest) { er.Spec.DryRun = true })
+	waitPhase(t, er, lethev1.PhasePlanned)
+	got := &lethev1.ErasureRequest{}
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(er), got); err != nil {
+		t.Fatal(err)
+	}
+	plan := got.Status.Plan
+	// The erasure prunes 5 facts and 2 sessions alone (see the graph step's
+	// test) and the entities only they name, with their relationships.
+	if plan == nil || plan.GraphNodes < 7 || plan.GraphRelationships == 0 {
+		t.Fatalf("plan %+v: want at least 7 graph nodes and some relationships", plan)
+	}
+	if after := ge.elements(t); !maps.Equal(after, ge.before) {
+		t.Fatalf("a dry run changed the graph\n got %v\nwant %v", after, ge.before)
+	}
+}
+
 func TestGraphOutageAndCrashesBetweenBatches(t *testing.T) {
 	own, err := testenv.StartFalkorDB()
 	if err != nil {

@@ -208,3 +208,28 @@ func mustSelector(t *testing.T, s string) labels.Selector {
 	}
 	return sel
 }
+
+// A dry run's plan counts the Backups the backup step would rotate (the
+// store's, started before the plan) and touches none of them.
+func TestDryRunPlansTheBackupStep(t *testing.T) {
+	ve := newVeleroEnv(t, "velero-plan")
+	now := time.Now()
+	ve.backup(t, "nightly", ve.app, now.Add(-time.Hour), now.Add(48*time.Hour))
+	ve.backup(t, "later", ve.app, now.Add(time.Hour), now.Add(48*time.Hour))
+	ve.backup(t, "other-app", "someone-else", now.Add(-time.Hour), now.Add(48*time.Hour))
+	er := ve.request(t, "plan", func(er *lethev1.ErasureRequest) { er.Spec.DryRun = true })
+	waitPhase(t, er, lethev1.PhasePlanned)
+	got := &lethev1.ErasureRequest{}
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(er), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Plan == nil || got.Status.Plan.Backups != 1 {
+		t.Fatalf("plan %+v: want 1 Backup (nightly)", got.Status.Plan)
+	}
+	for _, name := range []string{"nightly", "later", "other-app"} {
+		b := ve.get(t, name)
+		if len(b.Annotations) != 0 || !b.Status.Expiration.Time.Equal(now.Add(48*time.Hour).Truncate(time.Second)) {
+			t.Errorf("a dry run changed Backup %s: annotations %v, expiration %s", name, b.Annotations, b.Status.Expiration)
+		}
+	}
+}
