@@ -65,8 +65,8 @@ func (b BackupRotation) Run(ctx context.Context, s *Scope) Outcome {
 	}
 	wait := b.Config.BackupRecheck
 	if earliest != nil {
-		if until := earliest.Sub(now); until > 0 && until < wait {
-			wait = until + time.Second
+		if until := earliest.Sub(now); until > 0 {
+			wait = min(wait, until+time.Second)
 		}
 	}
 	expiring := waiting(wait, lethev1.ConditionBackupsRotated, lethev1.ReasonBackupsExpiring, msg)
@@ -110,10 +110,13 @@ func (b BackupRotation) Reverify(ctx context.Context, s *Scope) Outcome {
 	if s.Backups == nil || s.reason(lethev1.ConditionBackupsRotated) != lethev1.ReasonBackupsGone {
 		return Outcome{Kind: Done}
 	}
-	sc, req, out := b.scope(ctx, s)
-	if out != nil {
+	sc, req, blocked := b.scope(ctx, s)
+	if blocked != nil {
 		// The completed step's condition stays; the re-verification retries.
-		return Outcome{Kind: Errored, Err: fmt.Errorf("re-verify backups: %s", out.Condition.Message), RequeueAfter: out.RequeueAfter}
+		if blocked.Err != nil {
+			return errored(blocked.Err)
+		}
+		return Outcome{Kind: Waiting, RequeueAfter: blocked.RequeueAfter}
 	}
 	if req.DeletedAt.IsZero() {
 		return Outcome{Kind: Done}

@@ -221,8 +221,8 @@ func TestBackupRotationReverify(t *testing.T) {
 				f.backups.RotateFn = func(context.Context, BackupScope, BackupRequest) ([]Backup, error) { return nil, errPort }
 			}),
 			want: stepWant{out: Outcome{Kind: Errored}, err: errPort, status: after(base), calls: calls}},
-		"VeleroGone": {reason: "Velero uninstalled after completion: the re-verification retries with backoff; the condition stays.",
+		"VeleroGone": {reason: "Velero uninstalled after completion: the re-verification waits for it; the condition stays.",
 			er: base, store: store, fakes: backupFakes(nil, func(f *fakes) { f.backups.InstalledFn = func(context.Context) (bool, error) { return false, nil } }),
-			want: stepWant{out: Outcome{Kind: Errored, RequeueAfter: testConfig.RetryAfter}, err: errAny, status: after(base), calls: []string{installedCall}}},
+			want: stepWant{out: Outcome{Kind: Waiting, RequeueAfter: testConfig.RetryAfter}, status: after(base), calls: []string{installedCall}}},
 	})
 }

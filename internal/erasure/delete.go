@@ -17,6 +17,15 @@ import (
 // copy of an erased embedding.
 const residueDistance = 1e-6
 
+// claimedReasons are the Deleted reasons written only after the claim: the
+// deletion has been claimed and a later pass does not claim it again.
+var claimedReasons = map[string]bool{
+	lethev1.ReasonDeleting:           true,
+	lethev1.ReasonVerificationFailed: true,
+	lethev1.ReasonResidueFound:       true,
+	lethev1.ReasonReplicaLagging:     true,
+}
+
 // Deletion is step 3: it claims the deletion, deletes in bounded batches,
 // verifies, probes for residue and waits for the replicas.
 type Deletion struct {
@@ -38,7 +47,7 @@ func (d *Deletion) Run(ctx context.Context, s *Scope) Outcome {
 		return waiting(d.Config.RetryAfter, lethev1.ConditionDeleted, lethev1.ReasonStoreNotReady,
 			"the MemoryStore's SchemaCompliant is not True: a deletion could leave rows behind")
 	}
-	if s.reason(lethev1.ConditionDeleted) != lethev1.ReasonDeleting {
+	if !claimedReasons[s.reason(lethev1.ConditionDeleted)] {
 		if out, claimed := d.claim(ctx, s); !claimed {
 			return out
 		}
@@ -65,13 +74,13 @@ func (d *Deletion) Run(ctx context.Context, s *Scope) Outcome {
 		return out
 	}
 	caughtUp, err := s.Replicas.CaughtUp(ctx, res.CommitLSN)
-	if err != nil || !caughtUp {
-		out := waiting(d.Config.ReplicaRecheck, lethev1.ConditionDeleted, lethev1.ReasonReplicaLagging,
+	if err != nil {
+		return failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonReplicaLagging,
+			"waiting for every replica to replay past the deletion; a replica could not be asked and is retried", err)
+	}
+	if !caughtUp {
+		return waiting(d.Config.ReplicaRecheck, lethev1.ConditionDeleted, lethev1.ReasonReplicaLagging,
 			"waiting for every replica to replay past the deletion")
-		if err != nil {
-			out.Kind, out.Err = Errored, err
-		}
-		return out
 	}
 	d.forget(s.uid())
 	out := done(lethev1.ConditionDeleted, lethev1.ReasonSessionsDeleted,

@@ -79,6 +79,9 @@ func (g GraphPrune) ledger(ctx context.Context, s *Scope) ([]string, map[int]Ste
 		return nil, nil, err
 	}
 	receipts, err := s.Ledger.Receipts(ctx, s.uid(), StepGraph)
+	if receipts == nil {
+		receipts = map[int]StepReceipt{}
+	}
 	return ids, receipts, err
 }
 
