@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -115,9 +116,38 @@ func cacheTransform(stripManagedFields bool) toolscache.TransformFunc {
 	return cache.TransformStripManagedFields()
 }
 
+// runManager parses and checks the flags, then runs the operator until it is
+// signalled to stop. It returns the process's exit code.
 func runManager(args []string) int {
 	var f managerFlags
 	fs := flag.CommandLine
+	bindManagerFlags(fs, &f)
+	printVersion := fs.Bool("version", false, "print the build information (version, commit, date) as JSON and exit")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(fs)
+	fs.Usage = func() {
+		_, _ = fmt.Fprintf(fs.Output(), "Usage: manager [flags]\n       manager migrate --dsn DSN\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *printVersion {
+		b, _ := json.Marshal(version.Get())
+		fmt.Println(string(b))
+		return 0
+	}
+	if err := validateFlags(f); err != nil {
+		fmt.Fprintln(os.Stderr, "manager:", err)
+		return 2
+	}
+	receiptKey, _ := parseNamespacedName(f.receiptKey)
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	return serve(f, receiptKey)
+}
+
+// bindManagerFlags registers the operator's own flags on fs, storing into f.
+func bindManagerFlags(fs *flag.FlagSet, f *managerFlags) {
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address the metrics endpoint binds to; 0 disables it")
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "address the health and readiness probes bind to")
 	fs.BoolVar(&f.leaderElect, "leader-elect", false, "elect a leader so that only one manager acts at a time")
@@ -140,49 +170,84 @@ func runManager(args []string) int {
 	fs.BoolVar(&f.receiptKeyCreate, "receipt-key-create", true, "create the --receipt-key-secret Secret with a new ed25519 key when it does not exist (an Event on the Secret says so); false: a missing Secret makes receipts wait for it")
 	fs.IntVar(&f.concurrency, "max-concurrent-reconciles", 4, "ErasureRequests worked on at once")
 	fs.BoolVar(&f.stripManagedFields, "cache-strip-managed-fields", true, "drop metadata.managedFields from cached objects (the manager never reads them; P4 measures the memory this saves)")
-	printVersion := fs.Bool("version", false, "print the build information (version, commit, date) as JSON and exit")
-	zapOpts := zap.Options{}
-	zapOpts.BindFlags(fs)
-	fs.Usage = func() {
-		_, _ = fmt.Fprintf(fs.Output(), "Usage: manager [flags]\n       manager migrate --dsn DSN\n\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if *printVersion {
-		b, _ := json.Marshal(version.Get())
-		fmt.Println(string(b))
-		return 0
-	}
-	if err := validateFlags(f); err != nil {
-		fmt.Fprintln(os.Stderr, "manager:", err)
-		return 2
-	}
-	receiptKey, _ := parseNamespacedName(f.receiptKey)
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-	log := ctrl.Log.WithName("setup")
+}
 
+// setupFailure is a setup step that failed: the message the setup log gives
+// it and its cause.
+type setupFailure struct {
+	msg string
+	err error
+}
+
+// serve builds the manager, its connectors and its controllers, and runs it
+// until it is signalled to stop. It returns the process's exit code.
+func serve(f managerFlags, receiptKey types.NamespacedName) int {
+	log := ctrl.Log.WithName("setup")
+	mgr, cfg, fail := newManager(f)
+	if fail != nil {
+		log.Error(fail.err, fail.msg)
+		return 1
+	}
+
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		log.Error(err, "create discovery client")
+		return 1
+	}
+	pools := &postgres.Pools{Options: postgres.Options{MaxConns: int32(f.pgMaxConns), ApplicationName: "lethe-manager", Vector: true}}
+	defer pools.Close()
+	graphs := &graph.Clients{}
+	defer graphs.Close()
+	detector := backups.Detector{Discovery: disc}
+	conn := &connector.Connector{Secrets: mgr.GetAPIReader(), Pools: pools, Graphs: graphs, Velero: backups.Velero{
+		Detector: detector, Rotator: backups.Rotator{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Concurrency: 8}}}
+
+	if fail := addControllers(mgr, f, receiptKey, conn, detector); fail != nil {
+		log.Error(fail.err, fail.msg)
+		return 1
+	}
+	if fail := addChecks(mgr); fail != nil {
+		log.Error(fail.err, fail.msg)
+		return 1
+	}
+
+	v := version.Get()
+	log.Info("starting manager", "version", v.Version, "gitCommit", v.GitCommit, "buildDate", v.BuildDate,
+		"leaderElection", f.leaderElect, "storeRecheckInterval", f.storeRecheck.String())
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		log.Error(err, "manager stopped")
+		return 1
+	}
+	return 0
+}
+
+// newScheme registers the client-go, Lethe and Velero types.
+func newScheme() (*runtime.Scheme, *setupFailure) {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		log.Error(err, "register client-go types")
-		return 1
+		return nil, &setupFailure{"register client-go types", err}
 	}
 	if err := lethev1.AddToScheme(scheme); err != nil {
-		log.Error(err, "register Lethe types")
-		return 1
+		return nil, &setupFailure{"register Lethe types", err}
 	}
 	// Velero's types are read and written uncached: its CRDs may be
 	// installed after the manager starts.
 	if err := velerov1.AddToScheme(scheme); err != nil {
-		log.Error(err, "register Velero types")
-		return 1
+		return nil, &setupFailure{"register Velero types", err}
 	}
+	return scheme, nil
+}
 
+// newManager creates the controller-runtime manager (its client, cache,
+// metrics, probes and leader election) and returns it with its REST config.
+func newManager(f managerFlags) (ctrl.Manager, *rest.Config, *setupFailure) {
+	scheme, fail := newScheme()
+	if fail != nil {
+		return nil, nil, fail
+	}
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
-		log.Error(err, "no Kubernetes configuration: pass --kubeconfig or run in a cluster")
-		return 1
+		return nil, nil, &setupFailure{"no Kubernetes configuration: pass --kubeconfig or run in a cluster", err}
 	}
 	// The backup step writes one patch per Backup: at 100 QPS, 1,000 Backups
 	// take 8 s (P6); client-go's default of 20 would take 50 s.
@@ -202,23 +267,14 @@ func runManager(args []string) int {
 		Cache: cache.Options{DefaultTransform: cacheTransform(f.stripManagedFields)},
 	})
 	if err != nil {
-		log.Error(err, "create manager")
-		return 1
+		return nil, nil, &setupFailure{"create manager", err}
 	}
+	return mgr, cfg, nil
+}
 
-	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		log.Error(err, "create discovery client")
-		return 1
-	}
-	pools := &postgres.Pools{Options: postgres.Options{MaxConns: int32(f.pgMaxConns), ApplicationName: "lethe-manager", Vector: true}}
-	defer pools.Close()
-	graphs := &graph.Clients{}
-	defer graphs.Close()
-	detector := backups.Detector{Discovery: disc}
-	conn := &connector.Connector{Secrets: mgr.GetAPIReader(), Pools: pools, Graphs: graphs, Velero: backups.Velero{
-		Detector: detector, Rotator: backups.Rotator{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Concurrency: 8}}}
-
+// addControllers sets up the MemoryStore and ErasureRequest controllers and,
+// when receipts are signed, the runnable that makes sure the key exists.
+func addControllers(mgr ctrl.Manager, f managerFlags, receiptKey types.NamespacedName, conn *connector.Connector, detector backups.Detector) *setupFailure {
 	if err := (&controllers.MemoryStoreReconciler{
 		Client:                 mgr.GetClient(),
 		Recorder:               mgr.GetEventRecorder("lethe-memorystore"),
@@ -228,8 +284,7 @@ func runManager(args []string) int {
 		ProbeTimeout:           f.probeTimeout,
 		SweepMaxOrphanFraction: float64(f.sweepMaxOrphanPercent) / 100,
 	}).SetupWithManager(mgr); err != nil {
-		log.Error(err, "set up the MemoryStore controller")
-		return 1
+		return &setupFailure{"set up the MemoryStore controller", err}
 	}
 
 	if err := (&controllers.ErasureRequestReconciler{
@@ -249,8 +304,7 @@ func runManager(args []string) int {
 		BatchSize:               f.batchSize,
 		ProbeBudget:             f.probeBudget,
 	}).SetupWithManager(mgr); err != nil {
-		log.Error(err, "set up the ErasureRequest controller")
-		return 1
+		return &setupFailure{"set up the ErasureRequest controller", err}
 	}
 
 	if receiptKey.Name != "" {
@@ -262,77 +316,57 @@ func runManager(args []string) int {
 			Secret:   receiptKey,
 			Create:   f.receiptKeyCreate,
 		}); err != nil {
-			log.Error(err, "set up the receipt signing key")
-			return 1
+			return &setupFailure{"set up the receipt signing key", err}
 		}
 	}
-
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		log.Error(err, "add health check")
-		return 1
-	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		log.Error(err, "add readiness check")
-		return 1
-	}
-
-	v := version.Get()
-	log.Info("starting manager", "version", v.Version, "gitCommit", v.GitCommit, "buildDate", v.BuildDate,
-		"leaderElection", f.leaderElect, "storeRecheckInterval", f.storeRecheck.String())
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
-		log.Error(err, "manager stopped")
-		return 1
-	}
-	return 0
+	return nil
 }
 
-// validateFlags refuses nonsense before anything starts.
+// addChecks adds the health and readiness probes.
+func addChecks(mgr ctrl.Manager) *setupFailure {
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return &setupFailure{"add health check", err}
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return &setupFailure{"add readiness check", err}
+	}
+	return nil
+}
+
+// flagCheck is one rule of validateFlags: when bad, the flag is refused with
+// the error fmt.Errorf(format, args...).
+type flagCheck struct {
+	bad    bool
+	format string
+	args   []any
+}
+
+// validateFlags refuses nonsense before anything starts. Every problem is
+// reported, in one joined error.
 func validateFlags(f managerFlags) error {
+	_, receiptKeyErr := parseNamespacedName(f.receiptKey)
+	checks := []flagCheck{
+		{f.storeRecheck < 10*time.Second, "--store-recheck-interval must be at least 10s, got %s", []any{f.storeRecheck}},
+		{f.probeTimeout <= 0, "--probe-timeout must be positive, got %s", []any{f.probeTimeout}},
+		{f.planTTL < time.Minute, "--plan-ttl must be at least 1m, got %s", []any{f.planTTL}},
+		{f.reverify < time.Minute, "--reverify-interval must be at least 1m, got %s", []any{f.reverify}},
+		{f.errorBackoffMax < time.Second || f.errorBackoffMax > time.Hour, "--error-backoff-max must be between 1s and 1h, got %s", []any{f.errorBackoffMax}},
+		{f.batchSize < 1 || f.batchSize > 1000, "--delete-batch-size must be between 1 and 1000, got %d", []any{f.batchSize}},
+		{f.graphBatch < 1 || f.graphBatch > 1000, "--graph-batch-size must be between 1 and 1000, got %d", []any{f.graphBatch}},
+		{f.graphDeleteLimit < 1 || f.graphDeleteLimit > 100000, "--graph-delete-limit must be between 1 and 100000, got %d", []any{f.graphDeleteLimit}},
+		{f.sweepMaxOrphanPercent < 1 || f.sweepMaxOrphanPercent > 100, "--sweep-max-orphan-percent must be between 1 and 100, got %d", []any{f.sweepMaxOrphanPercent}},
+		{f.kubeQPS <= 0 || f.kubeBurst < 1, "--kube-api-qps and --kube-api-burst must be positive, got %v and %d", []any{f.kubeQPS, f.kubeBurst}},
+		{receiptKeyErr != nil, "--receipt-key-secret: %w", []any{receiptKeyErr}},
+		{f.concurrency < 1 || f.concurrency > 64, "--max-concurrent-reconciles must be between 1 and 64, got %d", []any{f.concurrency}},
+		{f.backupRecheck < time.Second, "--backup-recheck-interval must be at least 1s, got %s", []any{f.backupRecheck}},
+		{f.probeBudget < 0 || f.probeBudget > 10000, "--residue-probe-budget must be between 0 and 10000, got %d", []any{f.probeBudget}},
+		{f.pgMaxConns < 1 || f.pgMaxConns > 100, "--postgres-max-conns must be between 1 and 100, got %d", []any{f.pgMaxConns}},
+	}
 	var errs []error
-	if f.storeRecheck < 10*time.Second {
-		errs = append(errs, fmt.Errorf("--store-recheck-interval must be at least 10s, got %s", f.storeRecheck))
-	}
-	if f.probeTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("--probe-timeout must be positive, got %s", f.probeTimeout))
-	}
-	if f.planTTL < time.Minute {
-		errs = append(errs, fmt.Errorf("--plan-ttl must be at least 1m, got %s", f.planTTL))
-	}
-	if f.reverify < time.Minute {
-		errs = append(errs, fmt.Errorf("--reverify-interval must be at least 1m, got %s", f.reverify))
-	}
-	if f.errorBackoffMax < time.Second || f.errorBackoffMax > time.Hour {
-		errs = append(errs, fmt.Errorf("--error-backoff-max must be between 1s and 1h, got %s", f.errorBackoffMax))
-	}
-	if f.batchSize < 1 || f.batchSize > 1000 {
-		errs = append(errs, fmt.Errorf("--delete-batch-size must be between 1 and 1000, got %d", f.batchSize))
-	}
-	if f.graphBatch < 1 || f.graphBatch > 1000 {
-		errs = append(errs, fmt.Errorf("--graph-batch-size must be between 1 and 1000, got %d", f.graphBatch))
-	}
-	if f.graphDeleteLimit < 1 || f.graphDeleteLimit > 100000 {
-		errs = append(errs, fmt.Errorf("--graph-delete-limit must be between 1 and 100000, got %d", f.graphDeleteLimit))
-	}
-	if f.sweepMaxOrphanPercent < 1 || f.sweepMaxOrphanPercent > 100 {
-		errs = append(errs, fmt.Errorf("--sweep-max-orphan-percent must be between 1 and 100, got %d", f.sweepMaxOrphanPercent))
-	}
-	if f.kubeQPS <= 0 || f.kubeBurst < 1 {
-		errs = append(errs, fmt.Errorf("--kube-api-qps and --kube-api-burst must be positive, got %v and %d", f.kubeQPS, f.kubeBurst))
-	}
-	if _, err := parseNamespacedName(f.receiptKey); err != nil {
-		errs = append(errs, fmt.Errorf("--receipt-key-secret: %w", err))
-	}
-	if f.concurrency < 1 || f.concurrency > 64 {
-		errs = append(errs, fmt.Errorf("--max-concurrent-reconciles must be between 1 and 64, got %d", f.concurrency))
-	}
-	if f.backupRecheck < time.Second {
-		errs = append(errs, fmt.Errorf("--backup-recheck-interval must be at least 1s, got %s", f.backupRecheck))
-	}
-	if f.probeBudget < 0 || f.probeBudget > 10000 {
-		errs = append(errs, fmt.Errorf("--residue-probe-budget must be between 0 and 10000, got %d", f.probeBudget))
-	}
-	if f.pgMaxConns < 1 || f.pgMaxConns > 100 {
-		errs = append(errs, fmt.Errorf("--postgres-max-conns must be between 1 and 100, got %d", f.pgMaxConns))
+	for _, c := range checks {
+		if c.bad {
+			errs = append(errs, fmt.Errorf(c.format, c.args...))
+		}
 	}
 	return errors.Join(errs...)
 }
