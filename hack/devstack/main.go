@@ -31,6 +31,8 @@ func main() {
 
 func say(format string, args ...any) { fmt.Printf("devstack: "+format+"\n", args...) }
 
+// run starts the services, writes the env file and kubeconfig into dir, and
+// waits for a signal; the services stop when it returns.
 func run(dir string) error {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
@@ -48,15 +50,10 @@ func run(dir string) error {
 		return err
 	}
 	defer pg.Stop()
-	if err := pg.Exec(ctx, "postgres", "CREATE DATABASE memory"); err != nil {
-		return err
-	}
-	dsn := pg.DSN("memory")
-	res, err := postgres.Migrate(ctx, dsn)
+	dsn, err := migrateMemory(ctx, pg)
 	if err != nil {
 		return err
 	}
-	say("PostgreSQL on 127.0.0.1:%d, database memory migrated to version %d", pg.Port, res.Version)
 
 	say("starting FalkorDB")
 	fdb, err := testenv.StartFalkorDB()
@@ -77,32 +74,13 @@ func run(dir string) error {
 		return err
 	}
 	defer func() { _ = cp.Stop() }()
-	admin, err := cp.Env.AddUser(envtest.User{Name: "dev-admin", Groups: []string{"system:masters"}}, nil)
+	kubeconfigPath, err := writeAdminKubeconfig(cp, dir)
 	if err != nil {
-		return err
-	}
-	kubeconfig, err := admin.KubeConfig()
-	if err != nil {
-		return err
-	}
-	kubeconfigPath := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
 		return err
 	}
 	say("kube-apiserver at %s", cp.Config.Host)
 
-	env := fmt.Sprintf(`# Written by hack/dev-stack.sh; source it: . .dev/env
-export KUBECONFIG=%q
-export LETHE_PG_DSN=%q
-export LETHE_FALKORDB_URL=%q
-export LETHE_DEV_STACK_PID=%d
-`, kubeconfigPath, dsn, fdb.URL(), os.Getpid())
-	tmp := filepath.Join(dir, "env.tmp")
-	if err := os.WriteFile(tmp, []byte(env), 0o600); err != nil {
-		return err
-	}
-	// The rename is the readiness signal hack/dev-stack.sh waits for.
-	if err := os.Rename(tmp, filepath.Join(dir, "env")); err != nil {
+	if err := writeEnv(dir, kubeconfigPath, dsn, fdb.URL()); err != nil {
 		return err
 	}
 	say("ready; env written to %s", filepath.Join(dir, "env"))
@@ -111,4 +89,54 @@ export LETHE_DEV_STACK_PID=%d
 	say("stopping")
 	_ = os.Remove(filepath.Join(dir, "env"))
 	return nil
+}
+
+// migrateMemory creates the memory database on pg, applies Lethe's
+// migrations to it and returns its DSN.
+func migrateMemory(ctx context.Context, pg *testenv.Postgres) (string, error) {
+	if err := pg.Exec(ctx, "postgres", "CREATE DATABASE memory"); err != nil {
+		return "", err
+	}
+	dsn := pg.DSN("memory")
+	res, err := postgres.Migrate(ctx, dsn)
+	if err != nil {
+		return "", err
+	}
+	say("PostgreSQL on 127.0.0.1:%d, database memory migrated to version %d", pg.Port, res.Version)
+	return dsn, nil
+}
+
+// writeAdminKubeconfig adds a cluster-admin user to the control plane and
+// writes its kubeconfig to dir/kubeconfig, returning that path.
+func writeAdminKubeconfig(cp *testenv.ControlPlane, dir string) (string, error) {
+	admin, err := cp.Env.AddUser(envtest.User{Name: "dev-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", err
+	}
+	kubeconfig, err := admin.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	kubeconfigPath := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
+		return "", err
+	}
+	return kubeconfigPath, nil
+}
+
+// writeEnv writes the sourceable env file dir/env: written aside, then
+// renamed into place.
+func writeEnv(dir, kubeconfigPath, dsn, falkorURL string) error {
+	env := fmt.Sprintf(`# Written by hack/dev-stack.sh; source it: . .dev/env
+export KUBECONFIG=%q
+export LETHE_PG_DSN=%q
+export LETHE_FALKORDB_URL=%q
+export LETHE_DEV_STACK_PID=%d
+`, kubeconfigPath, dsn, falkorURL, os.Getpid())
+	tmp := filepath.Join(dir, "env.tmp")
+	if err := os.WriteFile(tmp, []byte(env), 0o600); err != nil {
+		return err
+	}
+	// The rename is the readiness signal hack/dev-stack.sh waits for.
+	return os.Rename(tmp, filepath.Join(dir, "env"))
 }
