@@ -58,59 +58,11 @@ func (s *specFlags) request(name, ns string, stdin io.Reader, now time.Time) (*l
 		}
 		ids = append(ids, more...)
 	}
-	var problems []string
-	for _, msg := range validation.IsDNS1123Subdomain(name) {
-		problems = append(problems, fmt.Sprintf("name %q: %s", name, msg))
-	}
-	if s.store == "" {
-		problems = append(problems, "--store is required")
-	} else {
-		for _, msg := range validation.IsDNS1123Subdomain(s.store) {
-			problems = append(problems, fmt.Sprintf("--store %q: %s", s.store, msg))
-		}
-	}
-	if len(ids) == 0 {
-		problems = append(problems, "at least one --session-id (or --session-ids-from) is required")
-	}
-	if len(ids) > maxSessions {
-		problems = append(problems, fmt.Sprintf("%d session IDs: at most %d per request", len(ids), maxSessions))
-	}
-	seen := map[string]bool{}
-	for _, id := range ids {
-		switch {
-		case seen[id]:
-			problems = append(problems, fmt.Sprintf("session %q is listed twice", id))
-		case !sessionID.MatchString(id):
-			problems = append(problems, fmt.Sprintf("%q is not a lowercase canonical UUID", id))
-		}
-		seen[id] = true
-	}
-	if s.immediate && strings.TrimSpace(s.reason) == "" {
-		problems = append(problems, "--immediate needs --reason")
-	}
-	if len(s.reason) > 1024 {
-		problems = append(problems, "--reason is longer than 1024 bytes")
-	}
-	if s.immediate && s.grace != 0 {
-		problems = append(problems, "--immediate and --grace exclude each other")
-	}
-	if s.grace < 0 {
-		problems = append(problems, "--grace must not be negative")
-	}
-	var requestedAt *metav1.Time
-	if s.requestedAt != "" {
-		t, err := time.Parse(time.RFC3339, s.requestedAt)
-		switch {
-		case err != nil:
-			problems = append(problems, fmt.Sprintf("--requested-at %q is not an RFC 3339 time such as 2026-11-02T09:30:00Z", s.requestedAt))
-		case t.After(now):
-			problems = append(problems, "--requested-at is in the future: it is when the data subject asked")
-		default:
-			// The API keeps whole seconds; truncating here makes the
-			// exported manifest say exactly what the server will store.
-			requestedAt = &metav1.Time{Time: t.UTC().Truncate(time.Second)}
-		}
-	}
+	problems := s.nameProblems(name)
+	problems = append(problems, idProblems(ids)...)
+	problems = append(problems, s.graceProblems()...)
+	requestedAt, more := s.requestedAtTime(now)
+	problems = append(problems, more...)
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("invalid request:\n  %s", strings.Join(problems, "\n  "))
 	}
@@ -127,6 +79,78 @@ func (s *specFlags) request(name, ns string, stdin io.Reader, now time.Time) (*l
 		er.Spec.GracePeriod = &metav1.Duration{Duration: s.grace}
 	}
 	return er, nil
+}
+
+// nameProblems checks the request's name and --store.
+func (s *specFlags) nameProblems(name string) []string {
+	var problems []string
+	for _, msg := range validation.IsDNS1123Subdomain(name) {
+		problems = append(problems, fmt.Sprintf("name %q: %s", name, msg))
+	}
+	if s.store == "" {
+		return append(problems, "--store is required")
+	}
+	for _, msg := range validation.IsDNS1123Subdomain(s.store) {
+		problems = append(problems, fmt.Sprintf("--store %q: %s", s.store, msg))
+	}
+	return problems
+}
+
+// idProblems checks the session IDs as the API does.
+func idProblems(ids []string) []string {
+	var problems []string
+	if len(ids) == 0 {
+		problems = append(problems, "at least one --session-id (or --session-ids-from) is required")
+	}
+	if len(ids) > maxSessions {
+		problems = append(problems, fmt.Sprintf("%d session IDs: at most %d per request", len(ids), maxSessions))
+	}
+	seen := map[string]bool{}
+	for _, id := range ids {
+		switch {
+		case seen[id]:
+			problems = append(problems, fmt.Sprintf("session %q is listed twice", id))
+		case !sessionID.MatchString(id):
+			problems = append(problems, fmt.Sprintf("%q is not a lowercase canonical UUID", id))
+		}
+		seen[id] = true
+	}
+	return problems
+}
+
+// graceProblems checks --immediate, --reason and --grace together.
+func (s *specFlags) graceProblems() []string {
+	var problems []string
+	if s.immediate && strings.TrimSpace(s.reason) == "" {
+		problems = append(problems, "--immediate needs --reason")
+	}
+	if len(s.reason) > 1024 {
+		problems = append(problems, "--reason is longer than 1024 bytes")
+	}
+	if s.immediate && s.grace != 0 {
+		problems = append(problems, "--immediate and --grace exclude each other")
+	}
+	if s.grace < 0 {
+		problems = append(problems, "--grace must not be negative")
+	}
+	return problems
+}
+
+// requestedAtTime parses --requested-at (nil when unset).
+func (s *specFlags) requestedAtTime(now time.Time) (*metav1.Time, []string) {
+	if s.requestedAt == "" {
+		return nil, nil
+	}
+	t, err := time.Parse(time.RFC3339, s.requestedAt)
+	switch {
+	case err != nil:
+		return nil, []string{fmt.Sprintf("--requested-at %q is not an RFC 3339 time such as 2026-11-02T09:30:00Z", s.requestedAt)}
+	case t.After(now):
+		return nil, []string{"--requested-at is in the future: it is when the data subject asked"}
+	}
+	// The API keeps whole seconds; truncating here makes the exported
+	// manifest say exactly what the server will store.
+	return &metav1.Time{Time: t.UTC().Truncate(time.Second)}, nil
 }
 
 // deadlinePassed says whether requestedAt is more than a calendar month ago:
