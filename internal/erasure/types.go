@@ -85,7 +85,7 @@ type Verification struct {
 
 // Residue is a near-identical copy of an erased embedding found after deletion.
 type Residue struct {
-	// Column is the quoted schema.table.column.
+	// Column is schema.table.column.
 	Column string
 	Found  int64
 }
