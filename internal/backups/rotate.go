@@ -136,6 +136,9 @@ func (r Rotator) rotate(ctx context.Context, sc Scope, req Request) ([]Backup, e
 	return out, nil
 }
 
+// rotateOne marks one Backup as holding the request's erased data and either
+// shortens its expiration to the deadline or, for an immediate request, asks
+// Velero to delete it.
 func (r Rotator) rotateOne(ctx context.Context, b *velerov1.Backup, req Request, dbrs map[string]string) (Backup, error) {
 	res := Backup{Name: b.Name, UID: string(b.UID), StartedAt: b.Status.StartTimestamp.Time}
 	orig := b.DeepCopy()
@@ -144,28 +147,9 @@ func (r Rotator) rotateOne(ctx context.Context, b *velerov1.Backup, req Request,
 		ann = map[string]string{}
 	}
 	ann[AnnotationErasedPrefix+req.UID] = req.Namespace + "/" + req.Name
-	if exp := b.Status.Expiration; exp != nil {
-		t := exp.Time
-		res.Expiration = &t
-		res.OriginalExpiration = &t
-	}
-	if v, ok := ann[AnnotationOriginalExpiration]; ok {
-		if t, err := time.Parse(time.RFC3339, v); err == nil {
-			res.OriginalExpiration = &t
-		}
-	}
+	readExpirations(b, ann, &res)
 	if !req.Immediate {
-		deadline := req.Deadline()
-		if exp := b.Status.Expiration; exp == nil || exp.After(deadline) {
-			if exp != nil {
-				if _, ok := ann[AnnotationOriginalExpiration]; !ok {
-					ann[AnnotationOriginalExpiration] = exp.Time.UTC().Format(time.RFC3339)
-				}
-			}
-			b.Status.Expiration = &metav1.Time{Time: deadline}
-			res.Expiration = &deadline
-			res.Changed = true
-		}
+		shortenExpiration(b, ann, req.Deadline(), &res)
 	}
 	b.SetAnnotations(ann)
 	if res.Changed || orig.GetAnnotations()[AnnotationErasedPrefix+req.UID] == "" {
@@ -179,30 +163,73 @@ func (r Rotator) rotateOne(ctx context.Context, b *velerov1.Backup, req Request,
 		}
 	}
 	if req.Immediate {
-		if name, ok := dbrs[dbrKey(b.Name, string(b.UID))]; ok {
-			res.DeleteRequest = name
-			return res, nil
+		if err := r.requestDeletion(ctx, b, req, dbrs, &res); err != nil {
+			return res, err
 		}
-		dbr := &velerov1.DeleteBackupRequest{
-			ObjectMeta: metav1.ObjectMeta{
-				Namespace:    b.Namespace,
-				GenerateName: generateName(b.Name),
-				// The labels Velero's own garbage collector de-duplicates by.
-				Labels: map[string]string{
-					velerov1.BackupNameLabel: label.GetValidName(b.Name),
-					velerov1.BackupUIDLabel:  string(b.UID),
-					LabelRequestUID:          req.UID,
-				},
-			},
-			Spec: velerov1.DeleteBackupRequestSpec{BackupName: b.Name},
-		}
-		if err := r.Client.Create(ctx, dbr); err != nil {
-			return res, fmt.Errorf("create DeleteBackupRequest for %s/%s: %w", b.Namespace, b.Name, err)
-		}
-		res.DeleteRequest = dbr.Name
-		res.Changed = true
 	}
 	return res, nil
+}
+
+// readExpirations records the Backup's current expiration in res, and its
+// original one: the annotation Lethe left when it first shortened it, else
+// the current one.
+func readExpirations(b *velerov1.Backup, ann map[string]string, res *Backup) {
+	if exp := b.Status.Expiration; exp != nil {
+		t := exp.Time
+		res.Expiration = &t
+		res.OriginalExpiration = &t
+	}
+	if v, ok := ann[AnnotationOriginalExpiration]; ok {
+		if t, err := time.Parse(time.RFC3339, v); err == nil {
+			res.OriginalExpiration = &t
+		}
+	}
+}
+
+// shortenExpiration sets the Backup's expiration to the deadline when it
+// expires later (or never), keeping the first original expiration in an
+// annotation; it never lengthens it.
+func shortenExpiration(b *velerov1.Backup, ann map[string]string, deadline time.Time, res *Backup) {
+	exp := b.Status.Expiration
+	if exp != nil && !exp.After(deadline) {
+		return
+	}
+	if exp != nil {
+		if _, ok := ann[AnnotationOriginalExpiration]; !ok {
+			ann[AnnotationOriginalExpiration] = exp.Time.UTC().Format(time.RFC3339)
+		}
+	}
+	b.Status.Expiration = &metav1.Time{Time: deadline}
+	res.Expiration = &deadline
+	res.Changed = true
+}
+
+// requestDeletion records in res the DeleteBackupRequest for the Backup: the
+// existing one, else one it creates.
+func (r Rotator) requestDeletion(ctx context.Context, b *velerov1.Backup, req Request, dbrs map[string]string, res *Backup) error {
+	if name, ok := dbrs[dbrKey(b.Name, string(b.UID))]; ok {
+		res.DeleteRequest = name
+		return nil
+	}
+	dbr := &velerov1.DeleteBackupRequest{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:    b.Namespace,
+			GenerateName: generateName(b.Name),
+			// The labels Velero's own garbage collector de-duplicates by.
+			Labels: map[string]string{
+				velerov1.BackupNameLabel: label.GetValidName(b.Name),
+				velerov1.BackupUIDLabel:  string(b.UID),
+				LabelRequestUID:          req.UID,
+			},
+		},
+		Spec: velerov1.DeleteBackupRequestSpec{BackupName: b.Name},
+	}
+	if err := r.Client.Create(ctx, dbr); err != nil {
+		return fmt.Errorf("create DeleteBackupRequest for %s/%s: %w", b.Namespace, b.Name, err)
+	}
+	res.DeleteRequest = dbr.Name
+	res.Changed = true
+	return nil
 }
 
 // deleteRequests maps backup (name, uid) to an existing DeleteBackupRequest.
