@@ -84,6 +84,17 @@ func eventTime(e eventsv1.Event) time.Time {
 // describe is status's human form. It prints counts, reasons, times and
 // digests; never the request's free-text reason.
 func describe(out io.Writer, er *lethev1.ErasureRequest, events []eventsv1.Event, evErr error, wide bool, now time.Time) {
+	describeHeader(out, er, now)
+	describeConditions(out, er.Status.Conditions, wide, now)
+	describePlan(out, er)
+	describeEvidence(out, er.Status.Evidence, wide)
+	describeHistory(out, &er.Status, wide)
+	describeEvents(out, events, evErr, wide, now)
+}
+
+// describeHeader prints the request's key-value lines, from its name to
+// what it waits for next, aligned in two columns.
+func describeHeader(out io.Writer, er *lethev1.ErasureRequest, now time.Time) {
 	st := &er.Status
 	kv := printers.GetNewTabWriter(out)
 	phase := st.Phase
@@ -101,18 +112,7 @@ func describe(out io.Writer, er *lethev1.ErasureRequest, events []eventsv1.Event
 	line("Created", "%s (%s)", timestamp(&er.CreationTimestamp), relative(er.CreationTimestamp.Time, now))
 	line("Store", "%s", er.Spec.StoreRef.Name)
 	line("Sessions", "%d", len(er.Spec.SessionIDs))
-	switch {
-	case er.Spec.DryRun:
-		line("Mode", "dry run (plan only)")
-	case er.Spec.Immediate:
-		line("Mode", "immediate: no grace period (a reason is recorded in spec.reason)")
-	default:
-		grace := "168h (default)"
-		if er.Spec.GracePeriod != nil {
-			grace = shortDuration(er.Spec.GracePeriod.Duration)
-		}
-		line("Mode", "grace period %s", grace)
-	}
+	line("Mode", "%s", mode(&er.Spec))
 	if er.Spec.Cancel {
 		line("Cancel", "requested")
 	}
@@ -127,18 +127,7 @@ func describe(out io.Writer, er *lethev1.ErasureRequest, events []eventsv1.Event
 	}
 	line("Phase", "%s", phase)
 	if w := nextWait(er); w != nil {
-		s := fmt.Sprintf("%s (status %s", w.Condition, w.Status)
-		if w.Reason != "" {
-			s += ", reason " + w.Reason
-		}
-		s += ")"
-		if w.Until != nil {
-			s += " until " + timestamp(w.Until) + " (" + relative(w.Until.Time, now) + ")"
-		}
-		if w.Human {
-			s += ": a human must act"
-		}
-		line("Waiting for", "%s", s)
+		line("Waiting for", "%s", waitingFor(w, now))
 		if w.Message != "" {
 			line("", "%s", w.Message)
 		}
@@ -146,41 +135,89 @@ func describe(out io.Writer, er *lethev1.ErasureRequest, events []eventsv1.Event
 		line("Waiting for", "nothing: the request is in a final phase")
 	}
 	_ = kv.Flush()
+}
 
+// mode says how the request erases: a dry run, immediately, or after its
+// grace period.
+func mode(spec *lethev1.ErasureRequestSpec) string {
+	switch {
+	case spec.DryRun:
+		return "dry run (plan only)"
+	case spec.Immediate:
+		return "immediate: no grace period (a reason is recorded in spec.reason)"
+	}
+	grace := "168h (default)"
+	if spec.GracePeriod != nil {
+		grace = shortDuration(spec.GracePeriod.Duration)
+	}
+	return "grace period " + grace
+}
+
+// waitingFor is the "Waiting for" line of what the request waits for next:
+// the condition, its status and reason, until when, and whether a human must
+// act.
+func waitingFor(w *waitState, now time.Time) string {
+	s := fmt.Sprintf("%s (status %s", w.Condition, w.Status)
+	if w.Reason != "" {
+		s += ", reason " + w.Reason
+	}
+	s += ")"
+	if w.Until != nil {
+		s += " until " + timestamp(w.Until) + " (" + relative(w.Until.Time, now) + ")"
+	}
+	if w.Human {
+		s += ": a human must act"
+	}
+	return s
+}
+
+// describeConditions prints the Conditions section: one row per condition.
+func describeConditions(out io.Writer, conditions []metav1.Condition, wide bool, now time.Time) {
 	section(out, "Conditions")
 	conds := &metav1.Table{ColumnDefinitions: []metav1.TableColumnDefinition{
 		{Name: "Type", Type: "string"}, {Name: "Status", Type: "string"}, {Name: "Reason", Type: "string"},
 		{Name: "Since", Type: "string"}, {Name: "Message", Type: "string"}}}
-	for _, c := range st.Conditions {
+	for _, c := range conditions {
 		conds.Rows = append(conds.Rows, metav1.TableRow{Cells: []any{c.Type, string(c.Status), dash(c.Reason), age(c.LastTransitionTime, now), dash(c.Message)}})
 	}
 	table(out, conds, wide, "none yet")
+}
 
+// describePlan prints the Plan section: what the plan found, by layer.
+func describePlan(out io.Writer, er *lethev1.ErasureRequest) {
 	section(out, "Plan")
-	if p := st.Plan; p != nil {
-		var rows int64
-		for _, r := range p.Rows {
-			rows += r.Rows
-		}
-		fmt.Fprintf(out, "  sessions found %d of %d (not found, never touched: %d); taken %s\n", p.SessionsFound, len(er.Spec.SessionIDs), len(p.NotFoundSessionIDs), timestamp(p.PlannedAt))
-		fmt.Fprintf(out, "  %d row(s) in %d table(s), %d embedding(s), %d content-keyed cache entr(ies), %d derived record(s)\n", rows, len(p.Rows), p.Embeddings, p.ContentIndexEntries, p.DerivedRecords)
-		fmt.Fprintf(out, "  graph: %d node(s), %d relationship(s); backups that may hold the data: %d\n", p.GraphNodes, p.GraphRelationships, p.Backups)
-	} else {
+	p := er.Status.Plan
+	if p == nil {
 		fmt.Fprintln(out, "  none yet")
+		return
 	}
+	var rows int64
+	for _, r := range p.Rows {
+		rows += r.Rows
+	}
+	fmt.Fprintf(out, "  sessions found %d of %d (not found, never touched: %d); taken %s\n", p.SessionsFound, len(er.Spec.SessionIDs), len(p.NotFoundSessionIDs), timestamp(p.PlannedAt))
+	fmt.Fprintf(out, "  %d row(s) in %d table(s), %d embedding(s), %d content-keyed cache entr(ies), %d derived record(s)\n", rows, len(p.Rows), p.Embeddings, p.ContentIndexEntries, p.DerivedRecords)
+	fmt.Fprintf(out, "  graph: %d node(s), %d relationship(s); backups that may hold the data: %d\n", p.GraphNodes, p.GraphRelationships, p.Backups)
+}
 
+// describeEvidence prints the Evidence section: one row per recorded step.
+func describeEvidence(out io.Writer, rec *lethev1.ErasureEvidence, wide bool) {
 	section(out, "Evidence")
 	ev := &metav1.Table{ColumnDefinitions: []metav1.TableColumnDefinition{
 		{Name: "Step", Type: "string"}, {Name: "Started", Type: "string"}, {Name: "Completed", Type: "string"},
 		{Name: "Took", Type: "string"}, {Name: "Removed", Type: "integer"}, {Name: "Checks", Type: "string"},
 		{Name: "Backups", Type: "integer"}, {Name: "Note", Type: "string", Priority: 1}}}
-	if st.Evidence != nil {
-		for _, s := range st.Evidence.Steps {
+	if rec != nil {
+		for _, s := range rec.Steps {
 			ev.Rows = append(ev.Rows, metav1.TableRow{Cells: stepCells(s)})
 		}
 	}
 	table(out, ev, wide, "none yet")
+}
 
+// describeHistory prints the History section: the hash chain's length, head
+// and verdict, and the receipt over it.
+func describeHistory(out io.Writer, st *lethev1.ErasureRequestStatus, wide bool) {
 	section(out, "History")
 	if n := len(st.History); n > 0 {
 		verdict := "hash chain verifies"
@@ -198,7 +235,11 @@ func describe(out io.Writer, er *lethev1.ErasureRequest, events []eventsv1.Event
 		}
 		fmt.Fprintf(out, "  receipt over %s, %s, issued %s\n", digest(r.Digest, wide), signed, timestamp(r.IssuedAt))
 	}
+}
 
+// describeEvents prints the Events section: the most recent events, oldest
+// first, or why they could not be listed.
+func describeEvents(out io.Writer, events []eventsv1.Event, evErr error, wide bool, now time.Time) {
 	section(out, "Events")
 	if evErr != nil {
 		fmt.Fprintf(out, "  cannot list events: %v\n", evErr)
