@@ -30,26 +30,7 @@ func literal(b *strings.Builder, v any) error {
 	case nil:
 		b.WriteString("null")
 	case string:
-		if strings.IndexByte(x, 0) >= 0 {
-			return errNUL
-		}
-		b.WriteByte('"')
-		for i := 0; i < len(x); i++ {
-			switch c := x[i]; c {
-			case '"', '\\':
-				b.WriteByte('\\')
-				b.WriteByte(c)
-			case '\n':
-				b.WriteString(`\n`)
-			case '\r':
-				b.WriteString(`\r`)
-			case '\t':
-				b.WriteString(`\t`)
-			default:
-				b.WriteByte(c)
-			}
-		}
-		b.WriteByte('"')
+		return stringLiteral(b, x)
 	case bool:
 		b.WriteString(strconv.FormatBool(x))
 	case int:
@@ -67,32 +48,66 @@ func literal(b *strings.Builder, v any) error {
 	case []map[string]any:
 		return list(b, len(x), func(i int) any { return x[i] })
 	case map[string]any:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			if !identifier.MatchString(k) {
-				return fmt.Errorf("map key %q is not a plain identifier", k)
-			}
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		b.WriteByte('{')
-		for i, k := range keys {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(k)
-			b.WriteByte(':')
-			if err := literal(b, x[k]); err != nil {
-				return err
-			}
-		}
-		b.WriteByte('}')
+		return mapLiteral(b, x)
 	default:
 		return fmt.Errorf("unsupported parameter type %T", v)
 	}
 	return nil
 }
 
+// stringLiteral writes s as a double-quoted Cypher string, escaping only
+// what FalkorDB's lexer reads as escapes; a NUL byte is an error.
+func stringLiteral(b *strings.Builder, s string) error {
+	if strings.IndexByte(s, 0) >= 0 {
+		return errNUL
+	}
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '"', '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\r':
+			b.WriteString(`\r`)
+		case '\t':
+			b.WriteString(`\t`)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return nil
+}
+
+// mapLiteral writes m as a Cypher map with its keys sorted; every key must
+// be a plain identifier, checked before anything is written.
+func mapLiteral(b *strings.Builder, m map[string]any) error {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		if !identifier.MatchString(k) {
+			return fmt.Errorf("map key %q is not a plain identifier", k)
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k)
+		b.WriteByte(':')
+		if err := literal(b, m[k]); err != nil {
+			return err
+		}
+	}
+	b.WriteByte('}')
+	return nil
+}
+
+// list writes the n elements at(0)..at(n-1) as a Cypher list.
 func list(b *strings.Builder, n int, at func(int) any) error {
 	b.WriteByte('[')
 	for i := 0; i < n; i++ {

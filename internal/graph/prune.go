@@ -88,24 +88,11 @@ func (g *Graph) Prune(ctx context.Context, ids []string, limit int) (Counts, err
 	p := map[string]any{"ids": ids, "n": limit}
 	// Relationship counts per type are taken first: entity deletions remove
 	// relationships without saying which type.
-	for _, t := range l.relTypes {
-		n, err := g.count(ctx, "MATCH ()-[r:`"+t+"`]->() WHERE r.session_id IN $ids RETURN count(r)", p)
-		if err != nil {
-			return removed, err
-		}
-		if n > 0 {
-			removed.Relationships[t] = n
-		}
+	if err := g.countSessionRelationships(ctx, l, p, removed); err != nil {
+		return removed, err
 	}
-	if l.hasEntity {
-		for _, pat := range directed(l.relTypes) {
-			q := fmt.Sprintf(doomedEntities, pat) + "WITH e LIMIT $n DELETE e RETURN count(e)"
-			nodes, _, err := g.drain(ctx, q, p, limit)
-			if err != nil {
-				return removed, err
-			}
-			removed.Nodes[LabelEntity] += nodes
-		}
+	if err := g.pruneDoomedEntities(ctx, l, p, limit, removed); err != nil {
+		return removed, err
 	}
 	// The entities these sessions' relationships reach, kept to catch the
 	// ones left with no relationship below.
@@ -115,27 +102,89 @@ func (g *Graph) Prune(ctx context.Context, ids []string, limit int) (Counts, err
 			return removed, err
 		}
 	}
+	if err := g.deleteSessionRelationships(ctx, l, p, limit); err != nil {
+		return removed, err
+	}
+	if err := g.pruneBareEntities(ctx, touched, limit, removed); err != nil {
+		return removed, err
+	}
+	if err := g.pruneSessionNodes(ctx, l, p, limit, removed); err != nil {
+		return removed, err
+	}
+	dropZeros(removed)
+	return removed, nil
+}
+
+// countSessionRelationships adds to removed, by type, the relationships the
+// sessions in p gave the graph.
+func (g *Graph) countSessionRelationships(ctx context.Context, l layout, p map[string]any, removed Counts) error {
 	for _, t := range l.relTypes {
-		if _, _, err := g.drain(ctx, "MATCH ()-[r:`"+t+"`]->() WHERE r.session_id IN $ids WITH r LIMIT $n DELETE r RETURN count(r)", p, limit); err != nil {
-			return removed, err
+		n, err := g.count(ctx, "MATCH ()-[r:`"+t+"`]->() WHERE r.session_id IN $ids RETURN count(r)", p)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			removed.Relationships[t] = n
 		}
 	}
+	return nil
+}
+
+// pruneDoomedEntities deletes the entities only the sessions in p attest
+// (with their relationships) and adds them to removed.
+func (g *Graph) pruneDoomedEntities(ctx context.Context, l layout, p map[string]any, limit int, removed Counts) error {
+	if !l.hasEntity {
+		return nil
+	}
+	for _, pat := range directed(l.relTypes) {
+		q := fmt.Sprintf(doomedEntities, pat) + "WITH e LIMIT $n DELETE e RETURN count(e)"
+		nodes, _, err := g.drain(ctx, q, p, limit)
+		if err != nil {
+			return err
+		}
+		removed.Nodes[LabelEntity] += nodes
+	}
+	return nil
+}
+
+// deleteSessionRelationships deletes the relationships the sessions in p
+// gave the graph (already counted).
+func (g *Graph) deleteSessionRelationships(ctx context.Context, l layout, p map[string]any, limit int) error {
+	for _, t := range l.relTypes {
+		if _, _, err := g.drain(ctx, "MATCH ()-[r:`"+t+"`]->() WHERE r.session_id IN $ids WITH r LIMIT $n DELETE r RETURN count(r)", p, limit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pruneBareEntities deletes the touched entities (by key) left with no
+// relationship at all, and adds them to removed.
+func (g *Graph) pruneBareEntities(ctx context.Context, touched []any, limit int, removed Counts) error {
 	// Two requests pruning sessions that share an entity at once each see
 	// the other's relationship and keep the entity; whichever deletes its
 	// relationships last finds it with none left here (FalkorDB runs writes
 	// one at a time). The history checker found such orphans.
-	if len(touched) > 0 {
-		nodes, _, err := g.drain(ctx, "UNWIND $keys AS k MATCH (e:`"+LabelEntity+"` {key: k}) OPTIONAL MATCH (e)-[q]-() WITH e, count(q) AS rels WHERE rels = 0 WITH e LIMIT $n DELETE e RETURN count(e)",
-			map[string]any{"keys": touched, "n": limit}, limit)
-		if err != nil {
-			return removed, err
-		}
-		removed.Nodes[LabelEntity] += nodes
+	if len(touched) == 0 {
+		return nil
 	}
+	nodes, _, err := g.drain(ctx, "UNWIND $keys AS k MATCH (e:`"+LabelEntity+"` {key: k}) OPTIONAL MATCH (e)-[q]-() WITH e, count(q) AS rels WHERE rels = 0 WITH e LIMIT $n DELETE e RETURN count(e)",
+		map[string]any{"keys": touched, "n": limit}, limit)
+	if err != nil {
+		return err
+	}
+	removed.Nodes[LabelEntity] += nodes
+	return nil
+}
+
+// pruneSessionNodes deletes the nodes of the sessions in p (their
+// session-provenance nodes, then the sessions themselves) and adds them to
+// removed, with the relationships of other provenance they took along.
+func (g *Graph) pruneSessionNodes(ctx context.Context, l layout, p map[string]any, limit int, removed Counts) error {
 	for _, lb := range l.sessionLabels {
 		nodes, rels, err := g.drain(ctx, "MATCH (x:`"+lb+"`) WHERE x.session_id IN $ids WITH x LIMIT $n DELETE x RETURN count(x)", p, limit)
 		if err != nil {
-			return removed, err
+			return err
 		}
 		removed.Nodes[lb] += nodes
 		removed.Relationships[AttachedKey] += rels
@@ -143,13 +192,12 @@ func (g *Graph) Prune(ctx context.Context, ids []string, limit int) (Counts, err
 	if l.hasSession {
 		nodes, rels, err := g.drain(ctx, "UNWIND $ids AS i MATCH (x:`"+LabelSession+"` {id: i}) WITH x LIMIT $n DELETE x RETURN count(x)", p, limit)
 		if err != nil {
-			return removed, err
+			return err
 		}
 		removed.Nodes[LabelSession] += nodes
 		removed.Relationships[AttachedKey] += rels
 	}
-	dropZeros(removed)
-	return removed, nil
+	return nil
 }
 
 // Count finds what the graph still holds from the given sessions: their

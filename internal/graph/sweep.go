@@ -66,21 +66,13 @@ func (g *Graph) Sweep(ctx context.Context, src Source, o SweepOptions) (SweepRes
 		return res, err
 	}
 	res.SessionsChecked, res.FactsChecked, res.Unverifiable = len(sessions), len(facts), bad
-	var orphanSessions []string
-	for c := range slices.Chunk(sessions, o.Chunk) {
-		m, err := src.MissingSessions(ctx, c)
-		if err != nil {
-			return res, err
-		}
-		orphanSessions = append(orphanSessions, m...)
+	orphanSessions, err := missingIn(ctx, sessions, o.Chunk, src.MissingSessions)
+	if err != nil {
+		return res, err
 	}
-	var orphanFacts []int64
-	for c := range slices.Chunk(facts, o.Chunk) {
-		m, err := src.MissingFacts(ctx, c)
-		if err != nil {
-			return res, err
-		}
-		orphanFacts = append(orphanFacts, m...)
+	orphanFacts, err := missingIn(ctx, facts, o.Chunk, src.MissingFacts)
+	if err != nil {
+		return res, err
 	}
 	res.OrphanSessions, res.OrphanFacts = len(orphanSessions), len(orphanFacts)
 	if err := refuse("sessions", len(orphanSessions), len(sessions), o.MaxOrphanFraction); err != nil {
@@ -98,35 +90,69 @@ func (g *Graph) Sweep(ctx context.Context, src Source, o SweepOptions) (SweepRes
 		res.Removed.Add(n)
 	}
 	for c := range slices.Chunk(orphanFacts, o.Chunk) {
-		p := map[string]any{"f": c, "n": o.Limit}
-		for _, t := range l.relTypes {
-			_, rels, err := g.drain(ctx, "MATCH ()-[r:`"+t+"`]->() WHERE r.fact_id IN $f WITH r LIMIT $n DELETE r RETURN count(r)", p, o.Limit)
-			if err != nil {
-				return res, err
-			}
-			res.Removed.Relationships[t] += rels
-		}
-		if l.hasFact {
-			nodes, rels, err := g.drain(ctx, "MATCH (x:`"+LabelFact+"`) WHERE x.id IN $f WITH x LIMIT $n DELETE x RETURN count(x)", p, o.Limit)
-			if err != nil {
-				return res, err
-			}
-			res.Removed.Nodes[LabelFact] += nodes
-			res.Removed.Relationships[AttachedKey] += rels
-		}
-	}
-	if l.hasEntity {
-		nodes, _, err := g.drain(ctx, "MATCH (e:`"+LabelEntity+"`) WHERE NOT (e)--() WITH e LIMIT $n DELETE e RETURN count(e)",
-			map[string]any{"n": o.Limit}, o.Limit)
-		if err != nil {
+		if err := g.pruneFacts(ctx, l, c, o.Limit, res.Removed); err != nil {
 			return res, err
 		}
-		res.Removed.Nodes[LabelEntity] += nodes
+	}
+	if err := g.pruneUnattachedEntities(ctx, l, o.Limit, res.Removed); err != nil {
+		return res, err
 	}
 	dropZeros(res.Removed)
 	return res, nil
 }
 
+// missingIn asks the source, chunk by chunk, which of ids it does not hold.
+func missingIn[T any](ctx context.Context, ids []T, chunk int, missing func(context.Context, []T) ([]T, error)) ([]T, error) {
+	var out []T
+	for c := range slices.Chunk(ids, chunk) {
+		m, err := missing(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m...)
+	}
+	return out, nil
+}
+
+// pruneFacts deletes the relationships and fact nodes of the given facts and
+// adds them to removed, with the relationships the nodes took along.
+func (g *Graph) pruneFacts(ctx context.Context, l layout, facts []int64, limit int, removed Counts) error {
+	p := map[string]any{"f": facts, "n": limit}
+	for _, t := range l.relTypes {
+		_, rels, err := g.drain(ctx, "MATCH ()-[r:`"+t+"`]->() WHERE r.fact_id IN $f WITH r LIMIT $n DELETE r RETURN count(r)", p, limit)
+		if err != nil {
+			return err
+		}
+		removed.Relationships[t] += rels
+	}
+	if l.hasFact {
+		nodes, rels, err := g.drain(ctx, "MATCH (x:`"+LabelFact+"`) WHERE x.id IN $f WITH x LIMIT $n DELETE x RETURN count(x)", p, limit)
+		if err != nil {
+			return err
+		}
+		removed.Nodes[LabelFact] += nodes
+		removed.Relationships[AttachedKey] += rels
+	}
+	return nil
+}
+
+// pruneUnattachedEntities deletes every entity left with no relationship at
+// all and adds them to removed.
+func (g *Graph) pruneUnattachedEntities(ctx context.Context, l layout, limit int, removed Counts) error {
+	if !l.hasEntity {
+		return nil
+	}
+	nodes, _, err := g.drain(ctx, "MATCH (e:`"+LabelEntity+"`) WHERE NOT (e)--() WITH e LIMIT $n DELETE e RETURN count(e)",
+		map[string]any{"n": limit}, limit)
+	if err != nil {
+		return err
+	}
+	removed.Nodes[LabelEntity] += nodes
+	return nil
+}
+
+// refuse is ErrSweepRefused when the orphans exceed maxFraction of total
+// (a fraction outside (0, 1) is no limit).
 func refuse(what string, orphans, total int, maxFraction float64) error {
 	if maxFraction <= 0 || maxFraction >= 1 || orphans == 0 {
 		return nil
