@@ -46,26 +46,7 @@ func get(ver, commit, date string, bi *debug.BuildInfo) Info {
 	info := Info{Version: ver, GitCommit: commit, BuildDate: date,
 		GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	if bi != nil {
-		if info.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			info.Version = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				if info.GitCommit == "" {
-					info.GitCommit = s.Value
-				}
-			case "vcs.time":
-				if info.BuildDate == "" {
-					info.BuildDate = s.Value
-				}
-			case "vcs.modified":
-				info.Modified = s.Value == "true"
-			}
-		}
-		if bi.GoVersion != "" {
-			info.GoVersion = bi.GoVersion
-		}
+		fromBuildInfo(&info, bi)
 	}
 	for _, f := range []*string{&info.Version, &info.GitCommit, &info.BuildDate} {
 		if *f == "" {
@@ -73,4 +54,30 @@ func get(ver, commit, date string, bi *debug.BuildInfo) Info {
 		}
 	}
 	return info
+}
+
+// fromBuildInfo fills the fields the linker left empty from what the Go
+// toolchain recorded: the module version, the VCS revision and time. The
+// modified flag and the Go version always come from it.
+func fromBuildInfo(info *Info, bi *debug.BuildInfo) {
+	if info.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		info.Version = bi.Main.Version
+	}
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			if info.GitCommit == "" {
+				info.GitCommit = s.Value
+			}
+		case "vcs.time":
+			if info.BuildDate == "" {
+				info.BuildDate = s.Value
+			}
+		case "vcs.modified":
+			info.Modified = s.Value == "true"
+		}
+	}
+	if bi.GoVersion != "" {
+		info.GoVersion = bi.GoVersion
+	}
 }
