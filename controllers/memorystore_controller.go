@@ -66,7 +66,6 @@ type MemoryStoreReconciler struct {
 // Reconcile observes the store, computes its conditions, and writes the
 // status once, only when it changed.
 func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	log := ctrl.LoggerFrom(ctx)
 	store := &lethev1.MemoryStore{}
 	if err := r.Client.Get(ctx, req.NamespacedName, store); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -80,6 +79,27 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 
 	before := store.DeepCopy()
 	wasReady := meta.IsStatusConditionTrue(store.Status.Conditions, lethev1.MemoryStoreReady)
+	r.setStatus(store, facts)
+	requeue := r.sweepIfDue(ctx, store, facts)
+
+	if !equality.Semantic.DeepEqual(before.Status, store.Status) {
+		if err := r.Client.Status().Patch(ctx, store, client.MergeFrom(before)); err != nil {
+			return statusPatchFailed(err)
+		}
+	}
+
+	ready := meta.FindStatusCondition(store.Status.Conditions, lethev1.MemoryStoreReady)
+	r.reportReadiness(ctx, store, ready, wasReady, before.Status.ObservedGeneration == 0)
+
+	if ready.Status != metav1.ConditionTrue {
+		return ctrl.Result{RequeueAfter: r.NotReadyRetry}, nil
+	}
+	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// setStatus writes the store's conditions, schema audit and observed
+// generation from the observed facts, in memory only.
+func (r *MemoryStoreReconciler) setStatus(store *lethev1.MemoryStore, facts storeFacts) {
 	setConditions(&store.Status.Conditions, storeConditions(facts, store.Generation))
 	if facts.schema != nil {
 		next := schemaStatus(facts.schema, metav1.NewTime(r.Clock.Now()))
@@ -91,6 +111,12 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		store.Status.Schema = next
 	}
 	store.Status.ObservedGeneration = store.Generation
+}
+
+// sweepIfDue sweeps the store's graph when its layers are healthy, its schema
+// compliant and a sweep is due, and returns how long to wait before the next
+// pass: the recheck interval, or sooner when the next sweep is due first.
+func (r *MemoryStoreReconciler) sweepIfDue(ctx context.Context, store *lethev1.MemoryStore, facts storeFacts) time.Duration {
 	requeue := r.RecheckInterval
 	if facts.graphConfigured && facts.graph == nil && facts.postgres == nil &&
 		meta.IsStatusConditionTrue(store.Status.Conditions, lethev1.MemoryStoreSchemaCompliant) {
@@ -101,30 +127,29 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 		requeue = min(requeue, wait)
 	}
+	return requeue
+}
 
-	if !equality.Semantic.DeepEqual(before.Status, store.Status) {
-		if err := r.Client.Status().Patch(ctx, store, client.MergeFrom(before)); err != nil {
-			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-				return ctrl.Result{RequeueAfter: time.Second}, nil
-			}
-			return ctrl.Result{}, fmt.Errorf("patch MemoryStore status: %w", err)
-		}
+// statusPatchFailed is the result of a failed status patch: a conflict or a
+// deleted store is retried in a second, any other error is returned.
+func statusPatchFailed(err error) (ctrl.Result, error) {
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
+	return ctrl.Result{}, fmt.Errorf("patch MemoryStore status: %w", err)
+}
 
-	ready := meta.FindStatusCondition(store.Status.Conditions, lethev1.MemoryStoreReady)
-	if isReady := ready.Status == metav1.ConditionTrue; isReady != wasReady || before.Status.ObservedGeneration == 0 {
+// reportReadiness records an Event and logs when the store's readiness
+// changed, or on its first pass.
+func (r *MemoryStoreReconciler) reportReadiness(ctx context.Context, store *lethev1.MemoryStore, ready *metav1.Condition, wasReady, firstPass bool) {
+	if isReady := ready.Status == metav1.ConditionTrue; isReady != wasReady || firstPass {
 		kind := corev1.EventTypeNormal
 		if !isReady {
 			kind = corev1.EventTypeWarning
 		}
 		r.Recorder.Eventf(store, nil, kind, ready.Reason, "Audit", "%s", ready.Message)
-		log.Info("memory store readiness changed", "ready", isReady, "reason", ready.Reason)
+		ctrl.LoggerFrom(ctx).Info("memory store readiness changed", "ready", isReady, "reason", ready.Reason)
 	}
-
-	if ready.Status != metav1.ConditionTrue {
-		return ctrl.Result{RequeueAfter: r.NotReadyRetry}, nil
-	}
-	return ctrl.Result{RequeueAfter: requeue}, nil
 }
 
 // observe runs every external check of the store.

@@ -89,6 +89,8 @@ func earlier(cur, t time.Time) time.Time {
 	return cur
 }
 
+// Collect lists the requests from the cache and exports the success gauge
+// and, when the list succeeded, the request gauges.
 func (c *requestCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -101,60 +103,89 @@ func (c *requestCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(c.listSuccess, prometheus.GaugeValue, 1)
+	c.export(ch, tallyRequests(list.Items))
+}
 
-	phases := map[string]float64{}
+// requestTally is what one scrape counts over the listed requests.
+type requestTally struct {
+	phases  map[string]float64
+	stalled float64
+	byNS    map[string]*namespaceDeadlines
+}
+
+// tallyRequests counts the requests by phase (every phase present, even at
+// 0) and the stalled ones, and gathers the deadlines of the unfinished ones
+// by namespace.
+func tallyRequests(items []lethev1.ErasureRequest) requestTally {
+	t := requestTally{phases: map[string]float64{}, byNS: map[string]*namespaceDeadlines{}}
 	for _, p := range allPhases {
-		phases[string(p)] = 0
+		t.phases[string(p)] = 0
 	}
-	var stalled float64
-	byNS := map[string]*namespaceDeadlines{}
-	for i := range list.Items {
-		er := &list.Items[i]
+	for i := range items {
+		er := &items[i]
 		phase := string(er.Status.Phase)
 		if phase == "" {
 			phase = string(lethev1.PhasePending)
 		}
-		phases[phase]++
-		conds := er.Status.Conditions
-		if meta.IsStatusConditionTrue(conds, lethev1.ConditionStalled) {
-			stalled++
+		t.phases[phase]++
+		if meta.IsStatusConditionTrue(er.Status.Conditions, lethev1.ConditionStalled) {
+			t.stalled++
 		}
-		// A dry run erases nothing, planned or not: no deadline runs for it.
-		if er.Spec.DryRun || erasure.Terminal(er) || er.Status.Phase == lethev1.PhaseBackupsRotated ||
-			meta.IsStatusConditionTrue(conds, lethev1.ConditionBackupsRotated) || er.Status.Deadline == nil {
+		if noDeadline(er) {
 			continue
 		}
-		d := byNS[er.Namespace]
+		d := t.byNS[er.Namespace]
 		if d == nil {
 			d = &namespaceDeadlines{}
-			byNS[er.Namespace] = d
+			t.byNS[er.Namespace] = d
 		}
-		deadline := er.Status.Deadline.Time
-		d.earliest = earlier(d.earliest, deadline)
-		if !meta.IsStatusConditionTrue(conds, lethev1.ConditionGraphReconciled) {
-			d.liveData = earlier(d.liveData, deadline)
+		d.add(er)
+	}
+	return t
+}
+
+// noDeadline reports whether no deadline runs for the request: a dry run, a
+// finished or cancelled one, or one without a deadline yet.
+func noDeadline(er *lethev1.ErasureRequest) bool {
+	// A dry run erases nothing, planned or not: no deadline runs for it.
+	return er.Spec.DryRun || erasure.Terminal(er) || er.Status.Phase == lethev1.PhaseBackupsRotated ||
+		meta.IsStatusConditionTrue(er.Status.Conditions, lethev1.ConditionBackupsRotated) || er.Status.Deadline == nil
+}
+
+// add counts an unfinished request (with a deadline) in its namespace's
+// deadlines: the earliest, the earliest with data still live, and whether
+// its current step is projected late.
+func (d *namespaceDeadlines) add(er *lethev1.ErasureRequest) {
+	conds := er.Status.Conditions
+	deadline := er.Status.Deadline.Time
+	d.earliest = earlier(d.earliest, deadline)
+	if !meta.IsStatusConditionTrue(conds, lethev1.ConditionGraphReconciled) {
+		d.liveData = earlier(d.liveData, deadline)
+	}
+	if !meta.IsStatusConditionTrue(conds, lethev1.ConditionDeleted) {
+		if er.Status.GraceEndsAt != nil && er.Status.GraceEndsAt.After(deadline) {
+			d.lateDeletion++
 		}
-		if !meta.IsStatusConditionTrue(conds, lethev1.ConditionDeleted) {
-			if er.Status.GraceEndsAt != nil && er.Status.GraceEndsAt.After(deadline) {
-				d.lateDeletion++
-			}
-			continue
+		return
+	}
+	// Deleted: what is left to wait for is the Backups' expiration.
+	if latest, ok := latestRemainingExpiration(er); ok {
+		if latest.After(d.backupsExpireBy) {
+			d.backupsExpireBy = latest
 		}
-		// Deleted: what is left to wait for is the Backups' expiration.
-		if latest, ok := latestRemainingExpiration(er); ok {
-			if latest.After(d.backupsExpireBy) {
-				d.backupsExpireBy = latest
-			}
-			if latest.After(deadline) {
-				d.lateBackups++
-			}
+		if latest.After(deadline) {
+			d.lateBackups++
 		}
 	}
-	for p, n := range phases {
+}
+
+// export sends the request gauges of a tally.
+func (c *requestCollector) export(ch chan<- prometheus.Metric, t requestTally) {
+	for p, n := range t.phases {
 		ch <- prometheus.MustNewConstMetric(c.byPhase, prometheus.GaugeValue, n, p)
 	}
-	ch <- prometheus.MustNewConstMetric(c.stalled, prometheus.GaugeValue, stalled)
-	for ns, d := range byNS {
+	ch <- prometheus.MustNewConstMetric(c.stalled, prometheus.GaugeValue, t.stalled)
+	for ns, d := range t.byNS {
 		ch <- prometheus.MustNewConstMetric(c.earliestDeadline, prometheus.GaugeValue, unix(d.earliest), ns)
 		if !d.liveData.IsZero() {
 			ch <- prometheus.MustNewConstMetric(c.liveDataDeadline, prometheus.GaugeValue, unix(d.liveData), ns)
