@@ -138,10 +138,16 @@ func (t crashingTx) Commit(ctx context.Context) error {
 	return errCrash
 }
 
+// lostStatusWrites drops the status writes of crashed passes, in every
+// manager the suite starts.
+var lostStatusWrites = &lostWrites{}
+
 // lostWrites drops the status writes of a crashed pass.
 type lostWrites struct {
 	mu      sync.Mutex
 	crashed map[string]bool
+	// dropped counts the writes dropped, so a test can see crashes lost some.
+	dropped atomic.Int64
 }
 
 func (l *lostWrites) mark(ns string) {
@@ -170,6 +176,7 @@ func (l *lostWrites) client(c client.Client) client.Client {
 	return interceptor.NewClient(noWatch{c}, interceptor.Funcs{
 		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 			if l.isCrashed(obj.GetNamespace()) {
+				l.dropped.Add(1)
 				return nil
 			}
 			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)

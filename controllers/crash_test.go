@@ -18,8 +18,9 @@ import (
 )
 
 // The manager "crashes" at every step boundary and inside the deletion
-// transaction (a test-only fault hook ends the pass without writing status,
-// or rolls the transaction back), at random, across 100 requests. Every
+// transaction (decorated ports fail after their work committed, before it
+// started, or roll the transaction back at its commit, and the pass loses
+// its status write), at random, across 100 requests. Every
 // request still completes, nothing outside the requests is deleted, and each
 // step's receipt exists exactly once (target R1).
 func TestCrashesAtEveryBoundaryLeaveOneReceiptPerStep(t *testing.T) {
@@ -52,6 +53,7 @@ func TestCrashesAtEveryBoundaryLeaveOneReceiptPerStep(t *testing.T) {
 	}
 	waitCondition(t, store, lethev1.MemoryStoreReady, metav1.ConditionTrue, lethev1.ReasonAllReady)
 
+	droppedBefore := lostStatusWrites.dropped.Load()
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(7, 11))
 	crashes := map[string]int{}
@@ -106,6 +108,9 @@ func TestCrashesAtEveryBoundaryLeaveOneReceiptPerStep(t *testing.T) {
 		if crashes[point] == 0 {
 			t.Errorf("no crash was injected at %s", point)
 		}
+	}
+	if lostStatusWrites.dropped.Load() == droppedBefore {
+		t.Error("no crashed pass lost its status write: the crashes did not model a killed manager")
 	}
 	mu.Unlock()
 

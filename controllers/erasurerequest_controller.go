@@ -109,14 +109,7 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	}
 
 	p := &pass{req: er, before: er.DeepCopy()}
-	defer func() {
-		if p.gone {
-			return
-		}
-		if err := r.patchStatus(ctx, p); err != nil {
-			res, retErr = requeueOnConflict(errors.Join(retErr, err))
-		}
-	}()
+	defer r.finishPass(ctx, p, &res, &retErr)
 	initStatus(er)
 	// Planned and Cancelled are final: nothing, not even an unreachable
 	// database, may rewrite their conditions.
@@ -146,25 +139,44 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	return r.reverify(ctx, p, sc)
 }
 
+// finishPass writes the pass's status once, unless the pass deleted the
+// request. A conflict is a quick, silent retry, unless a step failed: its
+// error still goes to controller-runtime.
+func (r *ErasureRequestReconciler) finishPass(ctx context.Context, p *pass, res *ctrl.Result, retErr *error) {
+	if p.gone {
+		return
+	}
+	err := r.patchStatus(ctx, p)
+	switch {
+	case err == nil:
+	case *retErr != nil:
+		*retErr = errors.Join(*retErr, err)
+	default:
+		*res, *retErr = requeueOnConflict(err)
+	}
+}
+
 // reverify checks a completed request again on an interval (restored
-// backups, stale graph writes), each step with its own code. Only from the
+// backups, stale graph writes), each step with its own code, every check in
+// every pass (a resurrection found by one never delays another). Only from the
 // latest status: what a re-verification does must land in the history, and
 // a stale pass could not write it.
 func (r *ErasureRequestReconciler) reverify(ctx context.Context, p *pass, sc *erasure.Scope) (ctrl.Result, error) {
 	if fresh, err := r.isFresh(ctx, p.req); err != nil || !fresh {
 		return ctrl.Result{RequeueAfter: time.Second}, err
 	}
+	next := r.ReverifyInterval
 	for _, c := range r.machine.Reverifiers() {
 		out := c.Reverify(ctx, sc)
 		r.record(p, out)
 		if out.Kind == erasure.Errored {
 			return r.result(ctx, "re-verification", out)
 		}
-		if out.Milestone != nil {
-			break
+		if out.Kind == erasure.Waiting && out.RequeueAfter > 0 {
+			next = min(next, out.RequeueAfter)
 		}
 	}
-	return ctrl.Result{RequeueAfter: r.ReverifyInterval}, nil
+	return ctrl.Result{RequeueAfter: next}, nil
 }
 
 // patchFinalizers writes the object's metadata.finalizers and nothing else:

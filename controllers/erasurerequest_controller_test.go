@@ -228,6 +228,15 @@ func TestImmediateRequestErasesEveryLayerAndOnlyThat(t *testing.T) {
 	if err := evidence.Verify(er.Status.History); err != nil {
 		t.Errorf("history chain: %v", err)
 	}
+	// The Tombstoned receipt in the database digests what the history entry digests.
+	var receipt string
+	if err := e.conn.QueryRow(context.Background(), `SELECT digest FROM lethe.erasure_receipts WHERE request_uid = $1 AND step = 'Tombstoned'`,
+		string(er.UID)).Scan(&receipt); err != nil {
+		t.Fatal(err)
+	}
+	if h := er.Status.History[0]; h.EvidenceDigest != receipt {
+		t.Errorf("Tombstoned receipt digest %s, history entry's evidence digest %s", receipt, h.EvidenceDigest)
+	}
 	if er.Status.Deadline == nil || !er.Status.Deadline.Time.Equal(er.CreationTimestamp.AddDate(0, 1, 0)) {
 		t.Errorf("deadline %v, want one month after creation %v", er.Status.Deadline, er.CreationTimestamp)
 	}

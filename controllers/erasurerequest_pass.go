@@ -162,7 +162,7 @@ func (c *claims) Claim(ctx context.Context, claim metav1.Condition) (bool, error
 
 // countWork adds what a pass did to the metrics.
 func countWork(w erasure.Work) {
-	if w.SessionsDeleted > 0 {
+	if w.Mode != "" {
 		metrics.TombstoneReaper.WithLabelValues(w.Mode).Add(float64(w.SessionsDeleted))
 	}
 	for _, c := range w.RowsDeleted {

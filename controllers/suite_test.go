@@ -134,7 +134,6 @@ func startManager(cfg *rest.Config, pools *postgres.Pools, another bool) (stop f
 	detector := backups.Detector{Discovery: disc}
 	conn := &connector.Connector{Secrets: mgr.GetAPIReader(), Pools: pools, Graphs: graphs, Velero: backups.Velero{
 		Detector: detector, Rotator: backups.Rotator{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Concurrency: 8}}}
-	lost := &lostWrites{}
 	if err := (&controllers.MemoryStoreReconciler{
 		Client:          mgr.GetClient(),
 		Recorder:        mgr.GetEventRecorder("lethe-memorystore"),
@@ -150,12 +149,12 @@ func startManager(cfg *rest.Config, pools *postgres.Pools, another bool) (stop f
 		return nil, err
 	}
 	if err := (&controllers.ErasureRequestReconciler{
-		Client:           lost.client(mgr.GetClient()),
+		Client:           lostStatusWrites.client(mgr.GetClient()),
 		APIReader:        mgr.GetAPIReader(),
 		SecretReader:     mgr.GetAPIReader(),
 		Recorder:         mgr.GetEventRecorder("lethe-erasurerequest"),
 		Clock:            operatorClock,
-		Connector:        crashingConnector{inner: conn, lost: lost},
+		Connector:        crashingConnector{inner: conn, lost: lostStatusWrites},
 		BackoffBase:      20 * time.Millisecond,
 		BackoffMax:       time.Second,
 		BackupRecheck:    time.Second,

@@ -46,6 +46,9 @@ func (c *Connector) Ports(ctx context.Context, store *lethev1.MemoryStore) (eras
 		p.Graph = &lazyGraph{c: c, store: store}
 	}
 	if store.Spec.Velero != nil {
+		if c.Velero == nil {
+			return erasure.Ports{}, errors.New("the store configures Velero but the connector has no Velero port")
+		}
 		p.Backups = c.Velero
 	}
 	return p, nil
@@ -86,6 +89,10 @@ func (c *Connector) pool(ctx context.Context, store *lethev1.MemoryStore, target
 		return nil, err
 	}
 	pool, err := c.Pools.Get(ctx, cacheKey(store, target), dsn)
+	if errors.Is(err, postgres.ErrInvalidDSN) {
+		return nil, &erasure.ConfigError{Reason: lethev1.ReasonInvalidSecret,
+			Message: fmt.Sprintf("%s: Secret %s/%s key %q: %v", target, store.Namespace, ref.Name, ref.Key, err)}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", target, err)
 	}
@@ -97,11 +104,15 @@ func (c *Connector) pool(ctx context.Context, store *lethev1.MemoryStore, target
 func (c *Connector) ReadSecretKey(ctx context.Context, namespace string, ref lethev1.SecretKeyRef) (string, error) {
 	secret := &corev1.Secret{}
 	err := c.Secrets.Get(ctx, types.NamespacedName{Namespace: namespace, Name: ref.Name}, secret)
-	if apierrors.IsNotFound(err) {
+	switch {
+	case apierrors.IsNotFound(err):
 		return "", &erasure.ConfigError{Reason: lethev1.ReasonSecretNotFound, Message: fmt.Sprintf("Secret %s/%s not found", namespace, ref.Name)}
-	}
-	if err != nil {
-		return "", &erasure.ConfigError{Reason: lethev1.ReasonSecretNotFound, Message: fmt.Sprintf("cannot read Secret %s/%s: %v", namespace, ref.Name, err)}
+	case apierrors.IsForbidden(err):
+		return "", &erasure.ConfigError{Reason: lethev1.ReasonSecretNotFound,
+			Message: fmt.Sprintf("the manager may not read Secret %s/%s (RBAC)", namespace, ref.Name)}
+	case err != nil:
+		// The API server is unreachable or failing: an outage, not a configuration.
+		return "", fmt.Errorf("read Secret %s/%s: %w", namespace, ref.Name, err)
 	}
 	v, ok := secret.Data[ref.Key]
 	if !ok || len(v) == 0 {

@@ -2,6 +2,7 @@ package connector
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -61,5 +62,10 @@ func (l *lazyReplicas) CaughtUp(ctx context.Context, lsn string) (bool, error) {
 		}
 		reps = append(reps, pool)
 	}
-	return reps.CaughtUp(ctx, lsn)
+	ok, err := reps.CaughtUp(ctx, lsn)
+	if errors.Is(err, postgres.ErrNotReplica) {
+		return false, &erasure.ConfigError{Reason: lethev1.ReasonInvalidSecret,
+			Message: "a replica Secret names a server that is not a replica: " + err.Error()}
+	}
+	return ok, err
 }

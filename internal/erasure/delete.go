@@ -74,13 +74,16 @@ func (d *Deletion) Run(ctx context.Context, s *Scope) Outcome {
 		return out
 	}
 	caughtUp, err := s.Replicas.CaughtUp(ctx, res.CommitLSN)
-	if err != nil {
-		return failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonReplicaLagging,
-			"waiting for every replica to replay past the deletion; a replica could not be asked and is retried", err)
-	}
-	if !caughtUp {
-		return waiting(d.Config.ReplicaRecheck, lethev1.ConditionDeleted, lethev1.ReasonReplicaLagging,
+	if err != nil || !caughtUp {
+		// What was deleted is evidence already, whatever the replicas say.
+		out := waiting(d.Config.ReplicaRecheck, lethev1.ConditionDeleted, lethev1.ReasonReplicaLagging,
 			"waiting for every replica to replay past the deletion")
+		if err != nil {
+			out = failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonReplicaLagging,
+				"waiting for every replica to replay past the deletion; a replica could not be asked and is retried", err)
+		}
+		out.Evidence = &ev
+		return out
 	}
 	d.forget(s.uid())
 	out := done(lethev1.ConditionDeleted, lethev1.ReasonSessionsDeleted,
@@ -101,6 +104,10 @@ func (d *Deletion) claim(ctx context.Context, s *Scope) (Outcome, bool) {
 	}
 	if cancelRequested {
 		if out, ok := cancel(ctx, s, d.Config); ok {
+			if out.Kind == Errored {
+				// GracePeriodElapsed is True already: the failed cancel must not undo it.
+				return errored(out.Err), false
+			}
 			return out, false
 		}
 	}

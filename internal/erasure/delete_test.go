@@ -129,6 +129,10 @@ func TestDeletionClaim(t *testing.T) {
 			er: claimed, fakes: deletionFakes(func(f *fakes) { f.claims = ClaimsFns{} }),
 			want: stepWant{out: deleted("grace"), status: deletedStatus(claimed, deleted("grace")),
 				calls: []string{deleteCall, verifyCall, probeCall, replicaCall}}},
+		"CancelFailsAtClaim": {reason: "A cancel seen at claim time that the database fails to write is an error; GracePeriodElapsed, True already, stays True.",
+			er: atDeletion(), fakes: deletionFakes(cancelSeen(errPort)),
+			want: stepWant{out: Outcome{Kind: Errored}, err: errPort, status: after(atDeletion()),
+				calls: []string{cancelRequestedCall, "Ledger.Cancel(req-uid)"}}},
 		"CancelReadError": {reason: "The uncached read failing is an error; no condition changes, nothing is claimed.",
 			er: atDeletion(), fakes: deletionFakes(func(f *fakes) {
 				f.claims.CancelRequestedFn = func(context.Context) (bool, error) { return false, errPort }
@@ -152,6 +156,7 @@ func TestDeletionRun(t *testing.T) {
 	probeFailed := deleting("deleted; the residue probe failed and is retried (the manager's role needs SELECT on every vector column)")
 	configCond := &Condition{Type: lethev1.ConditionDeleted, Reason: errConfig.Reason, Message: errConfig.Message}
 	lagging := &Condition{Type: lethev1.ConditionDeleted, Reason: lethev1.ReasonReplicaLagging, Message: "waiting for every replica to replay past the deletion"}
+	deletedEv := deleted("grace").Evidence
 	replicaDown := &Condition{Type: lethev1.ConditionDeleted, Reason: lethev1.ReasonReplicaLagging,
 		Message: "waiting for every replica to replay past the deletion; a replica could not be asked and is retried"}
 	deleteFails := func(err error) func(*fakes) {
@@ -191,14 +196,14 @@ func TestDeletionRun(t *testing.T) {
 			}),
 			want: stepWant{out: Outcome{Kind: Errored, Condition: probeFailed}, err: errPort,
 				status: after(atDeletion(), withCond(probeFailed)), calls: append(claims, deleteCall, verifyCall, probeCall)}},
-		"ReplicasLagging": {reason: "A replica behind the deletion's commit waits for it; nothing is recorded as deleted yet.",
+		"ReplicasLagging": {reason: "A replica behind the deletion's commit waits for it; the deletion's evidence is recorded, not its milestone.",
 			er: atDeletion(), fakes: deletionFakes(caughtUp(false, nil)),
-			want: stepWant{out: Outcome{Kind: Waiting, Condition: lagging, RequeueAfter: testConfig.ReplicaRecheck},
-				status: after(atDeletion(), withCond(lagging)), calls: append(claims, deleteCall, verifyCall, probeCall, replicaCall)}},
-		"ReplicaError": {reason: "A replica that cannot be asked is an error for a retry.",
+			want: stepWant{out: Outcome{Kind: Waiting, Condition: lagging, Evidence: deletedEv, RequeueAfter: testConfig.ReplicaRecheck},
+				status: after(atDeletion(), withCond(lagging), withEvidence(*deletedEv)), calls: append(claims, deleteCall, verifyCall, probeCall, replicaCall)}},
+		"ReplicaError": {reason: "A replica that cannot be asked is an error for a retry; the deletion's evidence is recorded.",
 			er: atDeletion(), fakes: deletionFakes(caughtUp(false, errPort)),
-			want: stepWant{out: Outcome{Kind: Errored, Condition: replicaDown}, err: errPort,
-				status: after(atDeletion(), withCond(replicaDown)), calls: append(claims, deleteCall, verifyCall, probeCall, replicaCall)}},
+			want: stepWant{out: Outcome{Kind: Errored, Condition: replicaDown, Evidence: deletedEv}, err: errPort,
+				status: after(atDeletion(), withCond(replicaDown), withEvidence(*deletedEv)), calls: append(claims, deleteCall, verifyCall, probeCall, replicaCall)}},
 	})
 }
 

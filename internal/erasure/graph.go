@@ -36,7 +36,9 @@ func (g GraphPrune) Run(ctx context.Context, s *Scope) Outcome {
 	gctx, cancel := context.WithTimeout(ctx, g.Config.GraphTimeout)
 	defer cancel()
 	var work Work
-	batches, err := g.pruneBatches(gctx, s, ids, receipts, &work)
+	// The graph's calls are bounded by gctx; the ledger's receipts are not,
+	// so a time bound reached after a prune still records it.
+	batches, err := g.pruneBatches(ctx, gctx, s, ids, receipts, &work)
 	if err != nil {
 		return g.down(err, work)
 	}
@@ -44,7 +46,7 @@ func (g GraphPrune) Run(ctx context.Context, s *Scope) Outcome {
 	if err == nil && left.Total() > 0 {
 		// Written after a batch was pruned (a deriver still running): the
 		// receipts are in, so prune every batch again, and record it.
-		left, err = g.pruneAgain(gctx, s, ids, receipts, &work)
+		left, err = g.pruneAgain(ctx, gctx, s, ids, receipts, &work)
 	}
 	if err != nil {
 		return g.down(err, work)
@@ -87,7 +89,7 @@ func (g GraphPrune) ledger(ctx context.Context, s *Scope) ([]string, map[int]Ste
 
 // pruneBatches prunes each batch of sessions without a receipt and writes
 // its receipt; it returns the number of batches.
-func (g GraphPrune) pruneBatches(ctx context.Context, s *Scope, ids []string, receipts map[int]StepReceipt, work *Work) (int, error) {
+func (g GraphPrune) pruneBatches(ctx, gctx context.Context, s *Scope, ids []string, receipts map[int]StepReceipt, work *Work) (int, error) {
 	batch := 0
 	for chunk := range slices.Chunk(ids, g.Config.GraphBatch) {
 		b := batch
@@ -95,7 +97,7 @@ func (g GraphPrune) pruneBatches(ctx context.Context, s *Scope, ids []string, re
 		if _, done := receipts[b]; done {
 			continue
 		}
-		removed, err := s.Graph.Prune(ctx, chunk, g.Config.GraphDeleteLimit)
+		removed, err := s.Graph.Prune(gctx, chunk, g.Config.GraphDeleteLimit)
 		if err != nil {
 			return batch, err
 		}
@@ -111,8 +113,8 @@ func (g GraphPrune) pruneBatches(ctx context.Context, s *Scope, ids []string, re
 
 // pruneAgain prunes every batch again, records it under a receipt of its
 // own and counts what is left.
-func (g GraphPrune) pruneAgain(ctx context.Context, s *Scope, ids []string, receipts map[int]StepReceipt, work *Work) (GraphCounts, error) {
-	again, err := pruneAll(ctx, s.Graph, ids, g.Config.GraphBatch, g.Config.GraphDeleteLimit)
+func (g GraphPrune) pruneAgain(ctx, gctx context.Context, s *Scope, ids []string, receipts map[int]StepReceipt, work *Work) (GraphCounts, error) {
+	again, err := pruneAll(gctx, s.Graph, ids, g.Config.GraphBatch, g.Config.GraphDeleteLimit)
 	if err != nil {
 		return GraphCounts{}, err
 	}
@@ -122,7 +124,7 @@ func (g GraphPrune) pruneAgain(ctx context.Context, s *Scope, ids []string, rece
 		return GraphCounts{}, ledgerError{err}
 	}
 	receipts[-len(receipts)-1] = StepReceipt{Sessions: len(ids), Counts: countMap(counts)}
-	return s.Graph.Count(ctx, ids)
+	return s.Graph.Count(gctx, ids)
 }
 
 // down reports a graph (or ledger) error: the pass's time bound reached

@@ -9,15 +9,19 @@ import (
 )
 
 // The ports: one small interface per external system the phase machine
-// drives. Every call is safe to repeat: after a crash anywhere inside or
-// after it, calling it again gives the same end state, and "already done"
-// is success, never an error. A call returns an error only when it did not
-// do its work; a *ConfigError when a human must fix the configuration.
+// drives. Every call is safe to repeat unless its comment says otherwise:
+// after a crash anywhere inside or after it, calling it again gives the
+// same end state, and "already done" is success, never an error. A call
+// returns an error only when it did not do its work; a *ConfigError when a
+// human must fix the configuration (a missing Secret, a wrong server).
 
 // Ledger is the memory database: the sessions, the erasure ledger and the
-// receipts. Every method is scoped to the store's tenant; receipts are
-// written in the same transaction as the work they record, once per
-// (request, step, batch), the ledger choosing the batch key.
+// receipts. Every read or change of a session is scoped to the store's
+// tenant; the ledger's rows are scoped by request. Receipts are written in
+// the same transaction as the work they record, once per (request, step,
+// batch): the batch key is the deletion's or the graph step's batch index
+// (deterministic over the sorted sessions), or, for repeated work
+// (re-erasure, a graph prune repeated), chosen by the ledger.
 type Ledger interface {
 	// Plan counts what Tombstone would tombstone, changing nothing.
 	Plan(ctx context.Context, req Request) (Plan, error)
@@ -39,7 +43,8 @@ type Ledger interface {
 	// Verify looks for anything left of the sessions the request erased.
 	Verify(ctx context.Context, uid string) ([]Verification, error)
 	// ProbeResidue looks for near-identical copies of the probe embeddings
-	// in every vector column outside the cascade.
+	// in every vector column outside the cascade, in every schema (a copy
+	// may sit anywhere; only counts per column come back).
 	ProbeResidue(ctx context.Context, probe []Embedding, maxDistance float64) ([]Residue, error)
 	// Reerase erases again, at once, sessions the request erased that exist
 	// again, with a Resurrected receipt; Sessions == 0 when none came back.
@@ -54,7 +59,8 @@ type Ledger interface {
 	// WriteReceipt records batch of a step done outside the database; a
 	// repeat keeps the first receipt.
 	WriteReceipt(ctx context.Context, uid, step string, batch, sessions int, counts []Count) error
-	// AppendReceipt records one more run of a step under the next free batch key.
+	// AppendReceipt records one more run of a step under the next free batch
+	// key. It is not idempotent: each call records a run.
 	AppendReceipt(ctx context.Context, uid, step string, sessions int, counts []Count) error
 }
 
@@ -99,9 +105,10 @@ type Claims interface {
 	// CancelRequested reads the latest version of the request, uncached,
 	// and reports whether it asks to cancel.
 	CancelRequested(ctx context.Context) (bool, error)
-	// Claim writes the given Deleted condition on top of the version
-	// CancelRequested read; false (nothing written) when the request
-	// changed since.
+	// Claim records the given Deleted condition in the pass's status and
+	// writes that whole status on top of the version CancelRequested read
+	// (GracePeriodElapsed, True, goes with it); false (nothing written)
+	// when the request changed since.
 	Claim(ctx context.Context, claim metav1.Condition) (bool, error)
 }
 

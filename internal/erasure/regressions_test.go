@@ -17,8 +17,8 @@ func TestReplicaConfigErrorSaysWhatToFix(t *testing.T) {
 			er: atDeletion(), fakes: deletionFakes(func(f *fakes) {
 				f.replicas = func(context.Context, string) (bool, error) { return false, errConfig }
 			}),
-			want: stepWant{out: Outcome{Kind: Waiting, Condition: configCond, RequeueAfter: testConfig.RetryAfter},
-				status: after(atDeletion(), withCond(configCond)),
+			want: stepWant{out: Outcome{Kind: Waiting, Condition: configCond, Evidence: deleted("grace").Evidence, RequeueAfter: testConfig.RetryAfter},
+				status: after(atDeletion(), withCond(configCond), withEvidence(*deleted("grace").Evidence)),
 				calls:  []string{cancelRequestedCall, claimCall, deleteCall, verifyCall, probeCall, replicaCall}}},
 	})
 }

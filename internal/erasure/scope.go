@@ -60,8 +60,11 @@ func LedgerRequest(er *lethev1.ErasureRequest) Request {
 	for i, id := range er.Spec.SessionIDs {
 		ids[i] = string(id)
 	}
-	grace := time.Duration(0)
-	if !er.Spec.Immediate && er.Spec.GracePeriod != nil {
+	grace := lethev1.DefaultGracePeriod
+	switch {
+	case er.Spec.Immediate:
+		grace = 0
+	case er.Spec.GracePeriod != nil:
 		grace = er.Spec.GracePeriod.Duration
 	}
 	return Request{UID: string(er.UID), SessionIDs: ids, Grace: grace}

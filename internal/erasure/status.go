@@ -149,8 +149,9 @@ func firstPending(conds []metav1.Condition) string {
 	return "none"
 }
 
-// planStatus converts the database plan into the API's shape.
-func planStatus(p Plan) *lethev1.ErasurePlan {
+// PlanStatus converts the database plan into the API's shape: the
+// Tombstoned history entry and receipt digest it.
+func PlanStatus(p Plan) *lethev1.ErasurePlan {
 	out := &lethev1.ErasurePlan{
 		SessionsFound:       int32(len(p.Found)),
 		Embeddings:          p.Embeddings,

@@ -36,7 +36,7 @@ func (t Tombstoning) Run(ctx context.Context, s *Scope) Outcome {
 		return failed(t.Config, lethev1.ConditionTombstoned, lethev1.ReasonDatabaseUnavailable,
 			"the tombstone transaction failed; Lethe retries", err)
 	}
-	ps := planStatus(plan)
+	ps := PlanStatus(plan)
 	note := fmt.Sprintf("%d of %d sessions found and tombstoned", len(plan.Found), len(req.SessionIDs))
 	out := done(lethev1.ConditionTombstoned, lethev1.ReasonSessionsTombstoned,
 		"the requested sessions of this tenant are tombstoned and hidden from every read path")
@@ -59,7 +59,7 @@ func (t Tombstoning) plan(ctx context.Context, s *Scope, req Request) Outcome {
 		return failed(t.Config, lethev1.ConditionTombstoned, lethev1.ReasonDatabaseUnavailable,
 			"the plan could not be taken; Lethe retries", err)
 	}
-	ps := planStatus(plan)
+	ps := PlanStatus(plan)
 	if s.Graph != nil && len(plan.Found) > 0 {
 		gctx, cancel := context.WithTimeout(ctx, t.Config.GraphTimeout)
 		c, err := s.Graph.Count(gctx, plan.Found)

@@ -7,12 +7,13 @@ import (
 
 	"github.com/FalkorDB/falkordb-go/v2"
 
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/erasure"
 )
 
 // sessionID is the canonical lowercase UUID form the API admits; nothing
 // else is ever sent to the graph as a session ID.
-var sessionID = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+var sessionID = regexp.MustCompile(lethev1.SessionIDPattern)
 
 // AttachedKey counts relationships of other provenance attached to erased nodes.
 const AttachedKey = erasure.GraphAttachedKey

@@ -16,6 +16,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -34,12 +35,15 @@ type Options struct {
 	ApplicationName string
 }
 
+// ErrInvalidDSN is a DSN pgx cannot parse (a configuration mistake).
+var ErrInvalidDSN = errors.New("invalid postgres DSN: it must be a URL or key=value string that pgx can parse")
+
 // Connect opens a pool to dsn and checks that the server answers.
 func Connect(ctx context.Context, dsn string, opts Options) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		// pgx's parse errors can echo the DSN, password included; do not wrap them.
-		return nil, fmt.Errorf("invalid postgres DSN: it must be a URL or key=value string that pgx can parse")
+		return nil, ErrInvalidDSN
 	}
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns

@@ -68,7 +68,7 @@ func (e *Eraser) Tombstone(ctx context.Context, req erasure.Request) (erasure.Pl
 		if err := tx.QueryRow(ctx, firstTombstoneSQL, req.UID, req.Grace.Seconds()).Scan(&plan.TombstonedAt, &plan.GraceEndsAt); err != nil {
 			return fmt.Errorf("read ledger: %w", err)
 		}
-		return receipt{uid: req.UID, step: erasure.StepTombstoned, sessions: len(plan.Found), counts: plan.Rows, of: plan}.write(ctx, tx)
+		return receipt{uid: req.UID, step: erasure.StepTombstoned, sessions: len(plan.Found), counts: plan.Rows, of: erasure.PlanStatus(plan)}.write(ctx, tx)
 	})
 	return plan, err
 }

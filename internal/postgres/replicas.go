@@ -12,8 +12,9 @@ import (
 // on a server that is not a replica.
 const replayedPastSQL = `SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn`
 
-// errNotReplica is returned for a "replica" that is a primary.
-var errNotReplica = errors.New("the server is not a replica (pg_last_wal_replay_lsn() is null)")
+// ErrNotReplica is returned for a "replica" that is a primary (a
+// configuration mistake: the Secret names the wrong server).
+var ErrNotReplica = errors.New("the server is not a replica (pg_last_wal_replay_lsn() is null)")
 
 // ReplicaCaughtUp reports whether the replica behind q has replayed past lsn.
 func ReplicaCaughtUp(ctx context.Context, q Querier, lsn string) (bool, error) {
@@ -22,7 +23,7 @@ func ReplicaCaughtUp(ctx context.Context, q Querier, lsn string) (bool, error) {
 		return false, fmt.Errorf("read replay position: %w", err)
 	}
 	if ok == nil {
-		return false, errNotReplica
+		return false, ErrNotReplica
 	}
 	return *ok, nil
 }
