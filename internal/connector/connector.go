@@ -37,6 +37,9 @@ type Connector struct {
 // Ports returns the ports of one pass over store. The primary is opened
 // at once (every step needs it); the graph and the replicas on first use.
 func (c *Connector) Ports(ctx context.Context, store *lethev1.MemoryStore) (erasure.Ports, error) {
+	if store.Spec.Velero != nil && c.Velero == nil {
+		return erasure.Ports{}, errors.New("the store configures Velero but the connector has no Velero port")
+	}
 	ledger, err := c.Ledger(ctx, store)
 	if err != nil {
 		return erasure.Ports{}, err
@@ -46,9 +49,6 @@ func (c *Connector) Ports(ctx context.Context, store *lethev1.MemoryStore) (eras
 		p.Graph = &lazyGraph{c: c, store: store}
 	}
 	if store.Spec.Velero != nil {
-		if c.Velero == nil {
-			return erasure.Ports{}, errors.New("the store configures Velero but the connector has no Velero port")
-		}
 		p.Backups = c.Velero
 	}
 	return p, nil
