@@ -31,7 +31,9 @@ func TestConnectorTellsConfigurationFromOutage(t *testing.T) {
 		return s
 	}
 	failingGet := func(err error) interceptor.Funcs {
-		return interceptor.Funcs{Get: func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error { return err }}
+		return interceptor.Funcs{Get: func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error {
+			return err
+		}}
 	}
 	gr := schema.GroupResource{Resource: "secrets"}
 	cases := map[string]struct {
