@@ -42,21 +42,24 @@ type ReceiptKeySetup struct {
 	Create bool
 
 	warned bool
+	// created holds the Secret this process created until its public key
+	// is published: only then is the creation announced.
+	created *corev1.Secret
 }
 
 // errKeyMissing: the Secret does not exist and creating it is turned off.
 var errKeyMissing = errors.New("does not exist and --receipt-key-create=false: create it (PEM ed25519 under " + ReceiptPrivateKey + ") or receipts wait for it")
 
 // Ensure makes sure the Secret exists and holds a usable key, publishes the
-// public key, and returns the key's ID and whether this call created the
-// Secret. It is safe to repeat and to run in several managers at once: the
+// public key, and returns the key's ID and whether this process created the
+// Secret (reported once, by the call that published its public key). It is safe to repeat and to run in several managers at once: the
 // Secret is created only if absent, and the loser of a race reuses the
 // winner's key.
 func (s *ReceiptKeySetup) Ensure(ctx context.Context) (keyID string, created bool, err error) {
 	secret := &corev1.Secret{}
 	switch err := s.Reader.Get(ctx, s.Secret, secret); {
 	case apierrors.IsNotFound(err) && s.Create:
-		if created, err = s.create(ctx); err != nil {
+		if s.created, err = s.create(ctx); err != nil {
 			return "", false, err
 		}
 	case apierrors.IsNotFound(err):
@@ -68,23 +71,30 @@ func (s *ReceiptKeySetup) Ensure(ctx context.Context) (keyID string, created boo
 	r := &ErasureRequestReconciler{Client: s.Client, APIReader: s.Reader, SecretReader: s.Reader, ReceiptKeySecret: s.Secret}
 	key, err := r.receiptKey(ctx)
 	if err != nil {
-		if !created && !s.warned && secret.Name != "" {
+		if s.created == nil && !s.warned && secret.Name != "" {
 			// Said once per process: the Secret is the user's to fix, never overwritten.
 			s.warned = true
 			s.Recorder.Eventf(secret, nil, corev1.EventTypeWarning, ReasonReceiptKeyInvalid, "ReceiptKeySetup",
 				"the Secret holds no usable receipt signing key (want PEM ed25519 under %s); receipts wait until it does", ReceiptPrivateKey)
 		}
-		return "", created, err
+		return "", false, err
+	}
+	if s.created != nil {
+		// Said once the public key is published: whoever reads this can verify.
+		ctrl.LoggerFrom(ctx).WithName("receipt-key").Info("created the receipt signing key: receipts are signed with it", "secret", s.Secret.String(), "keyID", key.ID())
+		s.Recorder.Eventf(s.created, nil, corev1.EventTypeNormal, ReasonReceiptKeyCreated, "ReceiptKeySetup",
+			"no receipt signing key existed: created an ed25519 key (ID %s); its public key is in the ConfigMap %s", key.ID(), s.Secret.Name)
+		s.created, created = nil, true
 	}
 	return key.ID(), created, nil
 }
 
 // create stores a new key in the Secret unless another manager got there
-// first (then its key is used: created is false).
-func (s *ReceiptKeySetup) create(ctx context.Context) (bool, error) {
+// first (then its key is used: it returns nil).
+func (s *ReceiptKeySetup) create(ctx context.Context) (*corev1.Secret, error) {
 	pemKey, err := evidence.GeneratePrivateKeyPEM()
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	immutable := true
 	secret := &corev1.Secret{
@@ -97,18 +107,11 @@ func (s *ReceiptKeySetup) create(ctx context.Context) (bool, error) {
 	}
 	switch err := s.Client.Create(ctx, secret); {
 	case apierrors.IsAlreadyExists(err):
-		return false, nil
+		return nil, nil
 	case err != nil:
-		return false, fmt.Errorf("create the receipt signing key Secret %s: %w", s.Secret, err)
+		return nil, fmt.Errorf("create the receipt signing key Secret %s: %w", s.Secret, err)
 	}
-	key, err := evidence.ParsePrivateKey(pemKey)
-	if err != nil {
-		return true, err
-	}
-	ctrl.LoggerFrom(ctx).WithName("receipt-key").Info("created the receipt signing key: receipts are signed with it", "secret", s.Secret.String(), "keyID", key.ID())
-	s.Recorder.Eventf(secret, nil, corev1.EventTypeNormal, ReasonReceiptKeyCreated, "ReceiptKeySetup",
-		"no receipt signing key existed: created an ed25519 key (ID %s); its public key is in the ConfigMap %s", key.ID(), s.Secret.Name)
-	return true, nil
+	return secret, nil
 }
 
 // Start runs Ensure until it succeeds or ctx ends (a manager Runnable): an
