@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -121,6 +122,13 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if erasure.Terminal(er) {
 		return res, nil
 	}
+	// Past the deletion, every pass re-verifies, and what it finds must land
+	// in the history: only from the latest version of the request.
+	if meta.IsStatusConditionTrue(er.Status.Conditions, lethev1.ConditionDeleted) {
+		if fresh, err := r.isFresh(ctx, er); err != nil || !fresh {
+			return ctrl.Result{RequeueAfter: time.Second}, err
+		}
+	}
 	sc, blocked := r.scope(ctx, p)
 	if blocked != nil {
 		r.record(p, *blocked)
@@ -156,15 +164,11 @@ func (r *ErasureRequestReconciler) finishPass(ctx context.Context, p *pass, res 
 	}
 }
 
-// reverify checks a completed request again on an interval (restored
-// backups, stale graph writes), each step with its own code, every check in
-// every pass (a resurrection found by one never delays another). Only from the
-// latest status: what a re-verification does must land in the history, and
-// a stale pass could not write it.
+// reverify checks the graph and backups of a completed request again on an
+// interval (stale graph writes, re-synced Backups), each with its step's own
+// code, every check in every pass (a resurrection found by one never delays
+// another). The deletion's check ran as its step.
 func (r *ErasureRequestReconciler) reverify(ctx context.Context, p *pass, sc *erasure.Scope) (ctrl.Result, error) {
-	if fresh, err := r.isFresh(ctx, p.req); err != nil || !fresh {
-		return ctrl.Result{RequeueAfter: time.Second}, err
-	}
 	next := r.ReverifyInterval
 	for _, c := range r.machine.Reverifiers() {
 		out := c.Reverify(ctx, sc)

@@ -41,7 +41,10 @@ func (*Deletion) Name() string { return lethev1.ConditionDeleted }
 
 func (d *Deletion) Run(ctx context.Context, s *Scope) Outcome {
 	if s.isTrue(lethev1.ConditionDeleted) {
-		return Outcome{Kind: Done}
+		// A restore of the database can bring the sessions back at any time
+		// after the deletion: every later pass looks first, so that the
+		// graph and backup steps work from a ledger back in force.
+		return d.Reverify(ctx, s)
 	}
 	if !meta.IsStatusConditionTrue(s.Store.Status.Conditions, lethev1.MemoryStoreSchemaCompliant) {
 		return waiting(d.Config.RetryAfter, lethev1.ConditionDeleted, lethev1.ReasonStoreNotReady,
@@ -129,7 +132,7 @@ func (d *Deletion) evidence(ctx context.Context, s *Scope, res DeleteResult, pro
 	if last.IsZero() {
 		last = s.Clock.Now()
 	}
-	checks, err := s.Ledger.Verify(ctx, s.uid())
+	checks, err := s.Ledger.Verify(ctx, FoundRequest(s.Request))
 	if err != nil {
 		return lethev1.StepEvidence{}, Work{}, err
 	}
@@ -173,22 +176,31 @@ func (d *Deletion) judge(ev lethev1.StepEvidence, residue []Residue) (Outcome, b
 	return Outcome{}, true
 }
 
-// Reverify erases again, at once, any erased session that reappeared (a
-// restored backup) and records the resurrection in the history.
+// Reverify erases again, at once, any session the request found and erased
+// that exists again, and puts back the ledger rows a restore of the database
+// took away (the ledger lives in that database: it rolls back with it), then
+// records the resurrection in the history. What was found comes from the
+// request (kept by the API server), not from the ledger.
 func (d *Deletion) Reverify(ctx context.Context, s *Scope) Outcome {
-	res, err := s.Ledger.Reerase(ctx, s.uid())
+	req := FoundRequest(s.Request)
+	if len(req.SessionIDs) == 0 {
+		return Outcome{Kind: Done}
+	}
+	res, err := s.Ledger.Reerase(ctx, req)
 	if err != nil {
 		return errored(err)
 	}
-	if res.Skipped || res.Sessions == 0 {
+	if res.Skipped || res.Sessions == 0 && res.LedgerRowsRestored == 0 {
 		return Outcome{Kind: Done}
 	}
 	ev := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: mtime(res.DeletedAt), Counts: tableCounts(res.Rows),
-		Note: fmt.Sprintf("%d resurrected session(s) erased again", res.Sessions)}
+		Note: fmt.Sprintf("%d resurrected session(s) erased again; %d ledger row(s) found missing or not erased (a restored database) put back in force",
+			res.Sessions, res.LedgerRowsRestored)}
+	ev.Counts = append(ev.Counts, lethev1.TableCount{Table: "erasure ledger rows put back", Rows: res.LedgerRowsRestored})
 	return Outcome{Kind: Done, Evidence: &ev,
 		Milestone: &Milestone{Phase: s.Request.Status.Phase, Event: lethev1.ReasonResurrected, At: res.DeletedAt, Evidence: ev, Note: ev.Note},
 		Warning: &Warning{Reason: lethev1.ReasonResurrected, Action: "Erase",
-			Note: fmt.Sprintf("%d erased session(s) reappeared and were erased again", res.Sessions)},
+			Note: fmt.Sprintf("%d erased session(s) reappeared and were erased again; %d ledger row(s) put back", res.Sessions, res.LedgerRowsRestored)},
 	}
 }
 

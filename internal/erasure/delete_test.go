@@ -31,7 +31,7 @@ const (
 	cancelRequestedCall = "Claims.CancelRequested()"
 	claimCall           = "Claims.Claim(Deleted=False/Deleting)"
 	deleteCall          = "Ledger.Delete({req-uid [s1 s2 s3] grace=168h0m0s}, 50, 8)"
-	verifyCall          = "Ledger.Verify(req-uid)"
+	verifyCall          = "Ledger.Verify({req-uid [s1 s2 s3] grace=0s})"
 	probeCall           = "Ledger.ProbeResidue([[0.1 0.2] [0.3 0.4]], 1e-06)"
 	replicaCall         = "Replicas.CaughtUp(0/3000060)"
 )
@@ -55,7 +55,7 @@ func deletionFakes(mods ...func(*fakes)) fakes {
 			ClaimFn: func(context.Context, metav1.Condition) (bool, error) { return true, nil }},
 		ledger: LedgerFns{
 			DeleteFn:       func(context.Context, Request, int, int) (DeleteResult, error) { return deleteResult(), nil },
-			VerifyFn:       func(context.Context, string) ([]Verification, error) { return clean, nil },
+			VerifyFn:       func(context.Context, Request) ([]Verification, error) { return clean, nil },
 			ProbeResidueFn: func(context.Context, []Embedding, float64) ([]Residue, error) { return nil, nil },
 		},
 		replicas: func(context.Context, string) (bool, error) { return true, nil },
@@ -107,8 +107,9 @@ func TestDeletionClaim(t *testing.T) {
 		}
 	}
 	runCases(t, runDeletion, map[string]stepCase{
-		"AlreadyDeleted": {reason: "A True condition is done without calling any port.",
-			er: reached(3), want: stepWant{out: Outcome{Kind: Done}, status: after(reached(3))}},
+		"AlreadyDeleted": {reason: "A True condition is done after the re-erasure check (a restore may have brought the sessions back); nothing came back.",
+			er: reached(3), fakes: fakes{ledger: LedgerFns{ReeraseFn: func(context.Context, Request) (BatchResult, error) { return BatchResult{Skipped: true}, nil }}},
+			want: stepWant{out: Outcome{Kind: Done}, status: after(reached(3)), calls: []string{"Ledger.Reerase({req-uid [s1 s2 s3] grace=0s})"}}},
 		"StoreNotSchemaCompliant": {reason: "A store whose schema audit failed could leave rows behind: wait, claim nothing, delete nothing.",
 			er: atDeletion(), store: newStore(notCompliant),
 			want: stepWant{out: Outcome{Kind: Waiting, Condition: notReady, RequeueAfter: testConfig.RetryAfter}, status: after(atDeletion(), withCond(notReady))}},
@@ -186,7 +187,7 @@ func TestDeletionRun(t *testing.T) {
 				status: after(atDeletion(), withCond(configCond)), calls: append(claims, deleteCall)}},
 		"VerifyError": {reason: "A verification that could not run is an error, not a success.",
 			er: atDeletion(), fakes: deletionFakes(func(f *fakes) {
-				f.ledger.VerifyFn = func(context.Context, string) ([]Verification, error) { return nil, errPort }
+				f.ledger.VerifyFn = func(context.Context, Request) ([]Verification, error) { return nil, errPort }
 			}),
 			want: stepWant{out: Outcome{Kind: Errored, Condition: verifyFailed}, err: errPort,
 				status: after(atDeletion(), withCond(verifyFailed)), calls: append(claims, deleteCall, verifyCall)}},
@@ -209,7 +210,7 @@ func TestDeletionRun(t *testing.T) {
 
 // rowsLeft is a verification that finds rows of the erased sessions.
 func rowsLeft(f *fakes) {
-	f.ledger.VerifyFn = func(context.Context, string) ([]Verification, error) {
+	f.ledger.VerifyFn = func(context.Context, Request) ([]Verification, error) {
 		return []Verification{{Check: "sessions of the request"}, {Check: "rows in memory.messages", Found: 4}}, nil
 	}
 }
@@ -292,12 +293,17 @@ func runFakes(t *testing.T, run stepFn, er *lethev1.ErasureRequest, f fakes) ran
 
 func TestDeletionReverify(t *testing.T) {
 	reerase := func(res BatchResult, err error) fakes {
-		return fakes{ledger: LedgerFns{ReeraseFn: func(context.Context, string) (BatchResult, error) { return res, err }}}
+		return fakes{ledger: LedgerFns{ReeraseFn: func(context.Context, Request) (BatchResult, error) { return res, err }}}
 	}
 	back := BatchResult{Batch: 4, Sessions: 2, Rows: []Count{{Table: "memory.sessions", Rows: 2}, {Table: "memory.messages", Rows: 7}}, DeletedAt: dbNow}
-	ev := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: secs(dbNow), Note: "2 resurrected session(s) erased again",
-		Counts: []lethev1.TableCount{{Table: "memory.sessions", Rows: 2}, {Table: "memory.messages", Rows: 7}}}
-	calls := []string{"Ledger.Reerase(req-uid)"}
+	ev := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: secs(dbNow),
+		Note:   "2 resurrected session(s) erased again; 0 ledger row(s) found missing or not erased (a restored database) put back in force",
+		Counts: []lethev1.TableCount{{Table: "memory.sessions", Rows: 2}, {Table: "memory.messages", Rows: 7}, {Table: "erasure ledger rows put back", Rows: 0}}}
+	restored := BatchResult{Batch: 5, LedgerRowsRestored: 3, DeletedAt: dbNow}
+	restoredEv := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: secs(dbNow),
+		Note:   "0 resurrected session(s) erased again; 3 ledger row(s) found missing or not erased (a restored database) put back in force",
+		Counts: []lethev1.TableCount{{Table: "erasure ledger rows put back", Rows: 3}}}
+	calls := []string{"Ledger.Reerase({req-uid [s1 s2 s3] grace=0s})"}
 	runCases(t, reverifyDeletion, map[string]stepCase{
 		"NothingBack": {reason: "No erased session came back: done, nothing recorded.",
 			er: completed(), fakes: reerase(BatchResult{Skipped: true}, nil),
@@ -309,8 +315,14 @@ func TestDeletionReverify(t *testing.T) {
 			er: completed(), fakes: reerase(back, nil),
 			want: stepWant{out: Outcome{Kind: Done, Evidence: &ev,
 				Milestone: &Milestone{Phase: lethev1.PhaseBackupsRotated, Event: lethev1.ReasonResurrected, At: dbNow, Evidence: ev, Note: ev.Note},
-				Warning:   &Warning{Reason: lethev1.ReasonResurrected, Action: "Erase", Note: "2 erased session(s) reappeared and were erased again"}},
+				Warning:   &Warning{Reason: lethev1.ReasonResurrected, Action: "Erase", Note: "2 erased session(s) reappeared and were erased again; 0 ledger row(s) put back"}},
 				status: after(completed(), withEvidence(ev), withEntry(lethev1.PhaseBackupsRotated, lethev1.ReasonResurrected, dbNow)), calls: calls}},
+		"LedgerRestored": {reason: "A restored ledger (rows missing, sessions still gone) is a restore too: recorded, so the history says the database went back.",
+			er: completed(), fakes: reerase(restored, nil),
+			want: stepWant{out: Outcome{Kind: Done, Evidence: &restoredEv,
+				Milestone: &Milestone{Phase: lethev1.PhaseBackupsRotated, Event: lethev1.ReasonResurrected, At: dbNow, Evidence: restoredEv, Note: restoredEv.Note},
+				Warning:   &Warning{Reason: lethev1.ReasonResurrected, Action: "Erase", Note: "0 erased session(s) reappeared and were erased again; 3 ledger row(s) put back"}},
+				status: after(completed(), withEvidence(restoredEv), withEntry(lethev1.PhaseBackupsRotated, lethev1.ReasonResurrected, dbNow)), calls: calls}},
 		"LedgerError": {reason: "A re-erase that failed is an error for a retry; no condition changes.",
 			er: completed(), fakes: reerase(BatchResult{}, fmt.Errorf("re-erase: %w", errPort)),
 			want: stepWant{out: Outcome{Kind: Errored}, err: errPort, status: after(completed()), calls: calls}},

@@ -23,9 +23,9 @@ type LedgerFns struct {
 	GraceFn          func(ctx context.Context, uid string) (GraceState, error)
 	CancelFn         func(ctx context.Context, uid string) (Cancellation, error)
 	DeleteFn         func(ctx context.Context, req Request, batchSize, probeBudget int) (DeleteResult, error)
-	VerifyFn         func(ctx context.Context, uid string) ([]Verification, error)
+	VerifyFn         func(ctx context.Context, req Request) ([]Verification, error)
 	ProbeResidueFn   func(ctx context.Context, probe []Embedding, maxDistance float64) ([]Residue, error)
-	ReeraseFn        func(ctx context.Context, uid string) (BatchResult, error)
+	ReeraseFn        func(ctx context.Context, req Request) (BatchResult, error)
 	ErasedSessionsFn func(ctx context.Context, uid string) ([]string, error)
 	DeletedAtFn      func(ctx context.Context, uid string) (time.Time, error)
 	ReceiptsFn       func(ctx context.Context, uid, step string) (map[int]StepReceipt, error)
@@ -70,11 +70,11 @@ func (f *LedgerFns) Delete(ctx context.Context, req Request, batchSize, probeBud
 	return f.DeleteFn(ctx, req, batchSize, probeBudget)
 }
 
-func (f *LedgerFns) Verify(ctx context.Context, uid string) ([]Verification, error) {
+func (f *LedgerFns) Verify(ctx context.Context, req Request) ([]Verification, error) {
 	if f.VerifyFn == nil {
 		return nil, ErrNotFaked
 	}
-	return f.VerifyFn(ctx, uid)
+	return f.VerifyFn(ctx, req)
 }
 
 func (f *LedgerFns) ProbeResidue(ctx context.Context, probe []Embedding, maxDistance float64) ([]Residue, error) {
@@ -84,11 +84,11 @@ func (f *LedgerFns) ProbeResidue(ctx context.Context, probe []Embedding, maxDist
 	return f.ProbeResidueFn(ctx, probe, maxDistance)
 }
 
-func (f *LedgerFns) Reerase(ctx context.Context, uid string) (BatchResult, error) {
+func (f *LedgerFns) Reerase(ctx context.Context, req Request) (BatchResult, error) {
 	if f.ReeraseFn == nil {
 		return BatchResult{}, ErrNotFaked
 	}
-	return f.ReeraseFn(ctx, uid)
+	return f.ReeraseFn(ctx, req)
 }
 
 func (f *LedgerFns) ErasedSessions(ctx context.Context, uid string) ([]string, error) {

@@ -40,15 +40,18 @@ type Ledger interface {
 	// of batchSize, one transaction and one receipt each; batches done are
 	// skipped. It samples at most probeBudget erased embeddings.
 	Delete(ctx context.Context, req Request, batchSize, probeBudget int) (DeleteResult, error)
-	// Verify looks for anything left of the sessions the request erased.
-	Verify(ctx context.Context, uid string) ([]Verification, error)
+	// Verify looks for anything left of the sessions req names (the ones
+	// the request found), whether or not the ledger says they were erased.
+	Verify(ctx context.Context, req Request) ([]Verification, error)
 	// ProbeResidue looks for near-identical copies of the probe embeddings
 	// in every vector column outside the cascade, in every schema (a copy
 	// may sit anywhere; only counts per column come back).
 	ProbeResidue(ctx context.Context, probe []Embedding, maxDistance float64) ([]Residue, error)
-	// Reerase erases again, at once, sessions the request erased that exist
-	// again, with a Resurrected receipt; Sessions == 0 when none came back.
-	Reerase(ctx context.Context, uid string) (BatchResult, error)
+	// Reerase erases again, at once, the sessions req names (the ones the
+	// request found and erased) that exist again, and re-creates the ledger
+	// rows a restore of the database took away, with a Resurrected receipt;
+	// Skipped when nothing came back.
+	Reerase(ctx context.Context, req Request) (BatchResult, error)
 	// ErasedSessions lists the sessions the request erased, sorted.
 	ErasedSessions(ctx context.Context, uid string) ([]string, error)
 	// DeletedAt is when the request's deletion last committed; zero when it

@@ -70,6 +70,29 @@ func LedgerRequest(er *lethev1.ErasureRequest) Request {
 	return Request{UID: string(er.UID), SessionIDs: ids, Grace: grace}
 }
 
+// FoundRequest is the request as far as the sessions it found go: the
+// requested sessions less those the plan did not find for the tenant. It is
+// kept by the API server, so it survives a restore of the memory database.
+func FoundRequest(er *lethev1.ErasureRequest) Request {
+	req := LedgerRequest(er)
+	req.Grace = 0
+	if er.Status.Plan == nil {
+		return req
+	}
+	notFound := map[string]bool{}
+	for _, id := range er.Status.Plan.NotFoundSessionIDs {
+		notFound[string(id)] = true
+	}
+	found := req.SessionIDs[:0:0]
+	for _, id := range req.SessionIDs {
+		if !notFound[id] {
+			found = append(found, id)
+		}
+	}
+	req.SessionIDs = found
+	return req
+}
+
 // Step is one step of the phase machine. Run is idempotent: it returns
 // Done at once when its condition is already True, and running it again
 // after a crash anywhere gives the same end state and evidence.
@@ -103,7 +126,8 @@ func NewMachine(cfg Config) *Machine {
 		Config: cfg,
 		delete: d,
 		steps:  []Step{Tombstoning{Config: cfg}, GraceWait{Config: cfg}, d, g, b},
-		checks: []Reverifier{d, g, b},
+		// The deletion's own check runs as its step on every pass after it.
+		checks: []Reverifier{g, b},
 	}
 }
 

@@ -62,6 +62,9 @@ type BatchResult struct {
 	// Skipped is true when the batch had nothing eligible (already done,
 	// cancelled, or not yet past its grace period).
 	Skipped bool
+	// LedgerRowsRestored (re-erasure only) counts the request's ledger rows
+	// found missing or not marked erased: the database was restored.
+	LedgerRowsRestored int64
 }
 
 // Embedding is one erased embedding kept, in memory only, for the residue probe.

@@ -114,7 +114,7 @@ func BenchmarkP1DeleteOneSession(b *testing.B) {
 		}
 		lethe += time.Since(t1)
 		t2 := time.Now()
-		if _, err := e.Verify(ctx, req.UID); err != nil {
+		if _, err := e.Verify(ctx, req); err != nil {
 			b.Fatal(err)
 		}
 		verify += time.Since(t2)

@@ -132,12 +132,13 @@ func TestEraseRemovesEveryLayerOfTheSessionAndNothingElse(t *testing.T) {
 			t.Errorf("deleted: %s = %d, want %d", c.Table, c.Rows, wantRows[c.Table])
 		}
 	}
-	checks, err := e.Verify(ctx, req.UID)
+	// Verified is what the request found (the caller drops what was not found).
+	checks, err := e.Verify(ctx, erasure.Request{UID: req.UID, SessionIDs: plan.Found})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(checks) != 9 {
-		t.Errorf("want 9 checks (7 tables, 1 content index, 1 lineage), got %d: %+v", len(checks), checks)
+	if len(checks) != 10 {
+		t.Errorf("want 10 checks (7 tables, 1 content index, 1 lineage, the ledger), got %d: %+v", len(checks), checks)
 	}
 	for _, c := range checks {
 		if c.Found != 0 {
@@ -314,7 +315,7 @@ func TestEveryStepWorksOnAPoolOfOneConnection(t *testing.T) {
 	if len(res.Batches) != 1 || res.Batches[0].Sessions != 1 {
 		t.Fatalf("delete result: %+v", res.Batches)
 	}
-	if left, err := fresh().Verify(ctx, req.UID); err != nil {
+	if left, err := fresh().Verify(ctx, req); err != nil {
 		t.Fatalf("verify: %v", err)
 	} else {
 		for _, v := range left {

@@ -167,12 +167,12 @@ func TestReeraseWritesEachResurrectionUnderTheNextBatch(t *testing.T) {
 	if _, err := e.Delete(ctx, req, 10, 0); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := e.Reerase(ctx, req.UID); err != nil || !res.Skipped || res.Sessions != 0 {
+	if res, err := e.Reerase(ctx, req); err != nil || !res.Skipped || res.Sessions != 0 {
 		t.Fatalf("reerase with nothing back: %+v %v", res, err)
 	}
 	for want := range 2 {
 		resurrect(t, conn, sessA)
-		res, err := e.Reerase(ctx, req.UID)
+		res, err := e.Reerase(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,7 +200,7 @@ func TestReeraseWritesEachResurrectionUnderTheNextBatch(t *testing.T) {
 	results := make([]erasure.BatchResult, 2)
 	errs := make([]error, 2)
 	for i, er := range []*postgres.Eraser{e, other} {
-		wg.Go(func() { results[i], errs[i] = er.Reerase(ctx, req.UID) })
+		wg.Go(func() { results[i], errs[i] = er.Reerase(ctx, req) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {

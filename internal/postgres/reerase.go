@@ -9,40 +9,58 @@ import (
 	"github.com/lethe-dev/lethe/internal/erasure"
 )
 
-// resurrectedSQL finds, and locks, the sessions of the tenant $2 (NULL:
-// any) that the request $1 erased and that exist again.
-func resurrectedSQL(l Layout) string {
-	return `SELECT s.id::text FROM lethe.erasure_ledger l
-		JOIN ` + l.Sessions.Ident() + ` s ON s.id = l.record_id::uuid
-		WHERE l.scope = 'session' AND l.request_uid = $1 AND l.erased_at IS NOT NULL
-		  AND ($2::text IS NULL OR s.tenant_id = $2)
-		ORDER BY s.id FOR UPDATE OF l, s`
-}
+// The ledger lives in the database it protects: a restore of that database
+// (a pg_dump, a volume snapshot) takes the ledger back with the sessions.
+// Re-erasure therefore starts from what the request found, as the API
+// server keeps it, not from the ledger.
 
-// Reerase finds sessions this request erased that exist again (a restored
-// backup) and erases them at once — the grace period was served the first
-// time — writing the Resurrected receipt under the next free batch key of
-// the request, chosen in the same transaction (the result's Batch). It
-// returns a Skipped result with Sessions == 0 when nothing came back.
-func (e *Eraser) Reerase(ctx context.Context, uid string) (erasure.BatchResult, error) {
+const (
+	// restoreLedgerSQL re-creates the session ledger rows of the request $2
+	// that a restore took away (tenant $3), grace served; it returns how
+	// many it wrote.
+	restoreLedgerSQL = `WITH i AS (
+		INSERT INTO lethe.erasure_ledger (scope, record_id, request_uid, tenant_id, tombstoned_at, grace_ends_at)
+		SELECT 'session', r, $2, $3, now(), now() FROM unnest($1::text[]) AS r
+		ON CONFLICT DO NOTHING RETURNING 1)
+		SELECT count(*) FROM i`
+	// unerasedLedgerSQL counts the request's session ledger rows for $2 not
+	// marked erased (a restore of a snapshot taken before the deletion).
+	unerasedLedgerSQL = `SELECT count(*) FROM lethe.erasure_ledger
+		WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) AND erased_at IS NULL AND cancelled_at IS NULL`
+	// markGoneErasedSQL marks erased the request's session rows for $2
+	// whose session does not exist (they were erased before the restore).
+	markGoneErasedSQL = `UPDATE lethe.erasure_ledger SET erased_at = now()
+		WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) AND erased_at IS NULL AND cancelled_at IS NULL`
+)
+
+// Reerase erases again, at once, the sessions req names (those the request
+// found and erased) that exist again, and puts back in force the ledger
+// rows a restore took away or left un-erased — so that the lineage guard and
+// the row-level security refuse them again — all in one transaction,
+// writing the Resurrected receipt under the next free batch key (the
+// result's Batch). Nothing came back: a Skipped result.
+func (e *Eraser) Reerase(ctx context.Context, req erasure.Request) (erasure.BatchResult, error) {
 	var res erasure.BatchResult
 	err := e.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx, l Layout) error {
-		back, err := collectStrings(ctx, tx, resurrectedSQL(l), uid, e.tenant())
+		back, err := collectStrings(ctx, tx, findSessionsSQL(l, true), req.SessionIDs, e.tenant())
 		if err != nil {
 			return fmt.Errorf("look for resurrected sessions: %w", err)
 		}
-		if len(back) == 0 {
-			res.Skipped = true
-			return nil
-		}
-		// Hidden from the application at once, in case the delete fails.
-		if _, err := tx.Exec(ctx, tombstoneSQL(l), back, uid); err != nil {
-			return fmt.Errorf("tombstone resurrected sessions: %w", err)
-		}
-		if _, err := eraseLocked(ctx, tx, l, uid, back, 0, &res); err != nil {
+		if err := e.restoreLedger(ctx, tx, l, req, back, &res); err != nil {
 			return err
 		}
-		r := receipt{uid: uid, step: erasure.StepResurrected, sessions: res.Sessions, counts: res.Rows}
+		if len(back) == 0 {
+			res.Skipped = res.LedgerRowsRestored == 0
+			return tx.QueryRow(ctx, `SELECT now()`).Scan(&res.DeletedAt)
+		}
+		// Hidden from the application at once, in case the delete fails.
+		if _, err := tx.Exec(ctx, tombstoneSQL(l), back, req.UID); err != nil {
+			return fmt.Errorf("tombstone resurrected sessions: %w", err)
+		}
+		if _, err := eraseLocked(ctx, tx, l, req.UID, back, 0, &res); err != nil {
+			return err
+		}
+		r := receipt{uid: req.UID, step: erasure.StepResurrected, sessions: res.Sessions, counts: res.Rows}
 		_, err = appendReceipt(ctx, tx, r, func(batch int) any {
 			res.Batch = batch
 			return res
@@ -50,4 +68,45 @@ func (e *Eraser) Reerase(ctx context.Context, uid string) (erasure.BatchResult, 
 		return err
 	})
 	return res, err
+}
+
+// restoreLedger writes back the ledger rows of req a restore took away (the
+// sessions, and the hashes of the content of those that came back) and
+// counts them, with the rows left un-erased, in res.LedgerRowsRestored.
+// Rows of sessions that did not come back are marked erased at once.
+func (e *Eraser) restoreLedger(ctx context.Context, tx pgx.Tx, l Layout, req erasure.Request, back []string, res *erasure.BatchResult) error {
+	var unerased, written int64
+	if err := tx.QueryRow(ctx, unerasedLedgerSQL, req.UID, req.SessionIDs).Scan(&unerased); err != nil {
+		return fmt.Errorf("read ledger: %w", err)
+	}
+	if err := tx.QueryRow(ctx, restoreLedgerSQL, req.SessionIDs, req.UID, e.tenant()).Scan(&written); err != nil {
+		return fmt.Errorf("restore ledger: %w", err)
+	}
+	res.LedgerRowsRestored = unerased + written
+	hashes, err := contentHashes(ctx, tx, l, back)
+	if err != nil {
+		return err
+	}
+	if err := e.writeLedger(ctx, tx, erasure.Request{UID: req.UID}, "content", hashes); err != nil {
+		return fmt.Errorf("restore content ledger: %w", err)
+	}
+	gone := make([]string, 0, len(req.SessionIDs))
+	for _, id := range req.SessionIDs {
+		if !contains(back, id) {
+			gone = append(gone, id)
+		}
+	}
+	if _, err := tx.Exec(ctx, markGoneErasedSQL, req.UID, gone); err != nil {
+		return fmt.Errorf("mark ledger erased: %w", err)
+	}
+	return nil
+}
+
+func contains(ids []string, id string) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
 }

@@ -59,7 +59,7 @@ func TestOperatorRoleCanEraseAndNothingMore(t *testing.T) {
 	if _, err := e.Delete(ctx, req, 10, 4); err != nil {
 		t.Fatalf("delete as lethe_operator: %v", err)
 	}
-	checks, err := e.Verify(ctx, req.UID)
+	checks, err := e.Verify(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,12 +52,18 @@ func tombstoneSQL(l Layout) string {
 // counts (name) and what an error is prefixed with.
 type counting struct {
 	name, failure, sql string
-	arg                any
+	// arg is the statement's one parameter; args, when set, all of them.
+	arg  any
+	args []any
 }
 
 func (c counting) run(ctx context.Context, q Querier) (int64, error) {
 	var n int64
-	if err := q.QueryRow(ctx, c.sql, c.arg).Scan(&n); err != nil {
+	args := c.args
+	if args == nil {
+		args = []any{c.arg}
+	}
+	if err := q.QueryRow(ctx, c.sql, args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("%s: %w", c.failure, err)
 	}
 	return n, nil

@@ -12,21 +12,27 @@ import (
 // contentLedgerSQL lists the content hashes a request tombstoned.
 const contentLedgerSQL = `SELECT record_id FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'content'`
 
-// Verify looks for anything left of the sessions the request erased (by the
-// ledger): rows in sessions and every cascading table, content-index entries
-// of their content, lineage rows.
-func (e *Eraser) Verify(ctx context.Context, uid string) ([]erasure.Verification, error) {
+// notErasedSQL counts the sessions $2 the request $1 has no erased ledger row for.
+const notErasedSQL = `SELECT count(*) FROM unnest($2::text[]) AS r
+	WHERE NOT EXISTS (SELECT 1 FROM lethe.erasure_ledger l
+		WHERE l.request_uid = $1 AND l.scope = 'session' AND l.record_id = r AND l.erased_at IS NOT NULL)`
+
+// Verify looks for anything left of the sessions req names — what the
+// request found, not what the ledger says was erased: a session a batch
+// skipped is found here. It counts rows in sessions and every cascading
+// table, content-index entries of their content, lineage rows, and the
+// sessions the ledger does not record as erased.
+func (e *Eraser) Verify(ctx context.Context, req erasure.Request) ([]erasure.Verification, error) {
 	var out []erasure.Verification
 	err := e.inTx(ctx, readOnly, func(tx pgx.Tx, l Layout) error {
-		ids, err := collectStrings(ctx, tx, erasedSessionsSQL, uid)
-		if err != nil {
-			return fmt.Errorf("read ledger: %w", err)
-		}
-		hashes, err := collectStrings(ctx, tx, contentLedgerSQL, uid)
+		hashes, err := collectStrings(ctx, tx, contentLedgerSQL, req.UID)
 		if err != nil {
 			return fmt.Errorf("read content ledger: %w", err)
 		}
-		out, err = runChecks(ctx, tx, leftoverChecks(l, ids, hashes))
+		checks := leftoverChecks(l, req.SessionIDs, hashes)
+		checks = append(checks, counting{name: "requested sessions the ledger does not record as erased", failure: "verify the ledger",
+			sql: notErasedSQL, args: []any{req.UID, req.SessionIDs}})
+		out, err = runChecks(ctx, tx, checks)
 		return err
 	})
 	return out, err

@@ -301,3 +301,31 @@ func ManagerDSN(ctx context.Context, dsn string, create bool) (string, error) {
 	u.User = url.User("lethe_manager")
 	return u.String(), nil
 }
+
+// Dump writes database db to file with pg_dump's custom format: every
+// schema, the erasure ledger and receipts included, as a backup holds them.
+func (p *Postgres) Dump(db, file string) error {
+	cmd := exec.Command(filepath.Join(p.bin, "pg_dump"), "--format=custom", "--file="+file, "--dbname="+p.DSN(db))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("pg_dump: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// Restore replaces database db with the dump in file, as a restore from a
+// backup does: the database is dropped (its connections ended), created
+// again and filled by pg_restore.
+func (p *Postgres) Restore(ctx context.Context, db, file string) error {
+	ident := pgx.Identifier{db}.Sanitize()
+	if err := p.Exec(ctx, "postgres", "DROP DATABASE "+ident+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("drop %s: %w", db, err)
+	}
+	if err := p.Exec(ctx, "postgres", "CREATE DATABASE "+ident); err != nil {
+		return fmt.Errorf("create %s: %w", db, err)
+	}
+	cmd := exec.Command(filepath.Join(p.bin, "pg_restore"), "--exit-on-error", "--dbname="+p.DSN(db), file)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("pg_restore: %w\n%s", err, out)
+	}
+	return nil
+}

@@ -1,0 +1,140 @@
+package controllers_test
+
+import (
+	"context"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+)
+
+// A restore of the memory database — a real pg_dump taken before, a real
+// drop and pg_restore after the erasure — brings the sessions back and takes
+// the ledger and the receipts back with them. The request, kept by the API
+// server, knows what it found: the sessions are erased again, the ledger
+// rows are back in force and the history says so.
+func TestRestoredDatabaseIsErasedAgain(t *testing.T) {
+	cases := map[string]struct {
+		// dumpAt is the phase the dump is taken at.
+		dumpAt lethev1.Phase
+		mutate func(*lethev1.ErasureRequest)
+	}{
+		"dump before the request": {dumpAt: ""},
+		"dump during the grace period": {dumpAt: lethev1.PhaseTombstoned, mutate: func(er *lethev1.ErasureRequest) {
+			er.Spec.Immediate, er.Spec.Reason = false, ""
+			er.Spec.GracePeriod = &metav1.Duration{Duration: 3 * time.Second}
+		}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := newMemoryEnv(t, "restore")
+			db := databaseOf(t, e.dsn)
+			dump := filepath.Join(t.TempDir(), "memory.dump")
+			if tc.dumpAt == "" {
+				if err := pg.Dump(db, dump); err != nil {
+					t.Fatal(err)
+				}
+			}
+			er := e.request(t, "forget", tc.mutate)
+			if tc.dumpAt != "" {
+				waitPhase(t, er, tc.dumpAt)
+				if err := pg.Dump(db, dump); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitPhase(t, er, lethev1.PhaseBackupsRotated)
+			assertRestoreErasedAgain(t, e, er, db, dump)
+		})
+	}
+}
+
+// assertRestoreErasedAgain restores dump over db and checks the request
+// erases what came back.
+func assertRestoreErasedAgain(t *testing.T, e *memoryEnv, er *lethev1.ErasureRequest, db, dump string) {
+	t.Helper()
+	ctx := context.Background()
+	keptBefore := e.sessionRows(t, keptB)
+	if err := pg.Restore(ctx, db, dump); err != nil {
+		t.Fatal(err)
+	}
+	conn := connectVector(t, e.dsn)
+	e.conn = conn // the restore ended the environment's connection
+	var back, erasedRows int64
+	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM memory.sessions WHERE id = ANY($1::uuid[])),
+		(SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $2 AND erased_at IS NOT NULL)`,
+		[]string{erasedA, erasedA2}, string(er.UID)).Scan(&back, &erasedRows); err != nil {
+		t.Fatal(err)
+	}
+	if back != 2 || erasedRows != 0 {
+		t.Fatalf("after the restore: %d erased sessions back (want 2), %d erased ledger rows (want 0): the restore did not happen", back, erasedRows)
+	}
+	waitHistoryEntry(t, er, string(lethev1.PhaseBackupsRotated)+"/"+lethev1.ReasonResurrected)
+
+	for _, id := range []string{erasedA, erasedA2} {
+		if n := e.sessionRows(t, id); n != 0 {
+			t.Errorf("%d rows of session %s remain after the re-erasure", n, id)
+		}
+		var erased bool
+		if err := conn.QueryRow(ctx, `SELECT lethe.is_erased('session', $1)`, id).Scan(&erased); err != nil || !erased {
+			t.Errorf("session %s: the ledger does not hold it erased again (%v)", id, err)
+		}
+	}
+	if n := e.sessionRows(t, keptB); n != keptBefore {
+		t.Errorf("kept session: %d rows, want %d", n, keptBefore)
+	}
+	if n := e.count(t, `SELECT count(*) FROM memory.sessions WHERE id = $1`, otherT2); n != 1 {
+		t.Errorf("the other tenant's session is gone")
+	}
+	ev := stepEvidence(t, er, lethev1.ReasonResurrected)
+	counts := map[string]int64{}
+	for _, c := range ev.Counts {
+		counts[c.Table] = c.Rows
+	}
+	if counts["memory.sessions"] != 2 || counts["erasure ledger rows put back"] != 2 {
+		t.Errorf("Resurrected evidence counts %v: want 2 sessions erased again and 2 ledger rows put back", counts)
+	}
+	if n := e.count(t, `SELECT count(*) FROM lethe.erasure_receipts WHERE request_uid = $1 AND step = 'Resurrected'`, string(er.UID)); n != 1 {
+		t.Errorf("%d Resurrected receipts, want 1", n)
+	}
+	assertNoPersonalData(t, er)
+}
+
+// databaseOf is the database name of a DSN.
+func databaseOf(t *testing.T, dsn string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimPrefix(u.Path, "/")
+}
+
+// A session the deletion skipped (here its tenant changed during the grace
+// period, so the guard no longer lets it be deleted) is found by the
+// verification — it checks what the request found, not what the ledger says
+// was erased — and Deleted is not done.
+func TestSessionSkippedByTheDeletionIsNotVerifiedAbsent(t *testing.T) {
+	e := newMemoryEnv(t, "skipped")
+	er := e.request(t, "forget", func(er *lethev1.ErasureRequest) {
+		er.Spec.Immediate, er.Spec.Reason = false, ""
+		er.Spec.GracePeriod = &metav1.Duration{Duration: 3 * time.Second}
+	})
+	waitPhase(t, er, lethev1.PhaseTombstoned)
+	if _, err := e.conn.Exec(context.Background(), `UPDATE memory.sessions SET tenant_id = 't9' WHERE id = $1`, erasedA); err != nil {
+		t.Fatal(err)
+	}
+	c := waitStepReason(t, er, lethev1.ConditionDeleted, lethev1.ReasonVerificationFailed)
+	for _, want := range []string{"rows of the sessions in memory.sessions", "requested sessions the ledger does not record as erased"} {
+		if !strings.Contains(c.Message, want) {
+			t.Errorf("Deleted message %q does not name %q", c.Message, want)
+		}
+	}
+	if n := e.sessionRows(t, erasedA2); n != 0 {
+		t.Errorf("the other requested session was not deleted: %d rows", n)
+	}
+}
