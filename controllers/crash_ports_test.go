@@ -40,7 +40,17 @@ type crashingConnector struct {
 	lost  *lostWrites
 }
 
+// pausedNamespaces holds the namespaces whose request passes fail at once
+// (as with the manager's erasure work stopped), so a test can watch the
+// MemoryStore audit alone.
+var pausedNamespaces sync.Map
+
+var errPaused = errors.New("request passes paused by the test")
+
 func (c crashingConnector) Ports(ctx context.Context, store *lethev1.MemoryStore) (erasure.Ports, error) {
+	if _, paused := pausedNamespaces.Load(store.Namespace); paused {
+		return erasure.Ports{}, errPaused
+	}
 	c.lost.forget(store.Namespace) // a new pass: the last one's crash is over
 	p, err := c.inner.Ports(ctx, store)
 	if err != nil || crashHook.Load() == nil {

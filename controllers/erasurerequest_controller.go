@@ -20,9 +20,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/erasure"
@@ -82,6 +84,9 @@ type ErasureRequestReconciler struct {
 	// ReceiptKeySecret names the Secret with the receipt signing key; empty:
 	// receipts are unsigned.
 	ReceiptKeySecret types.NamespacedName
+	// Reverify, when set, brings requests to a pass at once (the MemoryStore
+	// audit sends those whose erasures a restore took back).
+	Reverify <-chan event.TypedGenericEvent[client.Object]
 
 	machine *erasure.Machine
 }
@@ -248,11 +253,14 @@ func (r *ErasureRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return err
 		}
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&lethev1.ErasureRequest{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{},
-			deletionPredicate()))).
-		Named("erasurerequest").
+			deletionPredicate())))
+	if r.Reverify != nil {
+		b = b.WatchesRawSource(source.Channel(r.Reverify, &handler.TypedEnqueueRequestForObject[client.Object]{}))
+	}
+	return b.Named("erasurerequest").
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles),
 			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](r.BackoffBase, r.BackoffMax),

@@ -20,6 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
@@ -44,6 +45,9 @@ type MemoryStoreReconciler struct {
 	// reads straight from the API server, in the store's namespace only.
 	Connector *connector.Connector
 	Velero    VeleroDetector
+	// Reverify, when set, receives the requests whose erasures an audit
+	// found lost (a restore), so they erase again at once.
+	Reverify chan<- event.TypedGenericEvent[client.Object]
 
 	// RecheckInterval is how often a Ready store is probed again; a store that
 	// is not Ready is retried sooner (NotReadyRetry).
@@ -79,7 +83,9 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 
 	before := store.DeepCopy()
 	wasReady := meta.IsStatusConditionTrue(store.Status.Conditions, lethev1.MemoryStoreReady)
+	wasIntact := !meta.IsStatusConditionFalse(store.Status.Conditions, lethev1.MemoryStoreErasuresIntact)
 	r.setStatus(store, facts)
+	r.reportRestore(store, facts, wasIntact)
 	requeue := r.sweepIfDue(ctx, store, facts)
 
 	if !equality.Semantic.DeepEqual(before.Status, store.Status) {
@@ -166,6 +172,9 @@ func (r *MemoryStoreReconciler) observe(ctx context.Context, store *lethev1.Memo
 		} else {
 			f.schema = &rep
 		}
+		ectx, ecancel := context.WithTimeout(ctx, r.ProbeTimeout)
+		f.restores, f.affected, f.erasuresErr = r.checkErasures(ectx, store)
+		ecancel()
 	}
 	if store.Spec.FalkorDB != nil {
 		f.graphConfigured = true

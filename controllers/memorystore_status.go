@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/erasure"
 	"github.com/lethe-dev/lethe/internal/postgres"
 )
 
@@ -24,6 +25,12 @@ type storeFacts struct {
 
 	graphConfigured bool
 	graph           *failure
+
+	// restores are the requests whose erasures the database no longer holds;
+	// erasuresErr is set when that could not be checked.
+	restores    []erasure.RestoreFinding
+	affected    []*lethev1.ErasureRequest
+	erasuresErr error
 
 	veleroConfigured bool
 	veleroInstalled  bool
@@ -105,7 +112,29 @@ func storeConditions(f storeFacts, generation int64) []metav1.Condition {
 	} else {
 		out = append(out, cond(lethev1.MemoryStoreReady, false, lethev1.ReasonNotReady, "not ready: "+strings.Join(notReady, ", ")))
 	}
-	return out
+	return append(out, erasuresCondition(f, cond))
+}
+
+// erasuresCondition is ErasuresIntact: whether the database still holds
+// what the store's requests erased. Its message has no counts, so it does
+// not change between audits; the event and the requests' history have them.
+func erasuresCondition(f storeFacts, cond func(string, bool, string, string) metav1.Condition) metav1.Condition {
+	switch {
+	case f.postgres != nil:
+		c := cond(lethev1.MemoryStoreErasuresIntact, false, lethev1.ReasonPostgresNotReady, "the erasures cannot be checked until Postgres is reachable")
+		c.Status = metav1.ConditionUnknown
+		return c
+	case f.erasuresErr != nil:
+		c := cond(lethev1.MemoryStoreErasuresIntact, false, lethev1.ReasonErasureCheckFailed, "the erasure check could not run; it is retried on the next audit")
+		c.Status = metav1.ConditionUnknown
+		return c
+	case len(f.restores) > 0:
+		return cond(lethev1.MemoryStoreErasuresIntact, false, lethev1.ReasonRestoreDetected,
+			"the database holds less erasure than the store's requests say (a restore?): erased sessions exist again or ledger rows are gone; the requests erase them again")
+	default:
+		return cond(lethev1.MemoryStoreErasuresIntact, true, lethev1.ReasonErasuresHeld,
+			"every session the store's requests erased is absent and held erased by the ledger")
+	}
 }
 
 // violationsMessage names every violation, in a stable order.

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/erasure"
 	"github.com/lethe-dev/lethe/internal/postgres"
 )
 
@@ -64,9 +65,23 @@ func TestStoreConditions(t *testing.T) {
 		"graph and velero ready": {
 			facts: storeFacts{schema: compliant, graphConfigured: true, veleroConfigured: true, veleroInstalled: true},
 			want: map[string]want{
-				lethev1.MemoryStoreGraphReady:   {"True", lethev1.ReasonConnected},
-				lethev1.MemoryStoreBackupsReady: {"True", lethev1.ReasonVeleroInstalled},
-				lethev1.MemoryStoreReady:        {"True", lethev1.ReasonAllReady},
+				lethev1.MemoryStoreGraphReady:     {"True", lethev1.ReasonConnected},
+				lethev1.MemoryStoreBackupsReady:   {"True", lethev1.ReasonVeleroInstalled},
+				lethev1.MemoryStoreReady:          {"True", lethev1.ReasonAllReady},
+				lethev1.MemoryStoreErasuresIntact: {"True", lethev1.ReasonErasuresHeld},
+			},
+		},
+		"a restore is reported, and leaves the store Ready": {
+			facts: storeFacts{schema: compliant, restores: []erasure.RestoreFinding{{UID: "u", SessionsBack: 2}}},
+			want: map[string]want{
+				lethev1.MemoryStoreReady:          {"True", lethev1.ReasonAllReady},
+				lethev1.MemoryStoreErasuresIntact: {"False", lethev1.ReasonRestoreDetected},
+			},
+		},
+		"an erasure check that failed is Unknown": {
+			facts: storeFacts{schema: compliant, erasuresErr: errors.New("timeout")},
+			want: map[string]want{
+				lethev1.MemoryStoreErasuresIntact: {"Unknown", lethev1.ReasonErasureCheckFailed},
 			},
 		},
 	}
@@ -79,8 +94,8 @@ func TestStoreConditions(t *testing.T) {
 				}
 				got[c.Type] = c
 			}
-			if len(got) != 5 {
-				t.Fatalf("want 5 conditions, got %d", len(got))
+			if len(got) != 6 {
+				t.Fatalf("want 6 conditions, got %d", len(got))
 			}
 			for typ, w := range tc.want {
 				if c := got[typ]; string(c.Status) != w.status || c.Reason != w.reason {

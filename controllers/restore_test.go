@@ -2,13 +2,17 @@ package controllers_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 )
@@ -137,4 +141,87 @@ func TestSessionSkippedByTheDeletionIsNotVerifiedAbsent(t *testing.T) {
 	if n := e.sessionRows(t, erasedA2); n != 0 {
 		t.Errorf("the other requested session was not deleted: %d rows", n)
 	}
+}
+
+// The MemoryStore's audit compares the requests with the database on its
+// own interval: with the requests' own passes stopped, a restore shows as
+// ErasuresIntact=False (RestoreDetected) with a Warning event; once the
+// passes resume, the audit's nudge has the request erase again and the
+// condition comes back.
+func TestStoreAuditDetectsARestore(t *testing.T) {
+	ctx := context.Background()
+	e := newMemoryEnv(t, "restore-audit")
+	db := databaseOf(t, e.dsn)
+	dump := filepath.Join(t.TempDir(), "memory.dump")
+	if err := pg.Dump(db, dump); err != nil {
+		t.Fatal(err)
+	}
+	er := e.request(t, "forget", nil)
+	waitPhase(t, er, lethev1.PhaseBackupsRotated)
+	waitCondition(t, e.store, lethev1.MemoryStoreErasuresIntact, metav1.ConditionTrue, lethev1.ReasonErasuresHeld)
+
+	pausedNamespaces.Store(e.ns, true)
+	t.Cleanup(func() { pausedNamespaces.Delete(e.ns) })
+	if err := pg.Restore(ctx, db, dump); err != nil {
+		t.Fatal(err)
+	}
+	e.conn = connectVector(t, e.dsn)
+	waitCondition(t, e.store, lethev1.MemoryStoreErasuresIntact, metav1.ConditionFalse, lethev1.ReasonRestoreDetected)
+	if n := e.count(t, `SELECT count(*) FROM memory.sessions WHERE id = ANY($1::uuid[])`, []string{erasedA, erasedA2}); n != 2 {
+		t.Fatalf("%d restored sessions present while the requests are paused, want 2: the audit must have seen the restore itself", n)
+	}
+	eventually(t, 10*time.Second, func() error {
+		if n := storeEvents(t, e.store, lethev1.ReasonRestoreDetected); n != 1 {
+			return fmt.Errorf("%d RestoreDetected events on the store, want 1", n)
+		}
+		return nil
+	})
+	if n := restoresDetected(t, e.ns); n != 1 {
+		t.Errorf("lethe_memorystore_restores_detected_total for the store: %v, want 1", n)
+	}
+
+	pausedNamespaces.Delete(e.ns)
+	waitHistoryEntry(t, er, string(lethev1.PhaseBackupsRotated)+"/"+lethev1.ReasonResurrected)
+	waitCondition(t, e.store, lethev1.MemoryStoreErasuresIntact, metav1.ConditionTrue, lethev1.ReasonErasuresHeld)
+	if n := e.count(t, `SELECT count(*) FROM memory.sessions WHERE id = ANY($1::uuid[])`, []string{erasedA, erasedA2}); n != 0 {
+		t.Errorf("%d restored sessions remain after the re-erasure", n)
+	}
+}
+
+// storeEvents counts the events with reason on the store.
+func storeEvents(t *testing.T, store *lethev1.MemoryStore, reason string) int {
+	t.Helper()
+	evs := &eventsv1.EventList{}
+	if err := k8s.List(context.Background(), evs, client.InNamespace(store.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ev := range evs.Items {
+		if ev.Regarding.Kind == "MemoryStore" && ev.Regarding.Name == store.Name && ev.Reason == reason {
+			n++
+		}
+	}
+	return n
+}
+
+// restoresDetected is the store audit's restore counter for namespace ns.
+func restoresDetected(t *testing.T, ns string) float64 {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "lethe_memorystore_restores_detected_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "namespace" && l.GetValue() == ns {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }

@@ -26,6 +26,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -132,12 +133,14 @@ func startManager(cfg *rest.Config, pools *postgres.Pools, another bool) (stop f
 	}
 	graphs := &graph.Clients{}
 	detector := backups.Detector{Discovery: disc}
+	reverify := make(chan event.TypedGenericEvent[client.Object], 1024)
 	conn := &connector.Connector{Secrets: mgr.GetAPIReader(), Pools: pools, Graphs: graphs, Velero: backups.Velero{
 		Detector: detector, Rotator: backups.Rotator{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Concurrency: 8}}}
 	if err := (&controllers.MemoryStoreReconciler{
 		Client:          mgr.GetClient(),
 		Recorder:        mgr.GetEventRecorder("lethe-memorystore"),
 		Connector:       conn,
+		Reverify:        reverify,
 		Velero:          detector,
 		RecheckInterval: 2 * time.Second,
 		NotReadyRetry:   500 * time.Millisecond,
@@ -155,6 +158,7 @@ func startManager(cfg *rest.Config, pools *postgres.Pools, another bool) (stop f
 		Recorder:         mgr.GetEventRecorder("lethe-erasurerequest"),
 		Clock:            operatorClock,
 		Connector:        crashingConnector{inner: conn, lost: lostStatusWrites},
+		Reverify:         reverify,
 		BackoffBase:      20 * time.Millisecond,
 		BackoffMax:       time.Second,
 		BackupRecheck:    time.Second,

@@ -16,6 +16,11 @@ const (
 	MemoryStoreBackupsReady = "BackupsReady"
 	// MemoryStoreReady summarises the others.
 	MemoryStoreReady = "Ready"
+	// MemoryStoreErasuresIntact: the database still holds every erasure the
+	// store's requests completed (False, RestoreDetected, after a restore of
+	// the database brought erased sessions or took ledger rows back). It is
+	// not part of Ready: the requests erase again by themselves.
+	MemoryStoreErasuresIntact = "ErasuresIntact"
 )
 
 // MemoryStore condition reasons.
@@ -34,6 +39,9 @@ const (
 	ReasonVeleroInstalled    = "VeleroInstalled"
 	ReasonAllReady           = "AllReady"
 	ReasonNotReady           = "NotReady"
+	ReasonErasuresHeld       = "ErasuresHeld"
+	ReasonRestoreDetected    = "RestoreDetected"
+	ReasonErasureCheckFailed = "ErasureCheckFailed"
 )
 
 // Schema violation rules, named after the decision record's validation queries.

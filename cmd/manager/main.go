@@ -25,6 +25,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -275,10 +276,14 @@ func newManager(f managerFlags) (ctrl.Manager, *rest.Config, *setupFailure) {
 // addControllers sets up the MemoryStore and ErasureRequest controllers and,
 // when receipts are signed, the runnable that makes sure the key exists.
 func addControllers(mgr ctrl.Manager, f managerFlags, receiptKey types.NamespacedName, conn *connector.Connector, detector backups.Detector) *setupFailure {
+	// The MemoryStore audit hands the requests a restore took erasures from
+	// to the ErasureRequest controller.
+	reverify := make(chan event.TypedGenericEvent[client.Object], 1024)
 	if err := (&controllers.MemoryStoreReconciler{
 		Client:                 mgr.GetClient(),
 		Recorder:               mgr.GetEventRecorder("lethe-memorystore"),
 		Connector:              conn,
+		Reverify:               reverify,
 		Velero:                 detector,
 		RecheckInterval:        f.storeRecheck,
 		ProbeTimeout:           f.probeTimeout,
@@ -293,6 +298,7 @@ func addControllers(mgr ctrl.Manager, f managerFlags, receiptKey types.Namespace
 		SecretReader:            mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("lethe-erasurerequest"),
 		Connector:               conn,
+		Reverify:                reverify,
 		BackupRecheck:           f.backupRecheck,
 		ReceiptKeySecret:        receiptKey,
 		MaxConcurrentReconciles: f.concurrency,

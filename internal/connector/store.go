@@ -6,6 +6,7 @@ import (
 	"time"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/erasure"
 	"github.com/lethe-dev/lethe/internal/graph"
 	"github.com/lethe-dev/lethe/internal/postgres"
 )
@@ -86,4 +87,14 @@ func (c *Connector) Sweep(ctx context.Context, store *lethev1.MemoryStore, opts 
 		return graph.SweepResult{}, err
 	}
 	return g.Sweep(ctx, postgres.GraphSource{Pool: db, Schema: store.Spec.Postgres.SchemaOrDefault()}, opts)
+}
+
+// CheckErasures reports the requests whose erasures the store's database no
+// longer holds (reqs: what each request found and erased).
+func (c *Connector) CheckErasures(ctx context.Context, store *lethev1.MemoryStore, reqs []erasure.Request) ([]erasure.RestoreFinding, error) {
+	ledger, err := c.Ledger(ctx, store)
+	if err != nil {
+		return nil, err
+	}
+	return ledger.Intact(ctx, reqs)
 }

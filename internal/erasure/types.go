@@ -209,3 +209,13 @@ type Backup struct {
 	// Changed is true when this call shortened it or requested its deletion.
 	Changed bool
 }
+
+// RestoreFinding is what a check of the erasures a store holds found for one
+// request: the database holds less erasure than the request says.
+type RestoreFinding struct {
+	UID string
+	// SessionsBack are sessions the request found and erased that exist again.
+	SessionsBack int64
+	// LedgerRowsMissing are found sessions without an erased ledger row.
+	LedgerRowsMissing int64
+}

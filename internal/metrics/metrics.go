@@ -25,6 +25,13 @@ var (
 		Help: "Full graph reconciliations from Postgres, by result (Completed, Refused, Failed).",
 	}, []string{"result"})
 
+	// RestoresDetected counts the audits that found a store's database
+	// holding less erasure than its requests say (a restore).
+	RestoresDetected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lethe_memorystore_restores_detected_total",
+		Help: "MemoryStore audits that found erased sessions back or erasure ledger rows gone (a restore of the database); the requests erase again.",
+	}, []string{"namespace", "store"})
+
 	// GraphSweepRemoved counts graph elements removed by sweeps.
 	GraphSweepRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lethe_graph_sweep_removed_total",
@@ -77,7 +84,7 @@ var (
 // controller-runtime's registry at start.
 func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{GraphPruned, GraphSweeps, GraphSweepRemoved, GraphSweepLastCompletion, GraphSweepDuration,
-		StepDuration, RowsDeleted, TombstoneReaper, BackupWork}
+		StepDuration, RowsDeleted, TombstoneReaper, BackupWork, RestoresDetected}
 }
 
 func init() {
