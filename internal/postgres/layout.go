@@ -58,12 +58,20 @@ type Layout struct {
 	// ContentIndexes are content-keyed tables (table, key column).
 	ContentIndexes []QColumn
 	Lineages       []Lineage
+	// SourceColumns hold the sessions' source identifiers (a transcript
+	// path): the ledger keeps their keyed hashes, so a source is not ingested
+	// again (lethe.source_columns; only columns of the sessions table count).
+	SourceColumns []QColumn
 }
 
 const (
 	// contentSourcesSQL reads the registered content-hash columns.
 	contentSourcesSQL = `SELECT n.nspname, c.relname, s.hash_column
 		FROM lethe.content_sources s JOIN pg_class c ON c.oid = s.source_table JOIN pg_namespace n ON n.oid = c.relnamespace
+		ORDER BY 1, 2, 3`
+	// sourceColumnsSQL reads the registered source-identifier columns.
+	sourceColumnsSQL = `SELECT n.nspname, c.relname, s.source_column
+		FROM lethe.source_columns s JOIN pg_class c ON c.oid = s.source_table JOIN pg_namespace n ON n.oid = c.relnamespace
 		ORDER BY 1, 2, 3`
 	// contentIndexesSQL reads the registered content-keyed tables.
 	contentIndexesSQL = `SELECT n.nspname, c.relname, i.key_column
@@ -135,6 +143,20 @@ func (l *Layout) readRegistry(ctx context.Context, q Querier) error {
 	}
 	if l.Lineages, err = readLineages(ctx, q); err != nil {
 		return fmt.Errorf("read lethe.lineage_tables: %w", err)
+	}
+	return l.readSourceColumns(ctx, q)
+}
+
+// readSourceColumns keeps the registered source columns of the sessions table.
+func (l *Layout) readSourceColumns(ctx context.Context, q Querier) error {
+	cols, err := readColumns(ctx, q, sourceColumnsSQL)
+	if err != nil {
+		return fmt.Errorf("read lethe.source_columns: %w", err)
+	}
+	for _, c := range cols {
+		if c.Table == l.Sessions {
+			l.SourceColumns = append(l.SourceColumns, c)
+		}
 	}
 	return nil
 }

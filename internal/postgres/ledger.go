@@ -64,6 +64,9 @@ func (e *Eraser) Tombstone(ctx context.Context, req erasure.Request) (erasure.Pl
 		if err := e.writeLedger(ctx, tx, req, "content", hashes); err != nil {
 			return fmt.Errorf("write content ledger: %w", err)
 		}
+		if err := e.writeSources(ctx, tx, l, req, plan.Found); err != nil {
+			return err
+		}
 		// The first tombstone's clock readings, so a repeat reports the same times.
 		if err := tx.QueryRow(ctx, firstTombstoneSQL, req.UID, req.Grace.Seconds()).Scan(&plan.TombstonedAt, &plan.GraceEndsAt); err != nil {
 			return fmt.Errorf("read ledger: %w", err)
@@ -71,6 +74,29 @@ func (e *Eraser) Tombstone(ctx context.Context, req erasure.Request) (erasure.Pl
 		return receipt{uid: req.UID, step: erasure.StepTombstoned, sessions: len(plan.Found), counts: plan.Rows, of: erasure.PlanStatus(plan)}.write(ctx, tx)
 	})
 	return plan, err
+}
+
+// sourceHashesSQL reads the keyed hashes of the source identifiers in src
+// of the sessions $1 (lethe.source_hash: the identifier never leaves the
+// database, and the ledger holds no dictionary-reversible copy of it).
+func sourceHashesSQL(src QColumn) string {
+	return `SELECT DISTINCT lethe.source_hash(` + src.Ident() + `) FROM ` + src.Table.Ident() +
+		` WHERE id = ANY($1::uuid[]) AND ` + src.Ident() + ` IS NOT NULL`
+}
+
+// writeSources writes the ledger rows of the sessions' sources, so that
+// the sessions table refuses them (LE002) while the request holds them.
+func (e *Eraser) writeSources(ctx context.Context, tx pgx.Tx, l Layout, req erasure.Request, ids []string) error {
+	for _, src := range l.SourceColumns {
+		hashes, err := collectStrings(ctx, tx, sourceHashesSQL(src), ids)
+		if err != nil {
+			return fmt.Errorf("read source hashes of %s: %w", src, err)
+		}
+		if err := e.writeLedger(ctx, tx, req, "source", hashes); err != nil {
+			return fmt.Errorf("write source ledger: %w", err)
+		}
+	}
+	return nil
 }
 
 func (e *Eraser) writeLedger(ctx context.Context, tx pgx.Tx, req erasure.Request, scope string, records []string) error {

@@ -90,6 +90,9 @@ func (e *Eraser) restoreLedger(ctx context.Context, tx pgx.Tx, l Layout, req era
 	if err := e.writeLedger(ctx, tx, erasure.Request{UID: req.UID}, "content", hashes); err != nil {
 		return fmt.Errorf("restore content ledger: %w", err)
 	}
+	if err := e.writeSources(ctx, tx, l, erasure.Request{UID: req.UID}, back); err != nil {
+		return err
+	}
 	gone := make([]string, 0, len(req.SessionIDs))
 	for _, id := range req.SessionIDs {
 		if !contains(back, id) {

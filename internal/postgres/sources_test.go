@@ -1,0 +1,112 @@
+package postgres_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/lethe-dev/lethe/internal/erasure"
+)
+
+// A transcript whose session was erased is not ingested again under a new
+// session ID: the application role's insert fails with SQLSTATE LE002 from
+// the tombstone on (during the grace period already), without echoing the
+// path; another source is ingested; the ledger holds only a keyed hash of
+// the path; a recorded release lets a deliberate re-ingestion through.
+func TestErasedSourceIsNotIngestedAgain(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	path := transcriptOf(t, conn, sessA)
+	// ingest inserts a session as the application role, as the ingester does.
+	ingest := func(id, source string) error {
+		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL ROLE memory_app`); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO memory.sessions (id, tenant_id, source_path) VALUES ($1, 't1', $2)`, id, source)
+			return err
+		})
+	}
+	refused := func(step string, err error) {
+		t.Helper()
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "LE002" {
+			t.Fatalf("%s: re-ingesting the erased transcript: %v, want SQLSTATE LE002", step, err)
+		}
+		if strings.Contains(pgErr.Message+pgErr.Detail+pgErr.Hint, path) {
+			t.Errorf("%s: the error echoes the source path: %q", step, pgErr.Message)
+		}
+	}
+
+	e := eraser(t, dsn, "t1")
+	req := erasure.Request{UID: "uid-source", SessionIDs: []string{sessA}}
+	if _, err := e.Tombstone(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	refused("grace period", ingest("00000000-0000-4000-8000-0000000000f1", path))
+	if _, err := e.Delete(ctx, req, 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	refused("after the deletion", ingest("00000000-0000-4000-8000-0000000000f2", path))
+	if err := ingest("00000000-0000-4000-8000-0000000000f3", "raw-jsonl/someone-else.jsonl"); err != nil {
+		t.Fatalf("another transcript was refused: %v", err)
+	}
+
+	plain := sha256.Sum256([]byte(path))
+	if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_ledger WHERE scope = 'source' AND request_uid = $1`, req.UID); n != 1 {
+		t.Fatalf("%d source ledger rows, want 1", n)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_ledger WHERE record_id IN ($1, $2)`, path, hex.EncodeToString(plain[:])); n != 0 {
+		t.Fatal("the ledger holds the path or its plain sha256: a dictionary of erased sources")
+	}
+
+	if _, err := conn.Exec(ctx, `SELECT lethe.release_source($1)`, path); err != nil {
+		t.Fatal(err)
+	}
+	if err := ingest("00000000-0000-4000-8000-0000000000f4", path); err != nil {
+		t.Fatalf("a released source is still refused: %v", err)
+	}
+	var releases int64
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM lethe.source_releases`).Scan(&releases); err != nil || releases != 1 {
+		t.Fatalf("releases recorded: %d (%v), want 1", releases, err)
+	}
+}
+
+// Cancelling a request lifts the refusal of its sources with its tombstones.
+func TestCancelledRequestDoesNotBlockItsSources(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	path := transcriptOf(t, conn, sessA)
+	e := eraser(t, dsn, "t1")
+	req := erasure.Request{UID: "uid-cancel-source", SessionIDs: []string{sessA}}
+	if _, err := e.Tombstone(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Cancel(ctx, req.UID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO memory.sessions (id, tenant_id, source_path) VALUES ($1, 't1', $2)`,
+		"00000000-0000-4000-8000-0000000000f5", path); err != nil {
+		t.Fatalf("the source of a cancelled request is refused: %v", err)
+	}
+}
+
+// transcriptOf gives the session a transcript path, as the ingester does.
+func transcriptOf(t *testing.T, conn *pgx.Conn, id string) string {
+	t.Helper()
+	path := "raw-jsonl/2026/alice-" + id + ".jsonl"
+	if _, err := conn.Exec(context.Background(), `UPDATE memory.sessions SET source_path = $2 WHERE id = $1`, id, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
