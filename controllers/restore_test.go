@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -224,4 +225,34 @@ func restoresDetected(t *testing.T, ns string) float64 {
 		}
 	}
 	return 0
+}
+
+// A manager that dies after the deletion committed and before its status
+// write leaves the evidence to a later pass, whose batches are all done
+// already: the evidence counts them from their receipts, not as "0 deleted".
+func TestEvidenceCountsTheBatchesAnEarlierPassRan(t *testing.T) {
+	e := newMemoryEnv(t, "evidence-after-crash")
+	var crashed atomic.Bool
+	restore := setCrashHook(func(ns, point string) bool {
+		return ns == e.ns && point == "after-delete-commit" && crashed.CompareAndSwap(false, true)
+	})
+	t.Cleanup(restore)
+	er := e.request(t, "forget", nil)
+	waitPhase(t, er, lethev1.PhaseBackupsRotated)
+	if !crashed.Load() {
+		t.Fatal("no crash was injected after the deletion's commit")
+	}
+	ev := stepEvidence(t, er, lethev1.ConditionDeleted)
+	counts := map[string]int64{}
+	for _, c := range ev.Counts {
+		counts[c.Table] = c.Rows
+	}
+	if counts["memory.sessions"] != 2 || counts["memory.rounds"] == 0 || !strings.HasPrefix(ev.Note, "2 session(s) deleted in 1 batch(es)") {
+		t.Errorf("Deleted evidence after a crash: counts %v, note %q; want the 2 sessions the crashed pass deleted", counts, ev.Note)
+	}
+	// The crashed pass's sample was lost with it: the evidence says how many
+	// embeddings were probed, and that the budget was not met.
+	if !strings.Contains(ev.Note, "residue probe: 0 of ") || !strings.Contains(ev.Note, "fewer than the budget") {
+		t.Errorf("Deleted evidence note %q does not say the residue probe had no sample", ev.Note)
+	}
 }

@@ -3,6 +3,8 @@ package erasure
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -74,6 +76,7 @@ func (d *Deletion) Run(ctx context.Context, s *Scope) Outcome {
 		ev.Verification = append(ev.Verification, lethev1.Verification{Check: "near-identical vectors in " + r.Column, Found: r.Found})
 	}
 	if out, clean := d.judge(ev, residue); !clean {
+		out.Work = work
 		return out
 	}
 	caughtUp, err := s.Replicas.CaughtUp(ctx, res.CommitLSN)
@@ -85,7 +88,7 @@ func (d *Deletion) Run(ctx context.Context, s *Scope) Outcome {
 			out = failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonReplicaLagging,
 				"waiting for every replica to replay past the deletion; a replica could not be asked and is retried", err)
 		}
-		out.Evidence = &ev
+		out.Evidence, out.Work = &ev, work
 		return out
 	}
 	d.forget(s.uid())
@@ -125,26 +128,65 @@ func (d *Deletion) claim(ctx context.Context, s *Scope) (Outcome, bool) {
 	return Outcome{}, true
 }
 
-// evidence sums the batches and verifies, by the ledger, that nothing of
-// the erased sessions is left.
+// evidence reports what the deletion did from its receipts — every batch,
+// also those an earlier pass or an earlier manager ran — and verifies that
+// nothing of the sessions the request found is left. The work is this
+// pass's own batches, for the metrics.
 func (d *Deletion) evidence(ctx context.Context, s *Scope, res DeleteResult, probed int) (lethev1.StepEvidence, Work, error) {
-	counts, sessions, cache, derived, last := sumBatches(res.Batches)
-	if last.IsZero() {
-		last = s.Clock.Now()
+	counts, sessions := sumBatches(res.Batches)
+	work := Work{SessionsDeleted: sessions, Mode: mode(s.Request), RowsDeleted: counts}
+	receipts, err := s.Ledger.Receipts(ctx, s.uid(), StepDeleted)
+	if err != nil {
+		return lethev1.StepEvidence{}, work, err
+	}
+	deletedAt, err := s.Ledger.DeletedAt(ctx, s.uid())
+	if err != nil {
+		return lethev1.StepEvidence{}, work, err
+	}
+	if deletedAt.IsZero() {
+		deletedAt = s.Clock.Now()
 	}
 	checks, err := s.Ledger.Verify(ctx, FoundRequest(s.Request))
 	if err != nil {
-		return lethev1.StepEvidence{}, Work{}, err
+		return lethev1.StepEvidence{}, work, err
 	}
-	ev := lethev1.StepEvidence{Step: lethev1.ConditionDeleted, CompletedAt: mtime(last), Counts: counts}
-	ev.Counts = append(ev.Counts, lethev1.TableCount{Table: "content-keyed index entries", Rows: cache},
-		lethev1.TableCount{Table: "derived records", Rows: derived})
+	total, totalCounts := receiptTotals(receipts)
+	ev := lethev1.StepEvidence{Step: lethev1.ConditionDeleted, CompletedAt: mtime(deletedAt), Counts: totalCounts}
 	for _, c := range checks {
 		ev.Verification = append(ev.Verification, lethev1.Verification{Check: c.Check, Found: c.Found})
 	}
 	ev.Note = fmt.Sprintf("%d session(s) deleted in %d batch(es) of at most %d; residue probe: %d of %d erased embeddings (planned) probed against every vector column outside the cascade",
-		sessions, len(res.Batches), d.Config.BatchSize, probed, plannedEmbeddings(s.Request))
-	return ev, Work{SessionsDeleted: sessions, Mode: mode(s.Request), RowsDeleted: counts}, nil
+		total, len(receipts), d.Config.BatchSize, probed, plannedEmbeddings(s.Request))
+	if want := min(int64(d.Config.ProbeBudget), plannedEmbeddings(s.Request)); int64(probed) < want {
+		// The sample is kept in memory only: batches run before a restart of
+		// the manager were not sampled again.
+		ev.Note += fmt.Sprintf(" (fewer than the budget of %d: the sample of batches run before a manager restart is not kept)", want)
+	}
+	return ev, work, nil
+}
+
+// receiptTotals adds up the Deleted receipts: sessions, and rows per table
+// (tables sorted, the content-keyed entries and derived records last).
+func receiptTotals(receipts map[int]StepReceipt) (int, []lethev1.TableCount) {
+	sessions := 0
+	total := map[string]int64{}
+	for _, r := range receipts {
+		sessions += r.Sessions
+		for k, v := range r.Counts {
+			total[k] += v
+		}
+	}
+	extra := []string{CountContentIndexEntries, CountDerivedRecords}
+	var out []lethev1.TableCount
+	for _, k := range slices.Sorted(maps.Keys(total)) {
+		if !slices.Contains(extra, k) {
+			out = append(out, lethev1.TableCount{Table: k, Rows: total[k]})
+		}
+	}
+	for _, k := range extra {
+		out = append(out, lethev1.TableCount{Table: k, Rows: total[k]})
+	}
+	return sessions, out
 }
 
 // judge stalls the step when rows of the erased sessions remain or a copy

@@ -34,7 +34,18 @@ const (
 	verifyCall          = "Ledger.Verify({req-uid [s1 s2 s3] grace=0s})"
 	probeCall           = "Ledger.ProbeResidue([[0.1 0.2] [0.3 0.4]], 1e-06)"
 	replicaCall         = "Replicas.CaughtUp(0/3000060)"
+	deletedReceiptsCall = "Ledger.Receipts(req-uid, Deleted)"
 )
+
+// deletedReceipts are the receipts of deleteResult's batches: batch 1 ran in
+// an earlier pass, so its counts come only from its receipt.
+func deletedReceipts() map[int]StepReceipt {
+	return map[int]StepReceipt{
+		0: {Batch: 0, Sessions: 2, Counts: map[string]int64{"memory.sessions": 2, "memory.messages": 30, CountContentIndexEntries: 2, CountDerivedRecords: 1}},
+		1: {Batch: 1, Sessions: 1, Counts: map[string]int64{"memory.sessions": 1, "memory.messages": 5}},
+		2: {Batch: 2, Sessions: 1, Counts: map[string]int64{"memory.sessions": 1, "memory.messages": 10, CountContentIndexEntries: 1}},
+	}
+}
 
 // deleteResult is three batches: two ran, the middle one was done before.
 func deleteResult() DeleteResult {
@@ -56,6 +67,8 @@ func deletionFakes(mods ...func(*fakes)) fakes {
 		ledger: LedgerFns{
 			DeleteFn:       func(context.Context, Request, int, int) (DeleteResult, error) { return deleteResult(), nil },
 			VerifyFn:       func(context.Context, Request) ([]Verification, error) { return clean, nil },
+			ReceiptsFn:     func(context.Context, string, string) (map[int]StepReceipt, error) { return deletedReceipts(), nil },
+			DeletedAtFn:    func(context.Context, string) (time.Time, error) { return deletedAt, nil },
 			ProbeResidueFn: func(context.Context, []Embedding, float64) ([]Residue, error) { return nil, nil },
 		},
 		replicas: func(context.Context, string) (bool, error) { return true, nil },
@@ -66,14 +79,14 @@ func deletionFakes(mods ...func(*fakes)) fakes {
 	return f
 }
 
-// deletedEvidence is the evidence of deleteResult, with the checks found.
+// deletedEvidence is the evidence of deleteResult, from its receipts, with the checks found.
 func deletedEvidence(checks ...lethev1.Verification) lethev1.StepEvidence {
 	return lethev1.StepEvidence{Step: lethev1.ConditionDeleted, CompletedAt: secs(deletedAt),
-		Counts: []lethev1.TableCount{{Table: "memory.sessions", Rows: 3}, {Table: "memory.messages", Rows: 40},
-			{Table: "content-keyed index entries", Rows: 3}, {Table: "derived records", Rows: 1}},
+		Counts: []lethev1.TableCount{{Table: "memory.messages", Rows: 45}, {Table: "memory.sessions", Rows: 4},
+			{Table: CountContentIndexEntries, Rows: 3}, {Table: CountDerivedRecords, Rows: 1}},
 		Verification: checks,
-		Note: "3 session(s) deleted in 3 batch(es) of at most 50; residue probe: 2 of 12 erased embeddings (planned) " +
-			"probed against every vector column outside the cascade"}
+		Note: "4 session(s) deleted in 3 batch(es) of at most 50; residue probe: 2 of 12 erased embeddings (planned) " +
+			"probed against every vector column outside the cascade (fewer than the budget of 8: the sample of batches run before a manager restart is not kept)"}
 }
 
 var cleanChecks = []lethev1.Verification{{Check: "sessions of the request", Found: 0}, {Check: "rows in memory.messages", Found: 0}}
@@ -125,11 +138,11 @@ func TestDeletionClaim(t *testing.T) {
 		"CancelSeenTooLate": {reason: "A cancel seen after the deletion started is ignored: claim and delete.",
 			er: atDeletion(), fakes: deletionFakes(cancelSeen(ErrTooLateToCancel)),
 			want: stepWant{out: deleted("grace"), status: deletedStatus(atDeletion(), deleted("grace")),
-				calls: []string{cancelRequestedCall, "Ledger.Cancel(req-uid)", claimCall, deleteCall, verifyCall, probeCall, replicaCall}}},
+				calls: []string{cancelRequestedCall, "Ledger.Cancel(req-uid)", claimCall, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, probeCall, replicaCall}}},
 		"AlreadyClaimed": {reason: "A deletion claimed in an earlier pass (reason Deleting) is not claimed again.",
 			er: claimed, fakes: deletionFakes(func(f *fakes) { f.claims = ClaimsFns{} }),
 			want: stepWant{out: deleted("grace"), status: deletedStatus(claimed, deleted("grace")),
-				calls: []string{deleteCall, verifyCall, probeCall, replicaCall}}},
+				calls: []string{deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, probeCall, replicaCall}}},
 		"CancelFailsAtClaim": {reason: "A cancel seen at claim time that the database fails to write is an error; GracePeriodElapsed, True already, stays True.",
 			er: atDeletion(), fakes: deletionFakes(cancelSeen(errPort)),
 			want: stepWant{out: Outcome{Kind: Errored}, err: errPort, status: after(atDeletion()),
@@ -172,11 +185,11 @@ func TestDeletionRun(t *testing.T) {
 		"Done": {reason: "Deleted, verified absent, no residue, replicas caught up: done, with the batches' counts as evidence and work.",
 			er: atDeletion(), fakes: deletionFakes(),
 			want: stepWant{out: deleted("grace"), status: deletedStatus(atDeletion(), deleted("grace")),
-				calls: append(claims, deleteCall, verifyCall, probeCall, replicaCall)}},
+				calls: append(claims, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, probeCall, replicaCall)}},
 		"DoneImmediate": {reason: "The work of an immediate request counts as immediate; the ledger is asked for no grace period.",
 			er: reached(2, immediate), fakes: deletionFakes(),
 			want: stepWant{out: deleted("immediate"), status: deletedStatus(atDeletion(), deleted("immediate")),
-				calls: append(claims, "Ledger.Delete({req-uid [s1 s2 s3] grace=0s}, 50, 8)", verifyCall, probeCall, replicaCall)}},
+				calls: append(claims, "Ledger.Delete({req-uid [s1 s2 s3] grace=0s}, 50, 8)", deletedReceiptsCall, deletedAtCall, verifyCall, probeCall, replicaCall)}},
 		"DeleteError": {reason: "A failed batch is an error for a retry; the condition keeps the claim's reason, so it is not claimed again.",
 			er: atDeletion(), fakes: deletionFakes(deleteFails(errPort)),
 			want: stepWant{out: Outcome{Kind: Errored, Condition: batchFailed}, err: errPort,
@@ -190,21 +203,21 @@ func TestDeletionRun(t *testing.T) {
 				f.ledger.VerifyFn = func(context.Context, Request) ([]Verification, error) { return nil, errPort }
 			}),
 			want: stepWant{out: Outcome{Kind: Errored, Condition: verifyFailed}, err: errPort,
-				status: after(atDeletion(), withCond(verifyFailed)), calls: append(claims, deleteCall, verifyCall)}},
+				status: after(atDeletion(), withCond(verifyFailed)), calls: append(claims, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall)}},
 		"ProbeError": {reason: "A residue probe that could not run (a column the role may not read) is an error, not a success.",
 			er: atDeletion(), fakes: deletionFakes(func(f *fakes) {
 				f.ledger.ProbeResidueFn = func(context.Context, []Embedding, float64) ([]Residue, error) { return nil, errPort }
 			}),
 			want: stepWant{out: Outcome{Kind: Errored, Condition: probeFailed}, err: errPort,
-				status: after(atDeletion(), withCond(probeFailed)), calls: append(claims, deleteCall, verifyCall, probeCall)}},
+				status: after(atDeletion(), withCond(probeFailed)), calls: append(claims, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, probeCall)}},
 		"ReplicasLagging": {reason: "A replica behind the deletion's commit waits for it; the deletion's evidence is recorded, not its milestone.",
 			er: atDeletion(), fakes: deletionFakes(caughtUp(false, nil)),
-			want: stepWant{out: Outcome{Kind: Waiting, Condition: lagging, Evidence: deletedEv, RequeueAfter: testConfig.ReplicaRecheck},
-				status: after(atDeletion(), withCond(lagging), withEvidence(*deletedEv)), calls: append(claims, deleteCall, verifyCall, probeCall, replicaCall)}},
+			want: stepWant{out: Outcome{Kind: Waiting, Condition: lagging, Evidence: deletedEv, Work: deleted("grace").Work, RequeueAfter: testConfig.ReplicaRecheck},
+				status: after(atDeletion(), withCond(lagging), withEvidence(*deletedEv)), calls: append(claims, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, probeCall, replicaCall)}},
 		"ReplicaError": {reason: "A replica that cannot be asked is an error for a retry; the deletion's evidence is recorded.",
 			er: atDeletion(), fakes: deletionFakes(caughtUp(false, errPort)),
-			want: stepWant{out: Outcome{Kind: Errored, Condition: replicaDown, Evidence: deletedEv}, err: errPort,
-				status: after(atDeletion(), withCond(replicaDown), withEvidence(*deletedEv)), calls: append(claims, deleteCall, verifyCall, probeCall, replicaCall)}},
+			want: stepWant{out: Outcome{Kind: Errored, Condition: replicaDown, Evidence: deletedEv, Work: deleted("grace").Work}, err: errPort,
+				status: after(atDeletion(), withCond(replicaDown), withEvidence(*deletedEv)), calls: append(claims, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, probeCall, replicaCall)}},
 	})
 }
 
@@ -223,7 +236,7 @@ func residueLeft(f *fakes) {
 }
 
 func TestDeletionJudge(t *testing.T) {
-	calls := []string{cancelRequestedCall, claimCall, deleteCall, verifyCall, probeCall}
+	calls := []string{cancelRequestedCall, claimCall, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, probeCall}
 	left := []lethev1.Verification{{Check: "sessions of the request", Found: 0}, {Check: "rows in memory.messages", Found: 4}}
 	leftEv := deletedEvidence(left...)
 	leftCond := &Condition{Type: lethev1.ConditionDeleted, Reason: lethev1.ReasonVerificationFailed,
@@ -234,11 +247,11 @@ func TestDeletionJudge(t *testing.T) {
 	runCases(t, runDeletion, map[string]stepCase{
 		"VerificationFindsRows": {reason: "Rows of the erased sessions remain: a human must look; checked again after the re-verification interval.",
 			er: atDeletion(), fakes: deletionFakes(rowsLeft),
-			want: stepWant{out: Outcome{Kind: Stalled, Condition: leftCond, Evidence: &leftEv, RequeueAfter: testConfig.ReverifyInterval},
+			want: stepWant{out: Outcome{Kind: Stalled, Condition: leftCond, Evidence: &leftEv, Work: deleted("grace").Work, RequeueAfter: testConfig.ReverifyInterval},
 				status: after(atDeletion(), withCond(leftCond), withEvidence(leftEv)), calls: calls}},
 		"ResidueFound": {reason: "A near-identical copy of an erased embedding outside the cascade stalls the step, with a Warning.",
 			er: atDeletion(), fakes: deletionFakes(residueLeft),
-			want: stepWant{out: Outcome{Kind: Stalled, Condition: residueCond, Evidence: &residueEv, RequeueAfter: testConfig.RetryAfter,
+			want: stepWant{out: Outcome{Kind: Stalled, Condition: residueCond, Evidence: &residueEv, Work: deleted("grace").Work, RequeueAfter: testConfig.RetryAfter,
 				Warning: &Warning{Reason: lethev1.ReasonResidueFound, Action: "Verify", Note: "residue found in 1 column(s)"}},
 				status: after(atDeletion(), withCond(residueCond), withEvidence(residueEv)), calls: calls}},
 	})
@@ -265,14 +278,17 @@ func TestDeletionKeepsProbeSample(t *testing.T) {
 		t.Fatalf("second pass: kind %d, want Done", second.out.Kind)
 	}
 	// The first pass claimed the deletion (ReplicaLagging comes after the claim): the second does not claim again.
-	if diff := cmp.Diff([]string{deleteCall, verifyCall, probeCall, replicaCall}, second.calls); diff != "" {
+	if diff := cmp.Diff([]string{deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, probeCall, replicaCall}, second.calls); diff != "" {
 		t.Errorf("second pass: ProbeResidue must receive the first pass's sample: -want, +got:\n%s", diff)
 	}
 	if _, kept := d.probes.Load(uid); kept {
 		t.Error("the sample is still kept after the step completed: it must be forgotten")
 	}
-	if n := second.er.Status.Evidence.Steps[0].Note; n != "0 session(s) deleted in 2 batch(es) of at most 50; residue probe: 2 of 12 erased embeddings (planned) probed against every vector column outside the cascade" {
-		t.Errorf("second pass evidence note %q: want the kept sample's size", n)
+	// The batches ran in the first pass: the evidence counts them from their
+	// receipts (it said "0 session(s) deleted" when it summed this pass's batches).
+	if n := second.er.Status.Evidence.Steps[0].Note; n != "4 session(s) deleted in 3 batch(es) of at most 50; residue probe: 2 of 12 erased embeddings "+
+		"(planned) probed against every vector column outside the cascade (fewer than the budget of 8: the sample of batches run before a manager restart is not kept)" {
+		t.Errorf("second pass evidence note %q: want the receipts' counts and the kept sample's size", n)
 	}
 }
 

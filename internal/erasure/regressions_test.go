@@ -17,9 +17,9 @@ func TestReplicaConfigErrorSaysWhatToFix(t *testing.T) {
 			er: atDeletion(), fakes: deletionFakes(func(f *fakes) {
 				f.replicas = func(context.Context, string) (bool, error) { return false, errConfig }
 			}),
-			want: stepWant{out: Outcome{Kind: Waiting, Condition: configCond, Evidence: deleted("grace").Evidence, RequeueAfter: testConfig.RetryAfter},
+			want: stepWant{out: Outcome{Kind: Waiting, Condition: configCond, Evidence: deleted("grace").Evidence, Work: deleted("grace").Work, RequeueAfter: testConfig.RetryAfter},
 				status: after(atDeletion(), withCond(configCond), withEvidence(*deleted("grace").Evidence)),
-				calls:  []string{cancelRequestedCall, claimCall, deleteCall, verifyCall, probeCall, replicaCall}}},
+				calls:  []string{cancelRequestedCall, claimCall, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, probeCall, replicaCall}}},
 	})
 }
 

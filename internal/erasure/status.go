@@ -168,19 +168,14 @@ func PlanStatus(p Plan) *lethev1.ErasurePlan {
 	return out
 }
 
-// sumBatches adds the per-table counts of every batch that ran.
-func sumBatches(batches []BatchResult) (counts []lethev1.TableCount, sessions int, cache, derived int64, last time.Time) {
+// sumBatches adds the per-table counts of the batches that ran in this pass.
+func sumBatches(batches []BatchResult) (counts []lethev1.TableCount, sessions int) {
 	idx := map[string]int{}
 	for _, b := range batches {
 		if b.Skipped {
 			continue
 		}
 		sessions += b.Sessions
-		cache += b.ContentIndexEntries
-		derived += b.DerivedRecords
-		if b.DeletedAt.After(last) {
-			last = b.DeletedAt
-		}
 		for _, c := range b.Rows {
 			i, ok := idx[c.Table]
 			if !ok {
@@ -191,7 +186,7 @@ func sumBatches(batches []BatchResult) (counts []lethev1.TableCount, sessions in
 			counts[i].Rows += c.Rows
 		}
 	}
-	return counts, sessions, cache, derived, last
+	return counts, sessions
 }
 
 // deadline is one calendar month after the request (GDPR Art. 12(3)).

@@ -100,6 +100,12 @@ type StepReceipt struct {
 	Counts   map[string]int64
 }
 
+// Counts a Deleted receipt holds beside its tables'.
+const (
+	CountContentIndexEntries = "content-keyed index entries"
+	CountDerivedRecords      = "derived records"
+)
+
 // Receipt steps, the step column of lethe.erasure_receipts.
 const (
 	StepTombstoned  = "Tombstoned"

@@ -81,7 +81,12 @@ func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []s
 		if probe, err = eraseLocked(ctx, tx, l, uid, eligible, probeBudget, &res); err != nil {
 			return err
 		}
-		return receipt{uid: uid, step: erasure.StepDeleted, batch: batch, sessions: res.Sessions, counts: res.Rows, of: res}.write(ctx, tx)
+		// The receipt counts what the evidence reports, so a pass after a
+		// restart reports the batches done before it from the receipts.
+		counts := append(slices.Clone(res.Rows),
+			erasure.Count{Table: erasure.CountContentIndexEntries, Rows: res.ContentIndexEntries},
+			erasure.Count{Table: erasure.CountDerivedRecords, Rows: res.DerivedRecords})
+		return receipt{uid: uid, step: erasure.StepDeleted, batch: batch, sessions: res.Sessions, counts: counts, of: res}.write(ctx, tx)
 	})
 	if err != nil {
 		return res, nil, err
