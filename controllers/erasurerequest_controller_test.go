@@ -415,8 +415,17 @@ func TestResurrectedSessionsAreErasedAgain(t *testing.T) {
 	e := newMemoryEnv(t, "resurrect")
 	er := e.request(t, "forget-then-restore", nil)
 	waitPhase(t, er, lethev1.PhaseBackupsRotated)
-	// A pre-erasure backup is restored: the session is back.
-	if err := fixture.Seed(context.Background(), e.conn, fixture.Session{ID: erasedA, Tenant: "t1", Rounds: 2, Text: marker, Seed: 1, NoProfile: true}); err != nil {
+	// A data-only restore of the memory tables from a pre-erasure backup
+	// (pg_restore --data-only --disable-triggers: the erased-source guard does
+	// not fire) brings the session back while the ledger stays.
+	ctx := context.Background()
+	if _, err := e.conn.Exec(ctx, `SET session_replication_role = replica`); err != nil {
+		t.Fatal(err)
+	}
+	if err := fixture.Seed(ctx, e.conn, fixture.Session{ID: erasedA, Tenant: "t1", Rounds: 2, Text: marker, Seed: 1, NoProfile: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.conn.Exec(ctx, `RESET session_replication_role`); err != nil {
 		t.Fatal(err)
 	}
 	// Hidden from the application at once: the ledger says erased.

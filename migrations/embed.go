@@ -1,7 +1,8 @@
 // Package migrations embeds the goose SQL migrations: the reference memory
 // schema (00001), the erasure-support objects Lethe needs in any memory
 // database (00002), the wiring of the two (00003), the operator's role (00004),
-// erased sources (00005) and their wiring (00006).
+// erased sources (00005) and their wiring (00006), late derivations (00007)
+// and their wiring (00008).
 package migrations
 
 import "embed"

@@ -55,6 +55,9 @@ func (e *Eraser) Tombstone(ctx context.Context, req erasure.Request) (erasure.Pl
 		if plan, hashes, err = e.takePlan(ctx, tx, l, req, true); err != nil {
 			return err
 		}
+		if _, err := tx.Exec(ctx, lockSessionsSQL, plan.Found); err != nil {
+			return fmt.Errorf("wait for derivations in flight: %w", err)
+		}
 		if _, err := tx.Exec(ctx, tombstoneSQL(l), plan.Found, req.UID); err != nil {
 			return fmt.Errorf("tombstone sessions: %w", err)
 		}

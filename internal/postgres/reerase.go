@@ -53,6 +53,9 @@ func (e *Eraser) Reerase(ctx context.Context, req erasure.Request) (erasure.Batc
 			res.Skipped = res.LedgerRowsRestored == 0
 			return tx.QueryRow(ctx, `SELECT now()`).Scan(&res.DeletedAt)
 		}
+		if _, err := tx.Exec(ctx, lockSessionsSQL, back); err != nil {
+			return fmt.Errorf("wait for derivations in flight: %w", err)
+		}
 		// Hidden from the application at once, in case the delete fails.
 		if _, err := tx.Exec(ctx, tombstoneSQL(l), back, req.UID); err != nil {
 			return fmt.Errorf("tombstone resurrected sessions: %w", err)

@@ -41,6 +41,13 @@ func countContentSQL(idx QColumn) string {
 	return `SELECT count(*) FROM ` + idx.Table.Ident() + ` WHERE ` + idx.Ident() + ` = ANY($1::text[])`
 }
 
+// lockSessionsSQL takes, in a fixed order, the exclusive transaction-scoped
+// lock of each session $1 that the lineage guard takes shared: a derivation
+// from one of them that started first commits before the tombstone is
+// written, and one that comes later is refused by the guard.
+const lockSessionsSQL = `SELECT count(pg_advisory_xact_lock(hashtext('lethe.session'), hashtext(id)))
+	FROM (SELECT id FROM unnest($1::text[]) AS id ORDER BY id) s`
+
 // tombstoneSQL hides the sessions $1 from the application on behalf of the
 // request $2, keeping an earlier tombstone (Tombstone and Reerase).
 func tombstoneSQL(l Layout) string {
