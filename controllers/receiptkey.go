@@ -80,10 +80,8 @@ func (s *ReceiptKeySetup) Ensure(ctx context.Context) (keyID string, created boo
 		return "", false, err
 	}
 	if s.created != nil {
-		// Said once the public key is published: whoever reads this can verify.
+		// Logged once the public key is published: whoever reads this can verify.
 		ctrl.LoggerFrom(ctx).WithName("receipt-key").Info("created the receipt signing key: receipts are signed with it", "secret", s.Secret.String(), "keyID", key.ID())
-		s.Recorder.Eventf(s.created, nil, corev1.EventTypeNormal, ReasonReceiptKeyCreated, "ReceiptKeySetup",
-			"no receipt signing key existed: created an ed25519 key (ID %s); its public key is in the ConfigMap %s", key.ID(), s.Secret.Name)
 		s.created, created = nil, true
 	}
 	return key.ID(), created, nil
@@ -110,6 +108,13 @@ func (s *ReceiptKeySetup) create(ctx context.Context) (*corev1.Secret, error) {
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("create the receipt signing key Secret %s: %w", s.Secret, err)
+	}
+	// The Event goes out with the Secret (the recorder sends it in the
+	// background, and a manager stopped right after the log line below
+	// must not lose it); the public key is published next.
+	if key, err := evidence.ParsePrivateKey(pemKey); err == nil {
+		s.Recorder.Eventf(secret, nil, corev1.EventTypeNormal, ReasonReceiptKeyCreated, "ReceiptKeySetup",
+			"no receipt signing key existed: created an ed25519 key (ID %s); its public key is published in the ConfigMap %s", key.ID(), s.Secret.Name)
 	}
 	return secret, nil
 }
