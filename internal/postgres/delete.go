@@ -66,6 +66,15 @@ func eligibleSQL(l Layout) string {
 		ORDER BY s.id FOR UPDATE`
 }
 
+// markGoneSQL marks erased the request $1's eligible ledger rows of the
+// sessions $2 whose session no longer exists.
+func markGoneSQL(l Layout) string {
+	return `UPDATE lethe.erasure_ledger l SET erased_at = now()
+		WHERE l.request_uid = $1 AND l.scope = 'session' AND l.record_id = ANY($2::text[])
+		  AND l.cancelled_at IS NULL AND l.erased_at IS NULL AND l.grace_ends_at <= now()
+		  AND NOT EXISTS (SELECT 1 FROM ` + l.Sessions.Ident() + ` s WHERE s.id = l.record_id::uuid)`
+}
+
 func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []string, probeBudget int) (erasure.BatchResult, []erasure.Embedding, error) {
 	res := erasure.BatchResult{Batch: batch}
 	var probe []erasure.Embedding
@@ -73,6 +82,12 @@ func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []s
 		eligible, err := collectStrings(ctx, tx, eligibleSQL(l), uid, ids, e.tenant())
 		if err != nil {
 			return fmt.Errorf("check ledger: %w", err)
+		}
+		// A session of the batch already gone (another request holding it
+		// erased it first) is erased for this request too: its ledger row
+		// says so, so no later check takes it for a restore.
+		if _, err := tx.Exec(ctx, markGoneSQL(l), uid, ids); err != nil {
+			return fmt.Errorf("mark gone sessions erased: %w", err)
 		}
 		if len(eligible) == 0 {
 			res.Skipped = true

@@ -110,3 +110,45 @@ func transcriptOf(t *testing.T, conn *pgx.Conn, id string) string {
 	}
 	return path
 }
+
+// Two requests hold the same session: the first erases it, the second finds
+// nothing left to delete. The second is erased all the same — its ledger
+// row says so, its verification finds nothing, and neither the restore check
+// nor the re-erasure takes it for a restore.
+func TestOverlappingRequestsBothEnd(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	e := eraser(t, dsn, "t1")
+	first := erasure.Request{UID: "uid-first", SessionIDs: []string{sessA}}
+	second := erasure.Request{UID: "uid-second", SessionIDs: []string{sessA}}
+	for _, req := range []erasure.Request{first, second} {
+		if _, err := e.Tombstone(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, req := range []erasure.Request{first, second} {
+		if _, err := e.Delete(ctx, req, 10, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'session' AND erased_at IS NOT NULL`, second.UID); n != 1 {
+		t.Fatalf("the second request's ledger row is not marked erased (%d)", n)
+	}
+	checks, err := e.Verify(ctx, second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range checks {
+		if c.Found != 0 {
+			t.Errorf("second request: %s = %d", c.Check, c.Found)
+		}
+	}
+	if findings, err := e.Intact(ctx, []erasure.Request{first, second}); err != nil || len(findings) != 0 {
+		t.Errorf("restore check on overlapping requests: %+v %v, want nothing", findings, err)
+	}
+	if res, err := e.Reerase(ctx, second); err != nil || !res.Skipped {
+		t.Errorf("re-erasure of the second request: %+v %v, want nothing to do", res, err)
+	}
+}

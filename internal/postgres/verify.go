@@ -12,10 +12,11 @@ import (
 // contentLedgerSQL lists the content hashes a request tombstoned.
 const contentLedgerSQL = `SELECT record_id FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'content'`
 
-// notErasedSQL counts the sessions $2 the request $1 has no erased ledger row for.
-const notErasedSQL = `SELECT count(*) FROM unnest($2::text[]) AS r
+// notErasedSQL counts the sessions $1 no request holds erased in the ledger
+// (a session another request erased first counts as erased).
+const notErasedSQL = `SELECT count(*) FROM unnest($1::text[]) AS r
 	WHERE NOT EXISTS (SELECT 1 FROM lethe.erasure_ledger l
-		WHERE l.request_uid = $1 AND l.scope = 'session' AND l.record_id = r AND l.erased_at IS NOT NULL)`
+		WHERE l.scope = 'session' AND l.record_id = r AND l.erased_at IS NOT NULL)`
 
 // Verify looks for anything left of the sessions req names — what the
 // request found, not what the ledger says was erased: a session a batch
@@ -31,7 +32,7 @@ func (e *Eraser) Verify(ctx context.Context, req erasure.Request) ([]erasure.Ver
 		}
 		checks := leftoverChecks(l, req.SessionIDs, hashes)
 		checks = append(checks, counting{name: "requested sessions the ledger does not record as erased", failure: "verify the ledger",
-			sql: notErasedSQL, args: []any{req.UID, req.SessionIDs}})
+			sql: notErasedSQL, arg: req.SessionIDs})
 		out, err = runChecks(ctx, tx, checks)
 		return err
 	})
