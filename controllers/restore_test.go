@@ -11,6 +11,7 @@ import (
 	"time"
 
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -254,5 +255,45 @@ func TestEvidenceCountsTheBatchesAnEarlierPassRan(t *testing.T) {
 	// embeddings were probed, and that the budget was not met.
 	if !strings.Contains(ev.Note, "residue probe: 0 of ") || !strings.Contains(ev.Note, "fewer than the budget") {
 		t.Errorf("Deleted evidence note %q does not say the residue probe had no sample", ev.Note)
+	}
+}
+
+// A restore between the deletion and the end of the backup step (a Backup
+// still expiring holds the request there): the deletion's own check on the
+// next pass erases again, so the backup step works from a ledger back in
+// force — its deletion time is the re-erasure's, not "nothing was erased".
+func TestRestoreBeforeTheBackupsAreGoneIsErasedAgain(t *testing.T) {
+	ctx := context.Background()
+	ve := newVeleroEnv(t, "restore-backups")
+	db := databaseOf(t, ve.dsn)
+	dump := filepath.Join(t.TempDir(), "memory.dump")
+	if err := pg.Dump(db, dump); err != nil {
+		t.Fatal(err)
+	}
+	ve.backup(t, "nightly", ve.app, time.Now().Add(-time.Hour), time.Now().Add(48*time.Hour))
+	er := ve.request(t, "forget", func(er *lethev1.ErasureRequest) {
+		er.Spec.Immediate, er.Spec.Reason = false, ""
+		er.Spec.GracePeriod = &metav1.Duration{}
+	})
+	waitStepReason(t, er, lethev1.ConditionBackupsRotated, lethev1.ReasonBackupsExpiring)
+	firstDeletion := ve.deletedAt(t, er)
+
+	if err := pg.Restore(ctx, db, dump); err != nil {
+		t.Fatal(err)
+	}
+	ve.conn = connectVector(t, ve.dsn)
+	waitHistoryEntry(t, er, string(lethev1.PhaseGraphReconciled)+"/"+lethev1.ReasonResurrected)
+	for _, id := range []string{erasedA, erasedA2} {
+		if n := ve.sessionRows(t, id); n != 0 {
+			t.Errorf("%d rows of session %s remain after the re-erasure", n, id)
+		}
+	}
+	if again := ve.deletedAt(t, er); !again.After(firstDeletion) {
+		t.Errorf("the ledger's deletion time %s is not the re-erasure's (first deletion %s)", again, firstDeletion)
+	}
+	ve.remove(t, "nightly") // Velero's garbage collection at the expiration
+	waitPhase(t, er, lethev1.PhaseBackupsRotated)
+	if c := meta.FindStatusCondition(er.Status.Conditions, lethev1.ConditionBackupsRotated); c == nil || c.Reason != lethev1.ReasonBackupsGone {
+		t.Errorf("BackupsRotated %+v, want BackupsGone (the step must not conclude nothing was erased)", c)
 	}
 }
