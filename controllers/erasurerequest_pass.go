@@ -169,8 +169,8 @@ func countWork(w erasure.Work) {
 		metrics.RowsDeleted.WithLabelValues(c.Table).Add(float64(c.Rows))
 	}
 	if w.GraphPruned.Total() > 0 {
-		metrics.GraphPruned.WithLabelValues("nodes").Add(float64(sum(w.GraphPruned.Nodes)))
-		metrics.GraphPruned.WithLabelValues("relationships").Add(float64(sum(w.GraphPruned.Relationships)))
+		metrics.GraphPruned.WithLabelValues("nodes").Add(float64(w.GraphPruned.NodeTotal()))
+		metrics.GraphPruned.WithLabelValues("relationships").Add(float64(w.GraphPruned.RelationshipTotal()))
 	}
 	for _, b := range w.Backups {
 		switch {
@@ -181,14 +181,6 @@ func countWork(w erasure.Work) {
 			metrics.BackupWork.WithLabelValues("shortened").Inc()
 		}
 	}
-}
-
-func sum(m map[string]int64) int64 {
-	var n int64
-	for _, v := range m {
-		n += v
-	}
-	return n
 }
 
 func mtime(t time.Time) *metav1.Time {

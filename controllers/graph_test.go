@@ -247,23 +247,31 @@ func TestStoreSweepRemovesOrphansAndRecordsIt(t *testing.T) {
 
 func sweepCount(t *testing.T, result string) float64 {
 	t.Helper()
+	v, _ := counterValue(t, "lethe_graph_sweeps_total", "result", result)
+	return v
+}
+
+// counterValue reads, from the suite manager's registry, the counter name's
+// series whose label has value; found is false when there is none.
+func counterValue(t *testing.T, name, label, value string) (v float64, found bool) {
+	t.Helper()
 	mfs, err := crmetrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "lethe_graph_sweeps_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" && l.GetValue() == result {
-					return m.GetCounter().GetValue()
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue(), true
 				}
 			}
 		}
 	}
-	return 0
+	return 0, false
 }
 
 func stepEvidence(t *testing.T, er *lethev1.ErasureRequest, step string) lethev1.StepEvidence {

@@ -49,8 +49,8 @@ func (r *MemoryStoreReconciler) sweep(ctx context.Context, store *lethev1.Memory
 	for _, kc := range res.Removed.Keys() {
 		st.Removed = append(st.Removed, lethev1.TableCount{Table: kc.Key, Rows: kc.Count})
 	}
-	metrics.GraphSweepRemoved.WithLabelValues("nodes").Add(float64(sum(res.Removed.Nodes)))
-	metrics.GraphSweepRemoved.WithLabelValues("relationships").Add(float64(sum(res.Removed.Relationships)))
+	metrics.GraphSweepRemoved.WithLabelValues("nodes").Add(float64(res.Removed.NodeTotal()))
+	metrics.GraphSweepRemoved.WithLabelValues("relationships").Add(float64(res.Removed.RelationshipTotal()))
 	done := r.Clock.Now()
 	switch {
 	case errors.Is(err, graph.ErrSweepRefused):

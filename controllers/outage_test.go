@@ -7,7 +7,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 )
@@ -84,22 +83,9 @@ func TestPostgresOutageIsReportedAndTheRequestResumes(t *testing.T) {
 // controller's failed passes, from the suite manager's registry.
 func reconcileErrors(t *testing.T) float64 {
 	t.Helper()
-	families, err := crmetrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
+	v, found := counterValue(t, "controller_runtime_reconcile_errors_total", "controller", "erasurerequest")
+	if !found {
+		t.Fatal("no controller_runtime_reconcile_errors_total series for the erasurerequest controller")
 	}
-	for _, f := range families {
-		if f.GetName() != "controller_runtime_reconcile_errors_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == "erasurerequest" {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatal("no controller_runtime_reconcile_errors_total series for the erasurerequest controller")
-	return 0
+	return v
 }

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 )
@@ -209,23 +208,8 @@ func storeEvents(t *testing.T, store *lethev1.MemoryStore, reason string) int {
 // restoresDetected is the store audit's restore counter for namespace ns.
 func restoresDetected(t *testing.T, ns string) float64 {
 	t.Helper()
-	families, err := crmetrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != "lethe_memorystore_restores_detected_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "namespace" && l.GetValue() == ns {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	v, _ := counterValue(t, "lethe_memorystore_restores_detected_total", "namespace", ns)
+	return v
 }
 
 // A manager that dies after the deletion committed and before its status

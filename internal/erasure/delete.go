@@ -283,3 +283,24 @@ func tableCounts(cs []Count) []lethev1.TableCount {
 	}
 	return out
 }
+
+// sumBatches adds the per-table counts of the batches that ran in this pass.
+func sumBatches(batches []BatchResult) (counts []lethev1.TableCount, sessions int) {
+	idx := map[string]int{}
+	for _, b := range batches {
+		if b.Skipped {
+			continue
+		}
+		sessions += b.Sessions
+		for _, c := range b.Rows {
+			i, ok := idx[c.Table]
+			if !ok {
+				i = len(counts)
+				idx[c.Table] = i
+				counts = append(counts, lethev1.TableCount{Table: c.Table})
+			}
+			counts[i].Rows += c.Rows
+		}
+	}
+	return counts, sessions
+}

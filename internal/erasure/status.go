@@ -168,27 +168,6 @@ func PlanStatus(p Plan) *lethev1.ErasurePlan {
 	return out
 }
 
-// sumBatches adds the per-table counts of the batches that ran in this pass.
-func sumBatches(batches []BatchResult) (counts []lethev1.TableCount, sessions int) {
-	idx := map[string]int{}
-	for _, b := range batches {
-		if b.Skipped {
-			continue
-		}
-		sessions += b.Sessions
-		for _, c := range b.Rows {
-			i, ok := idx[c.Table]
-			if !ok {
-				i = len(counts)
-				idx[c.Table] = i
-				counts = append(counts, lethev1.TableCount{Table: c.Table})
-			}
-			counts[i].Rows += c.Rows
-		}
-	}
-	return counts, sessions
-}
-
 // deadline is one calendar month after the request (GDPR Art. 12(3)).
 func deadline(requested time.Time) time.Time { return requested.AddDate(0, 1, 0) }
 

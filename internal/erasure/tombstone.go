@@ -68,7 +68,7 @@ func (t Tombstoning) plan(ctx context.Context, s *Scope, req Request) Outcome {
 			return failed(t.Config, lethev1.ConditionTombstoned, lethev1.ReasonGraphUnavailable,
 				"the graph could not be counted for the plan; Lethe retries", err)
 		}
-		ps.GraphNodes, ps.GraphRelationships = sum(c.Nodes), sum(c.Relationships)
+		ps.GraphNodes, ps.GraphRelationships = c.NodeTotal(), c.RelationshipTotal()
 	}
 	if s.Backups != nil {
 		n, f := holdingBackups(ctx, s, plan)
@@ -103,12 +103,4 @@ func holdingBackups(ctx context.Context, s *Scope, plan Plan) (int, *Outcome) {
 		return 0, &out
 	}
 	return n, nil
-}
-
-func sum(m map[string]int64) int64 {
-	var n int64
-	for _, v := range m {
-		n += v
-	}
-	return n
 }

@@ -129,12 +129,17 @@ type GraphCounts struct {
 }
 
 // Total is the sum of every count.
-func (c GraphCounts) Total() int64 {
+func (c GraphCounts) Total() int64 { return c.NodeTotal() + c.RelationshipTotal() }
+
+// NodeTotal is the sum of the node counts.
+func (c GraphCounts) NodeTotal() int64 { return sumValues(c.Nodes) }
+
+// RelationshipTotal is the sum of the relationship counts.
+func (c GraphCounts) RelationshipTotal() int64 { return sumValues(c.Relationships) }
+
+func sumValues(m map[string]int64) int64 {
 	var n int64
-	for _, v := range c.Nodes {
-		n += v
-	}
-	for _, v := range c.Relationships {
+	for _, v := range m {
 		n += v
 	}
 	return n

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -105,7 +106,7 @@ func (e *Eraser) restoreLedger(ctx context.Context, tx pgx.Tx, l Layout, req era
 	}
 	gone := make([]string, 0, len(req.SessionIDs))
 	for _, id := range req.SessionIDs {
-		if !contains(back, id) {
+		if !slices.Contains(back, id) {
 			gone = append(gone, id)
 		}
 	}
@@ -113,13 +114,4 @@ func (e *Eraser) restoreLedger(ctx context.Context, tx pgx.Tx, l Layout, req era
 		return fmt.Errorf("mark ledger erased: %w", err)
 	}
 	return nil
-}
-
-func contains(ids []string, id string) bool {
-	for _, x := range ids {
-		if x == id {
-			return true
-		}
-	}
-	return false
 }
