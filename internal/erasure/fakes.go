@@ -18,19 +18,20 @@ var ErrNotFaked = errors.New("fake: method not set")
 
 // LedgerFns is a Ledger of function fields.
 type LedgerFns struct {
-	PlanFn           func(ctx context.Context, req Request) (Plan, error)
-	TombstoneFn      func(ctx context.Context, req Request) (Plan, error)
-	GraceFn          func(ctx context.Context, uid string) (GraceState, error)
-	CancelFn         func(ctx context.Context, uid string) (Cancellation, error)
-	DeleteFn         func(ctx context.Context, req Request, batchSize, probeBudget int) (DeleteResult, error)
-	VerifyFn         func(ctx context.Context, req Request) ([]Verification, error)
-	ProbeResidueFn   func(ctx context.Context, probe []Embedding, maxDistance float64) ([]Residue, error)
-	ReeraseFn        func(ctx context.Context, req Request) (BatchResult, error)
-	ErasedSessionsFn func(ctx context.Context, uid string) ([]string, error)
-	DeletedAtFn      func(ctx context.Context, uid string) (time.Time, error)
-	ReceiptsFn       func(ctx context.Context, uid, step string) (map[int]StepReceipt, error)
-	WriteReceiptFn   func(ctx context.Context, uid, step string, batch, sessions int, counts []Count) error
-	AppendReceiptFn  func(ctx context.Context, uid, step string, sessions int, counts []Count) error
+	PlanFn             func(ctx context.Context, req Request) (Plan, error)
+	TombstoneFn        func(ctx context.Context, req Request) (Plan, error)
+	GraceFn            func(ctx context.Context, uid string) (GraceState, error)
+	CancelFn           func(ctx context.Context, uid string) (Cancellation, error)
+	DeleteFn           func(ctx context.Context, req Request, batchSize, probeBudget int) (DeleteResult, error)
+	VerifyFn           func(ctx context.Context, req Request) ([]Verification, error)
+	ProbeResidueFn     func(ctx context.Context, probe []Embedding, maxDistance float64) ([]Residue, error)
+	ProbeTextResidueFn func(ctx context.Context, sample []TextSample) (TextProbe, error)
+	ReeraseFn          func(ctx context.Context, req Request) (BatchResult, error)
+	ErasedSessionsFn   func(ctx context.Context, uid string) ([]string, error)
+	DeletedAtFn        func(ctx context.Context, uid string) (time.Time, error)
+	ReceiptsFn         func(ctx context.Context, uid, step string) (map[int]StepReceipt, error)
+	WriteReceiptFn     func(ctx context.Context, uid, step string, batch, sessions int, counts []Count) error
+	AppendReceiptFn    func(ctx context.Context, uid, step string, sessions int, counts []Count) error
 }
 
 var _ Ledger = &LedgerFns{}
@@ -82,6 +83,13 @@ func (f *LedgerFns) ProbeResidue(ctx context.Context, probe []Embedding, maxDist
 		return nil, ErrNotFaked
 	}
 	return f.ProbeResidueFn(ctx, probe, maxDistance)
+}
+
+func (f *LedgerFns) ProbeTextResidue(ctx context.Context, sample []TextSample) (TextProbe, error) {
+	if f.ProbeTextResidueFn == nil {
+		return TextProbe{}, ErrNotFaked
+	}
+	return f.ProbeTextResidueFn(ctx, sample)
 }
 
 func (f *LedgerFns) Reerase(ctx context.Context, req Request) (BatchResult, error) {

@@ -38,7 +38,9 @@ type Ledger interface {
 	// Delete erases the eligible sessions (tombstoned by this request, not
 	// cancelled, past the grace period by the database's clock) in batches
 	// of batchSize, one transaction and one receipt each; batches done are
-	// skipped. It samples at most probeBudget erased embeddings.
+	// skipped. It samples at most probeBudget erased embeddings and, when
+	// probeBudget > 0, at most min(probeBudget, TextProbeBudget) passages
+	// of erased text, read before the rows are deleted.
 	Delete(ctx context.Context, req Request, batchSize, probeBudget int) (DeleteResult, error)
 	// Verify looks for anything left of the sessions req names (the ones
 	// the request found), whether or not the ledger says they were erased.
@@ -47,6 +49,11 @@ type Ledger interface {
 	// in every vector column outside the cascade, in every schema (a copy
 	// may sit anywhere; only counts per column come back).
 	ProbeResidue(ctx context.Context, probe []Embedding, maxDistance float64) ([]Residue, error)
+	// ProbeTextResidue looks for verbatim copies of the sampled passages in
+	// every text column outside the cascade that the manager's role can
+	// read, in every schema, minus what the store excludes; only counts
+	// per column come back, never text.
+	ProbeTextResidue(ctx context.Context, sample []TextSample) (TextProbe, error)
 	// Reerase erases again, at once, the sessions req names (the ones the
 	// request found and erased) that exist again, and re-creates the ledger
 	// rows a restore of the database took away, with a Resurrected receipt;

@@ -70,12 +70,38 @@ type BatchResult struct {
 // Embedding is one erased embedding kept, in memory only, for the residue probe.
 type Embedding []float32
 
+// TextSample is a passage of an erased session's text (its first words),
+// kept in memory only for the text residue probe. It prints as "[text]":
+// a sample must never reach a log, an error, an event or the evidence.
+type TextSample string
+
+func (TextSample) String() string   { return "[text]" }
+func (TextSample) GoString() string { return "[text]" }
+
+// The text residue probe's bounds.
+const (
+	// TextProbeBudget bounds the passages of erased text sampled per
+	// request (and never more than the probe budget): each one adds its
+	// shingles' substring searches over every text value outside the
+	// cascade (BenchmarkP1TextProbe measures the cost).
+	TextProbeBudget = 16
+	// TextPassageMinWords is the fewest words a text needs to be sampled:
+	// two shingles, so that one common phrase is never a copy.
+	TextPassageMinWords = 16
+)
+
 // DeleteResult is what the whole deletion did.
 type DeleteResult struct {
 	Batches []BatchResult
 	// Probe holds a bounded sample of the erased embeddings, read inside the
 	// transactions and kept in memory only, for the residue probe.
 	Probe []Embedding
+	// Texts holds a bounded sample of passages of the erased text, read
+	// inside the transactions and kept in memory only, for the text probe.
+	Texts []TextSample
+	// TextsErased counts the erased text values the sample was taken from
+	// (those of at least TextPassageMinWords words).
+	TextsErased int64
 	// CommitLSN is the WAL position after the last commit (for replicas).
 	CommitLSN string
 }
@@ -86,11 +112,24 @@ type Verification struct {
 	Found int64
 }
 
-// Residue is a near-identical copy of an erased embedding found after deletion.
+// Residue is a copy of erased content found after deletion: a
+// near-identical embedding, or a verbatim copy of a sampled passage.
 type Residue struct {
 	// Column is schema.table.column.
 	Column string
-	Found  int64
+	// Found counts the probe's embeddings or passages with a copy there.
+	Found int64
+}
+
+// TextProbe is what the text residue probe did and found: counts and
+// column names only, never text.
+type TextProbe struct {
+	Residue []Residue
+	// Columns counts the text columns outside the cascade probed.
+	Columns int
+	// Unreadable counts those the manager's role may not read (not
+	// probed); Excluded those the store excludes from the probes.
+	Unreadable, Excluded int
 }
 
 // StepReceipt is one receipt row of a step.

@@ -24,7 +24,8 @@ const walPositionSQL = `SELECT pg_current_wal_lsn()::text`
 // cascade takes the rest), marks the ledger erased and writes the receipt
 // for (request, Deleted, batch), its digest that of the batch's result. A
 // repeat skips the batches already done. It keeps at most probeBudget of
-// the erased embeddings, in memory only, for the residue probe.
+// the erased embeddings and min(probeBudget, TextProbeBudget) passages of
+// their text, in memory only, for the residue probes.
 func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, probeBudget int) (erasure.DeleteResult, error) {
 	var out erasure.DeleteResult
 	if batchSize < 1 {
@@ -32,14 +33,23 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 	}
 	ids := slices.Clone(req.SessionIDs)
 	slices.Sort(ids)
+	textBudget := min(probeBudget, erasure.TextProbeBudget)
 	b := 0
 	for chunk := range slices.Chunk(ids, batchSize) {
-		res, probe, err := e.deleteBatch(ctx, req.UID, b, chunk, probeBudget-len(out.Probe))
+		res, sample, err := e.deleteBatch(ctx, req.UID, b, chunk,
+			sampleBudget{embeddings: probeBudget - len(out.Probe), texts: textBudget - len(out.Texts)})
 		if err != nil {
 			return out, fmt.Errorf("batch %d: %w", b, err)
 		}
 		out.Batches = append(out.Batches, res)
-		out.Probe = append(out.Probe, probe...)
+		out.Probe = append(out.Probe, sample.embeddings...)
+		out.TextsErased += sample.textsErased
+		for _, t := range sample.texts {
+			// The same passage twice (a text said twice) is probed once.
+			if !slices.Contains(out.Texts, t) {
+				out.Texts = append(out.Texts, t)
+			}
+		}
 		b++
 	}
 	if err := e.Pool.QueryRow(ctx, walPositionSQL).Scan(&out.CommitLSN); err != nil {
@@ -75,9 +85,20 @@ func markGoneSQL(l Layout) string {
 		  AND NOT EXISTS (SELECT 1 FROM ` + l.Sessions.Ident() + ` s WHERE s.id = l.record_id::uuid)`
 }
 
-func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []string, probeBudget int) (erasure.BatchResult, []erasure.Embedding, error) {
+// sampleBudget bounds what a batch samples for the residue probes.
+type sampleBudget struct{ embeddings, texts int }
+
+// batchSample is what a batch sampled for the residue probes, before its
+// deletes, kept in memory only.
+type batchSample struct {
+	embeddings  []erasure.Embedding
+	texts       []erasure.TextSample
+	textsErased int64
+}
+
+func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []string, budget sampleBudget) (erasure.BatchResult, batchSample, error) {
 	res := erasure.BatchResult{Batch: batch}
-	var probe []erasure.Embedding
+	var sample batchSample
 	err := e.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx, l Layout) error {
 		eligible, err := collectStrings(ctx, tx, eligibleSQL(l), uid, ids, e.tenant())
 		if err != nil {
@@ -93,7 +114,7 @@ func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []s
 			res.Skipped = true
 			return tx.QueryRow(ctx, nowSQL).Scan(&res.DeletedAt)
 		}
-		if probe, err = eraseLocked(ctx, tx, l, uid, eligible, probeBudget, &res); err != nil {
+		if sample, err = eraseLocked(ctx, tx, l, uid, eligible, budget, &res); err != nil {
 			return err
 		}
 		// The receipt counts what the evidence reports, so a pass after a
@@ -104,39 +125,40 @@ func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []s
 		return receipt{uid: uid, step: erasure.StepDeleted, batch: batch, sessions: res.Sessions, counts: counts, of: res}.write(ctx, tx)
 	})
 	if err != nil {
-		return res, nil, err
+		return res, batchSample{}, err
 	}
-	return res, probe, nil
+	return res, sample, nil
 }
 
 // eraseLocked removes the eligible sessions (already locked by the caller's
 // guard query) and everything reached from them: content-index entries,
 // derived records, the sessions and, by cascade, their rows; and marks
-// them erased in the ledger. It returns a sample of at most probeBudget of
-// their embeddings. The statements go in one pipelined batch, one round
-// trip to the database, each with its reader.
-func eraseLocked(ctx context.Context, tx pgx.Tx, l Layout, uid string, eligible []string, probeBudget int,
-	res *erasure.BatchResult) ([]erasure.Embedding, error) {
+// them erased in the ledger. It returns a sample of their embeddings and
+// text, within budget, read before the deletes. The statements go in one
+// pipelined batch, one round trip to the database, each with its reader.
+func eraseLocked(ctx context.Context, tx pgx.Tx, l Layout, uid string, eligible []string, budget sampleBudget,
+	res *erasure.BatchResult) (batchSample, error) {
 	res.Sessions = len(eligible)
 	var p pipeline
 	counters := newDeletionCounters(l)
 	counters.queueBefore(&p)
-	var probe []erasure.Embedding
-	if probeBudget > 0 && len(l.Vectors) > 0 {
-		p.query("sample embeddings", sampleEmbeddingsSQL(l), []any{eligible, probeBudget}, func(rows pgx.Rows) error {
+	var sample batchSample
+	if budget.embeddings > 0 && len(l.Vectors) > 0 {
+		p.query("sample embeddings", sampleEmbeddingsSQL(l), []any{eligible, budget.embeddings}, func(rows pgx.Rows) error {
 			vs, err := pgx.CollectRows(rows, pgx.RowTo[pgvector.Vector])
 			for _, v := range vs {
-				probe = append(probe, erasure.Embedding(v.Slice()))
+				sample.embeddings = append(sample.embeddings, erasure.Embedding(v.Slice()))
 			}
 			return err
 		})
 	}
+	queueTextSample(&p, l, eligible, budget.texts, &sample)
 	queueContentDeletes(&p, l, eligible, res)
 	queueDerivedDeletes(&p, l, eligible, res)
 	queueSessionDeletes(&p, l, eligible)
 	counters.queueAfter(&p, res)
 	queueMarkErased(&p, uid, eligible, res)
-	return probe, p.send(ctx, tx)
+	return sample, p.send(ctx, tx)
 }
 
 // sampleEmbeddingsSQL samples at most $2 embeddings of the sessions $1,

@@ -20,6 +20,9 @@ type Eraser struct {
 	Schema string
 	// TenantID, when set, restricts every statement to sessions of that tenant.
 	TenantID string
+	// ProbeExclude names the schemas ("schema") and tables ("schema.table")
+	// the residue probes skip.
+	ProbeExclude []string
 
 	mu     sync.Mutex
 	loaded *Layout

@@ -52,6 +52,9 @@ type Layout struct {
 	Children []Table
 	// Vectors are the vector columns on sessions and the children.
 	Vectors []QColumn
+	// Texts are the string columns on sessions and the children that the
+	// role may read: the text residue probe samples them.
+	Texts []QColumn
 	// ContentSources hold content hashes on sessions or the children, keyed
 	// by "id" on sessions and "session_id" elsewhere.
 	ContentSources []QColumn
@@ -96,6 +99,9 @@ func LoadLayout(ctx context.Context, q Querier, schema string) (Layout, error) {
 		return Layout{}, fmt.Errorf("table %s.sessions does not exist", schema)
 	}
 	l := cascadeLayout(cat)
+	if l.Texts, err = cascadeTexts(ctx, q, l); err != nil {
+		return l, err
+	}
 	return l, l.readRegistry(ctx, q)
 }
 

@@ -31,7 +31,7 @@ type vectorColumn struct {
 // distance below maxDistance): a copy that the cascade missed. Columns on
 // sessions and the tables cascading from it are skipped: a vector there sits
 // on a row of a live session (the same text said in another session is that
-// session's own data, not residue).
+// session's own data, not residue). Tables the store excludes are skipped.
 func (e *Eraser) ProbeResidue(ctx context.Context, probe []erasure.Embedding, maxDistance float64) ([]erasure.Residue, error) {
 	if len(probe) == 0 {
 		return nil, nil
@@ -48,7 +48,7 @@ func (e *Eraser) ProbeResidue(ctx context.Context, probe []erasure.Embedding, ma
 	cascade := l.inCascade()
 	var out []erasure.Residue
 	for _, c := range cols {
-		if cascade[c.col.Table] {
+		if cascade[c.col.Table] || e.excluded(c.col.Table) {
 			continue
 		}
 		found, err := e.nearCopies(ctx, c, vecs, maxDistance)

@@ -68,7 +68,7 @@ func (e *Eraser) Reerase(ctx context.Context, req erasure.Request) (erasure.Batc
 		if _, err := tx.Exec(ctx, tombstoneSQL(l), back, req.UID); err != nil {
 			return fmt.Errorf("tombstone resurrected sessions: %w", err)
 		}
-		if _, err := eraseLocked(ctx, tx, l, req.UID, back, 0, &res); err != nil {
+		if _, err := eraseLocked(ctx, tx, l, req.UID, back, sampleBudget{}, &res); err != nil {
 			return err
 		}
 		r := receipt{uid: req.UID, step: erasure.StepResurrected, sessions: res.Sessions, counts: res.Rows}
