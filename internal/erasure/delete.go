@@ -61,19 +61,14 @@ func (d *Deletion) Run(ctx context.Context, s *Scope) Outcome {
 	if err != nil {
 		return failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonDeleting, "deletion claimed; a batch failed and will be retried", err)
 	}
-	probe := d.sample(s.uid(), res.Probe)
-	ev, work, err := d.evidence(ctx, s, res, len(probe))
+	sample, known := d.sample(s.uid(), res)
+	ev, work, err := d.evidence(ctx, s, res, len(sample.embeddings))
 	if err != nil {
 		return failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonDeleting, "deleted; the verification failed and is retried", err)
 	}
-	residue, err := s.Ledger.ProbeResidue(ctx, probe, residueDistance)
-	if err != nil {
-		// E.g. a vector column the manager's role may not read.
-		return failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonDeleting,
-			"deleted; the residue probe failed and is retried (the manager's role needs SELECT on every vector column)", err)
-	}
-	for _, r := range residue {
-		ev.Verification = append(ev.Verification, lethev1.Verification{Check: "near-identical vectors in " + r.Column, Found: r.Found})
+	residue, failure := d.probe(ctx, s, sample, known, &ev)
+	if failure != nil {
+		return *failure
 	}
 	if out, clean := d.judge(ev, residue); !clean {
 		out.Work = work
@@ -165,6 +160,65 @@ func (d *Deletion) evidence(ctx context.Context, s *Scope, res DeleteResult, pro
 	return ev, work, nil
 }
 
+// Verification checks of the residue probes: residue, not rows left.
+const (
+	vectorResidueCheck = "near-identical vectors in "
+	textResidueCheck   = "verbatim copies of erased text in "
+)
+
+// residues are the copies the probes found, per probe.
+type residues struct{ vectors, texts []Residue }
+
+// probe runs the text residue probe, then the vector one (the step's last
+// database call before its status write), and records what they looked
+// at and found in ev; a failed probe is an outcome.
+func (d *Deletion) probe(ctx context.Context, s *Scope, sample probeSample, known bool, ev *lethev1.StepEvidence) (residues, *Outcome) {
+	var found residues
+	var tp TextProbe
+	if len(sample.texts) > 0 {
+		var err error
+		if tp, err = s.Ledger.ProbeTextResidue(ctx, sample.texts); err != nil {
+			out := failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonDeleting, "deleted; the text residue probe failed and is retried", err)
+			return found, &out
+		}
+		found.texts = tp.Residue
+	}
+	ev.Note += textProbeNote(sample, known, tp)
+	vecs, err := s.Ledger.ProbeResidue(ctx, sample.embeddings, residueDistance)
+	if err != nil {
+		// E.g. a vector column the manager's role may not read.
+		out := failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonDeleting,
+			"deleted; the residue probe failed and is retried (the manager's role needs SELECT on every vector column)", err)
+		return found, &out
+	}
+	found.vectors = vecs
+	for _, r := range found.texts {
+		ev.Verification = append(ev.Verification, lethev1.Verification{Check: textResidueCheck + r.Column, Found: r.Found})
+	}
+	for _, r := range found.vectors {
+		ev.Verification = append(ev.Verification, lethev1.Verification{Check: vectorResidueCheck + r.Column, Found: r.Found})
+	}
+	return found, nil
+}
+
+// textProbeNote says how much of the erased text the text probe looked for
+// and where: counts only.
+func textProbeNote(sample probeSample, known bool, tp TextProbe) string {
+	if !known {
+		return "; text probe: no sample (the sample of batches run before a manager restart is not kept)"
+	}
+	if len(sample.texts) == 0 {
+		return fmt.Sprintf("; text probe: no passage to probe (%d erased text value(s) of %d words or more)",
+			sample.textsErased, TextPassageMinWords)
+	}
+	note := fmt.Sprintf("; text probe: %d passage(s) of the %d erased text value(s) of %d words or more probed against %d text column(s) outside the cascade",
+		len(sample.texts), sample.textsErased, TextPassageMinWords, tp.Columns)
+	if tp.Unreadable > 0 || tp.Excluded > 0 {
+		note += fmt.Sprintf(" (%d not readable by the manager's role, %d excluded by the store: not probed)", tp.Unreadable, tp.Excluded)
+	}
+	return note
+}
+
 // receiptTotals adds up the Deleted receipts: sessions, and rows per table
 // (tables sorted, the content-keyed entries and derived records last).
 func receiptTotals(receipts map[int]StepReceipt) (int, []lethev1.TableCount) {
@@ -190,11 +244,12 @@ func receiptTotals(receipts map[int]StepReceipt) (int, []lethev1.TableCount) {
 }
 
 // judge stalls the step when rows of the erased sessions remain or a copy
-// of an erased embedding was found: a human must look.
-func (d *Deletion) judge(ev lethev1.StepEvidence, residue []Residue) (Outcome, bool) {
+// of erased content (an embedding, a passage of text) was found: a human
+// must look.
+func (d *Deletion) judge(ev lethev1.StepEvidence, found residues) (Outcome, bool) {
 	var left []string
 	for _, v := range ev.Verification {
-		if v.Found > 0 && !strings.HasPrefix(v.Check, "near-identical vectors in ") {
+		if v.Found > 0 && !strings.HasPrefix(v.Check, vectorResidueCheck) && !strings.HasPrefix(v.Check, textResidueCheck) {
 			left = append(left, v.Check)
 		}
 	}
@@ -204,18 +259,31 @@ func (d *Deletion) judge(ev lethev1.StepEvidence, residue []Residue) (Outcome, b
 		out.Evidence = &ev
 		return out, false
 	}
-	if len(residue) > 0 {
-		cols := make([]string, len(residue))
-		for i, r := range residue {
-			cols[i] = r.Column
-		}
+	var what []string
+	if len(found.vectors) > 0 {
+		what = append(what, "near-identical copies of erased embeddings remain in "+columns(found.vectors))
+	}
+	if len(found.texts) > 0 {
+		what = append(what, "verbatim copies of erased text remain in "+columns(found.texts))
+	}
+	if len(what) > 0 {
 		out := stalled(d.Config.RetryAfter, lethev1.ConditionDeleted, lethev1.ReasonResidueFound,
-			"near-identical copies of erased embeddings remain in "+strings.Join(cols, ", ")+": remove them; Lethe probes again")
+			strings.Join(what, "; ")+": remove them; Lethe probes again")
 		out.Evidence = &ev
-		out.Warning = &Warning{Reason: lethev1.ReasonResidueFound, Action: "Verify", Note: fmt.Sprintf("residue found in %d column(s)", len(cols))}
+		out.Warning = &Warning{Reason: lethev1.ReasonResidueFound, Action: "Verify",
+			Note: fmt.Sprintf("residue found in %d column(s)", len(found.vectors)+len(found.texts))}
 		return out, false
 	}
 	return Outcome{}, true
+}
+
+// columns names the columns of the residue.
+func columns(rs []Residue) string {
+	cols := make([]string, len(rs))
+	for i, r := range rs {
+		cols[i] = r.Column
+	}
+	return strings.Join(cols, ", ")
 }
 
 // Reverify erases again, at once, any session the request found and erased
@@ -246,17 +314,28 @@ func (d *Deletion) Reverify(ctx context.Context, s *Scope) Outcome {
 	}
 }
 
+// probeSample is what the deletion sampled for the residue probes, kept
+// in memory only.
+type probeSample struct {
+	embeddings  []Embedding
+	texts       []TextSample
+	textsErased int64
+}
+
 // sample returns the probe sample of this deletion: the one just taken, or
-// the one an earlier pass of this process took before the batches were done.
-func (d *Deletion) sample(uid string, fresh []Embedding) []Embedding {
-	if len(fresh) > 0 {
+// the one an earlier pass of this process took before the batches were
+// done; known is false when neither this pass nor a kept sample saw the
+// batches run (a manager restart after them).
+func (d *Deletion) sample(uid string, res DeleteResult) (sample probeSample, known bool) {
+	fresh := probeSample{embeddings: res.Probe, texts: res.Texts, textsErased: res.TextsErased}
+	if len(fresh.embeddings) > 0 || len(fresh.texts) > 0 || fresh.textsErased > 0 {
 		d.probes.Store(uid, fresh)
-		return fresh
+		return fresh, true
 	}
 	if v, ok := d.probes.Load(uid); ok {
-		return v.([]Embedding)
+		return v.(probeSample), true
 	}
-	return nil
+	return fresh, slices.ContainsFunc(res.Batches, func(b BatchResult) bool { return !b.Skipped })
 }
 
 func (d *Deletion) forget(uid string) { d.probes.Delete(uid) }

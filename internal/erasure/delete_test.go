@@ -3,6 +3,8 @@ package erasure
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,6 +26,7 @@ var (
 	// deletedAt is when the last batch committed, by the database's clock.
 	deletedAt = dbNow.Add(6*time.Minute + 650*time.Millisecond)
 	sample    = []Embedding{{0.1, 0.2}, {0.3, 0.4}}
+	texts     = []TextSample{"the first erased passage", "the second erased passage"}
 	clean     = []Verification{{Check: "sessions of the request", Found: 0}, {Check: "rows in memory.messages", Found: 0}}
 )
 
@@ -33,6 +36,7 @@ const (
 	deleteCall          = "Ledger.Delete({req-uid [s1 s2 s3] grace=168h0m0s}, 50, 8)"
 	verifyCall          = "Ledger.Verify({req-uid [s1 s2 s3] grace=0s})"
 	probeCall           = "Ledger.ProbeResidue([[0.1 0.2] [0.3 0.4]], 1e-06)"
+	textProbeCall       = "Ledger.ProbeTextResidue([[text] [text]])"
 	replicaCall         = "Replicas.CaughtUp(0/3000060)"
 	deletedReceiptsCall = "Ledger.Receipts(req-uid, Deleted)"
 )
@@ -55,7 +59,7 @@ func deleteResult() DeleteResult {
 		{Batch: 1, Skipped: true},
 		{Batch: 2, Sessions: 1, Rows: []Count{{Table: "memory.sessions", Rows: 1}, {Table: "memory.messages", Rows: 10}},
 			ContentIndexEntries: 1, DeletedAt: deletedAt},
-	}, Probe: sample, CommitLSN: "0/3000060"}
+	}, Probe: sample, Texts: texts, TextsErased: 9, CommitLSN: "0/3000060"}
 }
 
 // deletionFakes is a deletion that claims, deletes, verifies clean, finds
@@ -70,6 +74,9 @@ func deletionFakes(mods ...func(*fakes)) fakes {
 			ReceiptsFn:     func(context.Context, string, string) (map[int]StepReceipt, error) { return deletedReceipts(), nil },
 			DeletedAtFn:    func(context.Context, string) (time.Time, error) { return deletedAt, nil },
 			ProbeResidueFn: func(context.Context, []Embedding, float64) ([]Residue, error) { return nil, nil },
+			ProbeTextResidueFn: func(context.Context, []TextSample) (TextProbe, error) {
+				return TextProbe{Columns: 5}, nil
+			},
 		},
 		replicas: func(context.Context, string) (bool, error) { return true, nil },
 	}
@@ -86,8 +93,11 @@ func deletedEvidence(checks ...lethev1.Verification) lethev1.StepEvidence {
 			{Table: CountContentIndexEntries, Rows: 3}, {Table: CountDerivedRecords, Rows: 1}},
 		Verification: checks,
 		Note: "4 session(s) deleted in 3 batch(es) of at most 50; residue probe: 2 of 12 erased embeddings (planned) " +
-			"probed against every vector column outside the cascade (fewer than the budget of 8: the sample of batches run before a manager restart is not kept)"}
+			"probed against every vector column outside the cascade (fewer than the budget of 8: the sample of batches run before a manager restart is not kept)" +
+			textNote}
 }
+
+const textNote = "; text probe: 2 passage(s) of the 9 erased text value(s) of 16 words or more probed against 5 text column(s) outside the cascade"
 
 var cleanChecks = []lethev1.Verification{{Check: "sessions of the request", Found: 0}, {Check: "rows in memory.messages", Found: 0}}
 
@@ -138,11 +148,11 @@ func TestDeletionClaim(t *testing.T) {
 		"CancelSeenTooLate": {reason: "A cancel seen after the deletion started is ignored: claim and delete.",
 			er: atDeletion(), fakes: deletionFakes(cancelSeen(ErrTooLateToCancel)),
 			want: stepWant{out: deleted("grace"), status: deletedStatus(atDeletion(), deleted("grace")),
-				calls: []string{cancelRequestedCall, "Ledger.Cancel(req-uid)", claimCall, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, probeCall, replicaCall}}},
+				calls: []string{cancelRequestedCall, "Ledger.Cancel(req-uid)", claimCall, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall}}},
 		"AlreadyClaimed": {reason: "A deletion claimed in an earlier pass (reason Deleting) is not claimed again.",
 			er: claimed, fakes: deletionFakes(func(f *fakes) { f.claims = ClaimsFns{} }),
 			want: stepWant{out: deleted("grace"), status: deletedStatus(claimed, deleted("grace")),
-				calls: []string{deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, probeCall, replicaCall}}},
+				calls: []string{deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall}}},
 		"CancelFailsAtClaim": {reason: "A cancel seen at claim time that the database fails to write is an error; GracePeriodElapsed, True already, stays True.",
 			er: atDeletion(), fakes: deletionFakes(cancelSeen(errPort)),
 			want: stepWant{out: Outcome{Kind: Errored}, err: errPort, status: after(atDeletion()),
@@ -168,6 +178,7 @@ func TestDeletionRun(t *testing.T) {
 	batchFailed := deleting("deletion claimed; a batch failed and will be retried")
 	verifyFailed := deleting("deleted; the verification failed and is retried")
 	probeFailed := deleting("deleted; the residue probe failed and is retried (the manager's role needs SELECT on every vector column)")
+	textProbeFailed := deleting("deleted; the text residue probe failed and is retried")
 	configCond := &Condition{Type: lethev1.ConditionDeleted, Reason: errConfig.Reason, Message: errConfig.Message}
 	lagging := &Condition{Type: lethev1.ConditionDeleted, Reason: lethev1.ReasonReplicaLagging, Message: "waiting for every replica to replay past the deletion"}
 	deletedEv := deleted("grace").Evidence
@@ -185,11 +196,11 @@ func TestDeletionRun(t *testing.T) {
 		"Done": {reason: "Deleted, verified absent, no residue, replicas caught up: done, with the batches' counts as evidence and work.",
 			er: atDeletion(), fakes: deletionFakes(),
 			want: stepWant{out: deleted("grace"), status: deletedStatus(atDeletion(), deleted("grace")),
-				calls: append(claims, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, probeCall, replicaCall)}},
+				calls: append(claims, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall)}},
 		"DoneImmediate": {reason: "The work of an immediate request counts as immediate; the ledger is asked for no grace period.",
 			er: reached(2, immediate), fakes: deletionFakes(),
 			want: stepWant{out: deleted("immediate"), status: deletedStatus(atDeletion(), deleted("immediate")),
-				calls: append(claims, "Ledger.Delete({req-uid [s1 s2 s3] grace=0s}, 50, 8)", deletedReceiptsCall, deletedAtCall, verifyCall, probeCall, replicaCall)}},
+				calls: append(claims, "Ledger.Delete({req-uid [s1 s2 s3] grace=0s}, 50, 8)", deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall)}},
 		"DeleteError": {reason: "A failed batch is an error for a retry; the condition keeps the claim's reason, so it is not claimed again.",
 			er: atDeletion(), fakes: deletionFakes(deleteFails(errPort)),
 			want: stepWant{out: Outcome{Kind: Errored, Condition: batchFailed}, err: errPort,
@@ -209,15 +220,21 @@ func TestDeletionRun(t *testing.T) {
 				f.ledger.ProbeResidueFn = func(context.Context, []Embedding, float64) ([]Residue, error) { return nil, errPort }
 			}),
 			want: stepWant{out: Outcome{Kind: Errored, Condition: probeFailed}, err: errPort,
-				status: after(atDeletion(), withCond(probeFailed)), calls: append(claims, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, probeCall)}},
+				status: after(atDeletion(), withCond(probeFailed)), calls: append(claims, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall)}},
+		"TextProbeError": {reason: "A text residue probe that could not run is an error, not a success; the vector probe waits for the retry.",
+			er: atDeletion(), fakes: deletionFakes(func(f *fakes) {
+				f.ledger.ProbeTextResidueFn = func(context.Context, []TextSample) (TextProbe, error) { return TextProbe{}, errPort }
+			}),
+			want: stepWant{out: Outcome{Kind: Errored, Condition: textProbeFailed}, err: errPort,
+				status: after(atDeletion(), withCond(textProbeFailed)), calls: append(claims, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall)}},
 		"ReplicasLagging": {reason: "A replica behind the deletion's commit waits for it; the deletion's evidence is recorded, not its milestone.",
 			er: atDeletion(), fakes: deletionFakes(caughtUp(false, nil)),
 			want: stepWant{out: Outcome{Kind: Waiting, Condition: lagging, Evidence: deletedEv, Work: deleted("grace").Work, RequeueAfter: testConfig.ReplicaRecheck},
-				status: after(atDeletion(), withCond(lagging), withEvidence(*deletedEv)), calls: append(claims, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, probeCall, replicaCall)}},
+				status: after(atDeletion(), withCond(lagging), withEvidence(*deletedEv)), calls: append(claims, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall)}},
 		"ReplicaError": {reason: "A replica that cannot be asked is an error for a retry; the deletion's evidence is recorded.",
 			er: atDeletion(), fakes: deletionFakes(caughtUp(false, errPort)),
 			want: stepWant{out: Outcome{Kind: Errored, Condition: replicaDown, Evidence: deletedEv, Work: deleted("grace").Work}, err: errPort,
-				status: after(atDeletion(), withCond(replicaDown), withEvidence(*deletedEv)), calls: append(claims, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, probeCall, replicaCall)}},
+				status: after(atDeletion(), withCond(replicaDown), withEvidence(*deletedEv)), calls: append(claims, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall)}},
 	})
 }
 
@@ -235,8 +252,17 @@ func residueLeft(f *fakes) {
 	}
 }
 
+// textLeft is a text probe that finds copies of erased passages in two
+// columns, with one column it may not read and one the store excludes.
+func textLeft(f *fakes) {
+	f.ledger.ProbeTextResidueFn = func(context.Context, []TextSample) (TextProbe, error) {
+		return TextProbe{Columns: 5, Unreadable: 1, Excluded: 2,
+			Residue: []Residue{{Column: "public.notes.body", Found: 2}, {Column: "archive.exports.payload", Found: 1}}}, nil
+	}
+}
+
 func TestDeletionJudge(t *testing.T) {
-	calls := []string{cancelRequestedCall, claimCall, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, probeCall}
+	calls := []string{cancelRequestedCall, claimCall, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall}
 	left := []lethev1.Verification{{Check: "sessions of the request", Found: 0}, {Check: "rows in memory.messages", Found: 4}}
 	leftEv := deletedEvidence(left...)
 	leftCond := &Condition{Type: lethev1.ConditionDeleted, Reason: lethev1.ReasonVerificationFailed,
@@ -244,7 +270,29 @@ func TestDeletionJudge(t *testing.T) {
 	residueEv := deletedEvidence(append(cleanChecks, lethev1.Verification{Check: `near-identical vectors in "memory"."notes"."embedding"`, Found: 1})...)
 	residueCond := &Condition{Type: lethev1.ConditionDeleted, Reason: lethev1.ReasonResidueFound,
 		Message: `near-identical copies of erased embeddings remain in "memory"."notes"."embedding": remove them; Lethe probes again`}
+	textEv := deletedEvidence(append(cleanChecks,
+		lethev1.Verification{Check: "verbatim copies of erased text in public.notes.body", Found: 2},
+		lethev1.Verification{Check: "verbatim copies of erased text in archive.exports.payload", Found: 1})...)
+	textEv.Note = strings.TrimSuffix(textEv.Note, textNote) + textNote +
+		" (1 not readable by the manager's role, 2 excluded by the store: not probed)"
+	textCond := &Condition{Type: lethev1.ConditionDeleted, Reason: lethev1.ReasonResidueFound,
+		Message: "verbatim copies of erased text remain in public.notes.body, archive.exports.payload: remove them; Lethe probes again"}
+	bothEv := textEv
+	bothEv.Verification = append(slices.Clone(textEv.Verification), lethev1.Verification{Check: `near-identical vectors in "memory"."notes"."embedding"`, Found: 1})
+	bothCond := &Condition{Type: lethev1.ConditionDeleted, Reason: lethev1.ReasonResidueFound,
+		Message: `near-identical copies of erased embeddings remain in "memory"."notes"."embedding"; ` +
+			"verbatim copies of erased text remain in public.notes.body, archive.exports.payload: remove them; Lethe probes again"}
 	runCases(t, runDeletion, map[string]stepCase{
+		"TextResidueFound": {reason: "A verbatim copy of erased text outside the cascade stalls the step like an embedding's: columns named, counts in the evidence, never the text.",
+			er: atDeletion(), fakes: deletionFakes(textLeft),
+			want: stepWant{out: Outcome{Kind: Stalled, Condition: textCond, Evidence: &textEv, Work: deleted("grace").Work, RequeueAfter: testConfig.RetryAfter,
+				Warning: &Warning{Reason: lethev1.ReasonResidueFound, Action: "Verify", Note: "residue found in 2 column(s)"}},
+				status: after(atDeletion(), withCond(textCond), withEvidence(textEv)), calls: calls}},
+		"BothResidues": {reason: "Copies of embeddings and of text: one stall naming both.",
+			er: atDeletion(), fakes: deletionFakes(residueLeft, textLeft),
+			want: stepWant{out: Outcome{Kind: Stalled, Condition: bothCond, Evidence: &bothEv, Work: deleted("grace").Work, RequeueAfter: testConfig.RetryAfter,
+				Warning: &Warning{Reason: lethev1.ReasonResidueFound, Action: "Verify", Note: "residue found in 3 column(s)"}},
+				status: after(atDeletion(), withCond(bothCond), withEvidence(bothEv)), calls: calls}},
 		"VerificationFindsRows": {reason: "Rows of the erased sessions remain: a human must look; checked again after the re-verification interval.",
 			er: atDeletion(), fakes: deletionFakes(rowsLeft),
 			want: stepWant{out: Outcome{Kind: Stalled, Condition: leftCond, Evidence: &leftEv, Work: deleted("grace").Work, RequeueAfter: testConfig.ReverifyInterval},
@@ -278,7 +326,7 @@ func TestDeletionKeepsProbeSample(t *testing.T) {
 		t.Fatalf("second pass: kind %d, want Done", second.out.Kind)
 	}
 	// The first pass claimed the deletion (ReplicaLagging comes after the claim): the second does not claim again.
-	if diff := cmp.Diff([]string{deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, probeCall, replicaCall}, second.calls); diff != "" {
+	if diff := cmp.Diff([]string{deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall}, second.calls); diff != "" {
 		t.Errorf("second pass: ProbeResidue must receive the first pass's sample: -want, +got:\n%s", diff)
 	}
 	if _, kept := d.probes.Load(uid); kept {
@@ -287,7 +335,7 @@ func TestDeletionKeepsProbeSample(t *testing.T) {
 	// The batches ran in the first pass: the evidence counts them from their
 	// receipts (it said "0 session(s) deleted" when it summed this pass's batches).
 	if n := second.er.Status.Evidence.Steps[0].Note; n != "4 session(s) deleted in 3 batch(es) of at most 50; residue probe: 2 of 12 erased embeddings "+
-		"(planned) probed against every vector column outside the cascade (fewer than the budget of 8: the sample of batches run before a manager restart is not kept)" {
+		"(planned) probed against every vector column outside the cascade (fewer than the budget of 8: the sample of batches run before a manager restart is not kept)"+textNote {
 		t.Errorf("second pass evidence note %q: want the receipts' counts and the kept sample's size", n)
 	}
 }
@@ -343,4 +391,33 @@ func TestDeletionReverify(t *testing.T) {
 			er: completed(), fakes: reerase(BatchResult{}, fmt.Errorf("re-erase: %w", errPort)),
 			want: stepWant{out: Outcome{Kind: Errored}, err: errPort, status: after(completed()), calls: calls}},
 	})
+}
+
+// TestDeletionTextProbeWithoutSample: with no passage sampled the text
+// probe is not asked, and the evidence says why: nothing long enough was
+// erased, or the batches ran before a manager restart (sample not kept).
+func TestDeletionTextProbeWithoutSample(t *testing.T) {
+	cases := map[string]struct {
+		res  DeleteResult
+		note string
+	}{
+		"NothingLongEnough": {res: func() DeleteResult { r := deleteResult(); r.Texts, r.TextsErased = nil, 0; return r }(),
+			note: "; text probe: no passage to probe (0 erased text value(s) of 16 words or more)"},
+		"AfterRestart": {res: DeleteResult{Batches: []BatchResult{{Batch: 0, Skipped: true}}, CommitLSN: "0/3000060"},
+			note: "; text probe: no sample (the sample of batches run before a manager restart is not kept)"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := runFakes(t, runDeletion, atDeletion(), deletionFakes(func(f *fakes) {
+				f.ledger.DeleteFn = func(context.Context, Request, int, int) (DeleteResult, error) { return tc.res, nil }
+				f.ledger.ProbeTextResidueFn = nil // a call fails the test
+			}))
+			if got.out.Kind != Done {
+				t.Fatalf("kind %d, want Done", got.out.Kind)
+			}
+			if n := got.er.Status.Evidence.Steps[0].Note; !strings.HasSuffix(n, tc.note) {
+				t.Errorf("evidence note %q does not end with %q", n, tc.note)
+			}
+		})
+	}
 }

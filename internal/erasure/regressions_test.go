@@ -19,7 +19,7 @@ func TestReplicaConfigErrorSaysWhatToFix(t *testing.T) {
 			}),
 			want: stepWant{out: Outcome{Kind: Waiting, Condition: configCond, Evidence: deleted("grace").Evidence, Work: deleted("grace").Work, RequeueAfter: testConfig.RetryAfter},
 				status: after(atDeletion(), withCond(configCond), withEvidence(*deleted("grace").Evidence)),
-				calls:  []string{cancelRequestedCall, claimCall, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, probeCall, replicaCall}}},
+				calls:  []string{cancelRequestedCall, claimCall, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall}}},
 	})
 }
 
