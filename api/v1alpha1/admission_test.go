@@ -285,6 +285,9 @@ func TestStoreCreationIsValidated(t *testing.T) {
 		"sweep interval too short": {func(s *lethev1.MemoryStore) {
 			s.Spec.FalkorDB = &lethev1.FalkorDBSpec{URLSecretRef: lethev1.SecretKeyRef{Name: "f", Key: "url"}, SweepInterval: &metav1.Duration{Duration: time.Second}}
 		}, []string{"sweepInterval must be a Go duration of at least 1m"}},
+		"residue probe exclusion of three parts": {func(s *lethev1.MemoryStore) {
+			s.Spec.Postgres.ResidueProbeExclude = []string{"analytics", "db.public.notes"}
+		}, []string{"spec.postgres.residueProbeExclude[1]"}},
 		"tenant with quotes": {func(s *lethev1.MemoryStore) { s.Spec.TenantID = "a' OR '1'='1" },
 			[]string{"spec.tenantID"}},
 	}

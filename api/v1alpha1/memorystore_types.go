@@ -74,6 +74,19 @@ type PostgresSpec struct {
 	// +listType=atomic
 	// +optional
 	Replicas []PostgresReplica `json:"replicas,omitempty"`
+
+	// residueProbeExclude names the schemas ("analytics") and tables
+	// ("public.glossary") that the residue probes (near-identical
+	// embeddings, verbatim text) skip after a deletion: copies there are
+	// not looked for. Every other schema the manager's role can read is
+	// probed. The Deleted step's evidence counts the text columns excluded.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=127
+	// +kubebuilder:validation:items:Pattern=`^[^.]{1,63}(\.[^.]{1,63})?$`
+	// +listType=set
+	// +optional
+	ResidueProbeExclude []string `json:"residueProbeExclude,omitempty"`
 }
 
 // PostgresReplica is one read replica of the memory database.

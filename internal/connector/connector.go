@@ -60,7 +60,8 @@ func (c *Connector) Ledger(ctx context.Context, store *lethev1.MemoryStore) (*po
 	if err != nil {
 		return nil, err
 	}
-	return &postgres.Eraser{Pool: pool, Schema: store.Spec.Postgres.SchemaOrDefault(), TenantID: store.Spec.TenantID}, nil
+	return &postgres.Eraser{Pool: pool, Schema: store.Spec.Postgres.SchemaOrDefault(), TenantID: store.Spec.TenantID,
+		ProbeExclude: store.Spec.Postgres.ResidueProbeExclude}, nil
 }
 
 // Graph opens the store's graph.
