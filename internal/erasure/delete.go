@@ -208,11 +208,11 @@ func textProbeNote(sample probeSample, known bool, tp TextProbe) string {
 		return "; text probe: no sample (the sample of batches run before a manager restart is not kept)"
 	}
 	if len(sample.texts) == 0 {
-		return fmt.Sprintf("; text probe: no passage to probe (%d erased text value(s) of %d words or more)",
-			sample.textsErased, TextPassageMinWords)
+		return fmt.Sprintf("; text probe: no text of %d words or more in the %d deleted row(s), nothing to probe",
+			TextPassageMinWords, sample.textRows)
 	}
-	note := fmt.Sprintf("; text probe: %d passage(s) of the %d erased text value(s) of %d words or more probed against %d text column(s) outside the cascade",
-		len(sample.texts), sample.textsErased, TextPassageMinWords, tp.Columns)
+	note := fmt.Sprintf("; text probe: %d passage(s) of %d+ words sampled from the text of %d deleted row(s), probed against %d text column(s) outside the cascade",
+		len(sample.texts), TextPassageMinWords, sample.textRows, tp.Columns)
 	if tp.Unreadable > 0 || tp.Excluded > 0 {
 		note += fmt.Sprintf(" (%d not readable by the manager's role, %d excluded by the store: not probed)", tp.Unreadable, tp.Excluded)
 	}
@@ -317,9 +317,9 @@ func (d *Deletion) Reverify(ctx context.Context, s *Scope) Outcome {
 // probeSample is what the deletion sampled for the residue probes, kept
 // in memory only.
 type probeSample struct {
-	embeddings  []Embedding
-	texts       []TextSample
-	textsErased int64
+	embeddings []Embedding
+	texts      []TextSample
+	textRows   int64
 }
 
 // sample returns the probe sample of this deletion: the one just taken, or
@@ -327,8 +327,8 @@ type probeSample struct {
 // done; known is false when neither this pass nor a kept sample saw the
 // batches run (a manager restart after them).
 func (d *Deletion) sample(uid string, res DeleteResult) (sample probeSample, known bool) {
-	fresh := probeSample{embeddings: res.Probe, texts: res.Texts, textsErased: res.TextsErased}
-	if len(fresh.embeddings) > 0 || len(fresh.texts) > 0 || fresh.textsErased > 0 {
+	fresh := probeSample{embeddings: res.Probe, texts: res.Texts, textRows: res.TextRows}
+	if len(fresh.embeddings) > 0 || len(fresh.texts) > 0 || fresh.textRows > 0 {
 		d.probes.Store(uid, fresh)
 		return fresh, true
 	}

@@ -59,7 +59,7 @@ func deleteResult() DeleteResult {
 		{Batch: 1, Skipped: true},
 		{Batch: 2, Sessions: 1, Rows: []Count{{Table: "memory.sessions", Rows: 1}, {Table: "memory.messages", Rows: 10}},
 			ContentIndexEntries: 1, DeletedAt: deletedAt},
-	}, Probe: sample, Texts: texts, TextsErased: 9, CommitLSN: "0/3000060"}
+	}, Probe: sample, Texts: texts, TextRows: 45, CommitLSN: "0/3000060"}
 }
 
 // deletionFakes is a deletion that claims, deletes, verifies clean, finds
@@ -97,7 +97,7 @@ func deletedEvidence(checks ...lethev1.Verification) lethev1.StepEvidence {
 			textNote}
 }
 
-const textNote = "; text probe: 2 passage(s) of the 9 erased text value(s) of 16 words or more probed against 5 text column(s) outside the cascade"
+const textNote = "; text probe: 2 passage(s) of 16+ words sampled from the text of 45 deleted row(s), probed against 5 text column(s) outside the cascade"
 
 var cleanChecks = []lethev1.Verification{{Check: "sessions of the request", Found: 0}, {Check: "rows in memory.messages", Found: 0}}
 
@@ -401,8 +401,8 @@ func TestDeletionTextProbeWithoutSample(t *testing.T) {
 		res  DeleteResult
 		note string
 	}{
-		"NothingLongEnough": {res: func() DeleteResult { r := deleteResult(); r.Texts, r.TextsErased = nil, 0; return r }(),
-			note: "; text probe: no passage to probe (0 erased text value(s) of 16 words or more)"},
+		"NothingLongEnough": {res: func() DeleteResult { r := deleteResult(); r.Texts = nil; return r }(),
+			note: "; text probe: no text of 16 words or more in the 45 deleted row(s), nothing to probe"},
 		"AfterRestart": {res: DeleteResult{Batches: []BatchResult{{Batch: 0, Skipped: true}}, CommitLSN: "0/3000060"},
 			note: "; text probe: no sample (the sample of batches run before a manager restart is not kept)"},
 	}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math/rand"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,3 +186,188 @@ func BenchmarkP2OneThousandSessions(b *testing.B) {
 	b.ReportMetric(float64(lethe)/float64(raw), "ratio")
 	b.Logf("P2: %d sessions in %d transactions: raw %s, lethe %s, lethe/raw = %.2f (target <= 1.3)", n, len(res.Batches), raw, lethe, float64(lethe)/float64(raw))
 }
+
+var (
+	benchTextSessions = flag.Int("lethe.text-sessions", 30, "P1 text: sessions in the store, each with 400 rounds and 400 facts of text, 100 artifacts, 100 snapshots")
+	benchTextNotes    = flag.Int("lethe.text-notes", 20000, "P1 text: rows of ~150 words (about 1 kB) in public.notes, outside the cascade")
+)
+
+// benchWords writes synthetic text: words of 2-9 letters from a vocabulary
+// of 5,000, Zipf-distributed as a language's are.
+type benchWords struct {
+	rng   *rand.Rand
+	zipf  *rand.Zipf
+	vocab []string
+}
+
+func newBenchWords(seed int64) *benchWords {
+	rng := rand.New(rand.NewSource(seed))
+	w := &benchWords{rng: rng, zipf: rand.NewZipf(rng, 1.1, 2, 4999), vocab: make([]string, 5000)}
+	for i := range w.vocab {
+		b := make([]byte, 2+rng.Intn(8))
+		for j := range b {
+			b[j] = byte('a' + rng.Intn(26))
+		}
+		w.vocab[i] = string(b)
+	}
+	return w
+}
+
+// text is n to 2n words.
+func (w *benchWords) text(n int) string {
+	out := make([]string, n+w.rng.Intn(n+1))
+	for i := range out {
+		out[i] = w.vocab[w.zipf.Uint64()]
+	}
+	return strings.Join(out, " ")
+}
+
+// seedTextBench writes n sessions of text (the P1 shape: 1,000 child rows,
+// 800 of them with text) and notes rows outside the cascade, one of them a
+// verbatim copy of the first round of each session. It returns the
+// sessions and the size of the text outside the cascade.
+func seedTextBench(t testing.TB, conn *pgx.Conn, n, notes int) ([]string, int64) {
+	ctx := context.Background()
+	w := newBenchWords(1)
+	ids := make([]string, n)
+	var rounds, facts, noteRows [][]any
+	for i := range ids {
+		ids[i] = fmt.Sprintf("b4000000-0000-4000-8000-%012d", i)
+		for r := 0; r < 400; r++ {
+			rounds = append(rounds, []any{ids[i], r, w.text(40), w.text(60)})
+			facts = append(facts, []any{ids[i], "learning", w.text(20)})
+		}
+		noteRows = append(noteRows, []any{i, "Quoted from a chat: " + rounds[len(rounds)-400][2].(string)})
+	}
+	for i := len(noteRows); i < notes; i++ {
+		noteRows = append(noteRows, []any{i, w.text(100)})
+	}
+	// Without the cascade's vector columns a deletion with a probe budget
+	// differs from one without by the text sample alone.
+	mustExecTB(t, conn, `ALTER TABLE memory.sessions DROP COLUMN summary_embedding`)
+	mustExecTB(t, conn, `ALTER TABLE memory.rounds DROP COLUMN embedding`)
+	mustExecTB(t, conn, `ALTER TABLE memory.facts DROP COLUMN embedding`)
+	mustExecTB(t, conn, `INSERT INTO memory.sessions (id, tenant_id, summary) SELECT id, 't1', 'bench' FROM unnest($1::uuid[]) id`, ids)
+	mustExecTB(t, conn, `CREATE TABLE public.notes (id int, body text)`)
+	for _, c := range []struct {
+		table []string
+		cols  []string
+		rows  [][]any
+	}{
+		{[]string{"memory", "rounds"}, []string{"session_id", "round_index", "user_text", "assistant_text"}, rounds},
+		{[]string{"memory", "facts"}, []string{"session_id", "kind", "content"}, facts},
+		{[]string{"public", "notes"}, []string{"id", "body"}, noteRows},
+	} {
+		if _, err := conn.CopyFrom(ctx, c.table, c.cols, pgx.CopyFromRows(c.rows)); err != nil {
+			t.Fatalf("seed %v: %v", c.table, err)
+		}
+	}
+	mustExecTB(t, conn, `INSERT INTO memory.artifacts (session_id, kind, artifact_ref) SELECT id, 'commit', 'abc' FROM unnest($1::uuid[]) id, generate_series(1, 100)`, ids)
+	mustExecTB(t, conn, `INSERT INTO memory.file_snapshots (session_id, path, content) SELECT id, 'f', 'x' FROM unnest($1::uuid[]) id, generate_series(1, 100)`, ids)
+	mustExecTB(t, conn, `VACUUM ANALYZE`)
+	var size int64
+	if err := conn.QueryRow(ctx, `SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relkind = 'r' AND n.nspname IN ('public', 'memory_derived', 'lethe')`).Scan(&size); err != nil {
+		t.Fatal(err)
+	}
+	return ids, size
+}
+
+func mustExecTB(t testing.TB, conn *pgx.Conn, sql string, args ...any) {
+	t.Helper()
+	if _, err := conn.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", firstLine(sql), err)
+	}
+}
+
+// textBenchTimes are the durations of each session of BenchmarkP1TextProbe.
+type textBenchTimes struct{ raw, unsampled, sampled, probe []time.Duration }
+
+// BenchmarkP1TextProbe measures the text residue probe on the P1 shape: the
+// deletion of one session (~1,000 child rows, 800 with text) raw, by Lethe
+// without a probe sample (budget 0) and with one (the text sample: the
+// cascade has no vector column here), then the text probe of the sample
+// over the text outside the cascade; ratios against the raw delete, and
+// the spread over the sessions.
+func BenchmarkP1TextProbe(b *testing.B) {
+	ctx := context.Background()
+	dsn := migratedDB(b)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	start := time.Now()
+	ids, outside := seedTextBench(b, conn, *benchTextSessions, *benchTextNotes)
+	b.Logf("P1 text data: %d sessions of 1,000 child rows; %.1f MB of tables outside the cascade (public.notes: %d rows of ~1 kB); seeded in %s",
+		len(ids), float64(outside)/1e6, *benchTextNotes, time.Since(start).Round(time.Second))
+	pool, err := postgres.Connect(ctx, dsn, postgres.Options{Vector: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	e := &postgres.Eraser{Pool: pool, Schema: "memory", TenantID: "t1"}
+	var ts textBenchTimes
+	var passages int
+	b.ResetTimer()
+	for i := 0; i+2 < len(ids) && i/3 < *benchSamplePairs; i += 3 {
+		t0 := time.Now()
+		if _, err := conn.Exec(ctx, `DELETE FROM memory.sessions WHERE id = $1`, ids[i]); err != nil {
+			b.Fatal(err)
+		}
+		ts.raw = append(ts.raw, time.Since(t0))
+		for k, budget := range []int{0, 64} {
+			req := erasure.Request{UID: fmt.Sprintf("bench-text-%d", i+1+k), SessionIDs: []string{ids[i+1+k]}}
+			if _, err := e.Tombstone(ctx, req); err != nil {
+				b.Fatal(err)
+			}
+			t1 := time.Now()
+			res, err := e.Delete(ctx, req, 100, budget)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if budget == 0 {
+				ts.unsampled = append(ts.unsampled, time.Since(t1))
+				continue
+			}
+			ts.sampled = append(ts.sampled, time.Since(t1))
+			t2 := time.Now()
+			tp, err := e.ProbeTextResidue(ctx, res.Texts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ts.probe = append(ts.probe, time.Since(t2))
+			passages += len(res.Texts)
+			if len(tp.Residue) != 1 || tp.Residue[0].Column != "public.notes.body" {
+				b.Fatalf("text residue %+v: want the copy of the session's first round in public.notes.body", tp.Residue)
+			}
+		}
+	}
+	b.StopTimer()
+	ts.report(b, passages, outside)
+}
+
+func (ts textBenchTimes) report(b *testing.B, passages int, outside int64) {
+	// Medians: the machine is shared, and one slow session moves a mean.
+	raw, unsampled, sampled, probe := median(ts.raw), median(ts.unsampled), median(ts.sampled), median(ts.probe)
+	perProbe := float64(passages) / float64(len(ts.probe))
+	b.ReportMetric(ms(raw), "raw-ms/session")
+	b.ReportMetric(ms(unsampled), "lethe-ms/session")
+	b.ReportMetric(ms(sampled), "lethe-sampled-ms/session")
+	b.ReportMetric(float64(sampled)/float64(raw), "ratio")
+	b.ReportMetric(ms(probe), "textprobe-ms")
+	b.ReportMetric(float64(probe)/float64(raw), "textprobe/raw")
+	b.ReportMetric(ms(probe)/perProbe/(float64(outside)/1e6), "textprobe-ms/passage/MB")
+	b.Logf("P1 text: %d sessions each way, medians; delete raw %s (%s-%s), lethe %s (lethe/raw %.2f), with the text sample %s (lethe/raw %.2f); "+
+		"text probe of %.0f passages over %.1f MB: %s (%s-%s), %.1fx the raw delete",
+		len(ts.raw), raw, slices.Min(ts.raw), slices.Max(ts.raw), unsampled, float64(unsampled)/float64(raw), sampled, float64(sampled)/float64(raw),
+		perProbe, float64(outside)/1e6, probe, slices.Min(ts.probe), slices.Max(ts.probe), float64(probe)/float64(raw))
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

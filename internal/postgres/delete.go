@@ -43,7 +43,7 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 		}
 		out.Batches = append(out.Batches, res)
 		out.Probe = append(out.Probe, sample.embeddings...)
-		out.TextsErased += sample.textsErased
+		out.TextRows += sample.textRows
 		for _, t := range sample.texts {
 			// The same passage twice (a text said twice) is probed once.
 			if !slices.Contains(out.Texts, t) {
@@ -91,9 +91,9 @@ type sampleBudget struct{ embeddings, texts int }
 // batchSample is what a batch sampled for the residue probes, before its
 // deletes, kept in memory only.
 type batchSample struct {
-	embeddings  []erasure.Embedding
-	texts       []erasure.TextSample
-	textsErased int64
+	embeddings []erasure.Embedding
+	texts      []erasure.TextSample
+	textRows   int64
 }
 
 func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []string, budget sampleBudget) (erasure.BatchResult, batchSample, error) {
@@ -158,7 +158,13 @@ func eraseLocked(ctx context.Context, tx pgx.Tx, l Layout, uid string, eligible 
 	queueSessionDeletes(&p, l, eligible)
 	counters.queueAfter(&p, res)
 	queueMarkErased(&p, uid, eligible, res)
-	return sample, p.send(ctx, tx)
+	if err := p.send(ctx, tx); err != nil {
+		return sample, err
+	}
+	if budget.texts > 0 {
+		sample.textRows = textRows(l, res.Rows)
+	}
+	return sample, nil
 }
 
 // sampleEmbeddingsSQL samples at most $2 embeddings of the sessions $1,
