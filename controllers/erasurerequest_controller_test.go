@@ -476,6 +476,54 @@ func TestResidueIsReportedWithItsTable(t *testing.T) {
 	waitPhase(t, er, lethev1.PhaseBackupsRotated)
 }
 
+// TestTextResidueIsReportedWithItsColumn: a verbatim copy of an erased
+// round's text outside the cascade stalls the Deleted step with the
+// column's name and never the text; a copy in a schema the store excludes
+// does not, and the evidence counts it as excluded.
+func TestTextResidueIsReportedWithItsColumn(t *testing.T) {
+	long := marker + " alice told the assistant that her landlord in Bristol kept the deposit of her flat after she moved out in June and asked how to claim it back"
+	e := newMemoryEnvWith(t, "textresidue", func(e *memoryEnv) {
+		// An export job copied a round's text where the cascade cannot reach;
+		// the adopter grants what Lethe needs to probe it.
+		if _, err := e.conn.Exec(context.Background(), `UPDATE memory.rounds SET user_text = $2 WHERE session_id = $1`, erasedA, long); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.conn.Exec(context.Background(), `CREATE TABLE public.chat_exports (body text);
+			CREATE SCHEMA legal_hold; CREATE TABLE legal_hold.copies (body text);
+			GRANT SELECT ON public.chat_exports TO lethe_operator;
+			GRANT USAGE ON SCHEMA legal_hold TO lethe_operator; GRANT SELECT ON legal_hold.copies TO lethe_operator`); err != nil {
+			t.Fatal(err)
+		}
+		for _, table := range []string{"public.chat_exports", "legal_hold.copies"} {
+			if _, err := e.conn.Exec(context.Background(), `INSERT INTO `+table+` VALUES ($1)`, "exported: "+long); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}, func(s *lethev1.MemoryStore) { s.Spec.Postgres.ResidueProbeExclude = []string{"legal_hold"} })
+	er := e.request(t, "forget-with-text-residue", nil)
+	c := waitStepReason(t, er, lethev1.ConditionDeleted, lethev1.ReasonResidueFound)
+	if c.Message != "verbatim copies of erased text remain in public.chat_exports.body: remove them; Lethe probes again" {
+		t.Errorf("residue condition %q: want it to name public.chat_exports.body alone", c.Message)
+	}
+	status, err := json.Marshal(er.Status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, needle := range []string{marker, "alice", "landlord"} {
+		if strings.Contains(string(status), needle) {
+			t.Errorf("the status holds the erased text (%q)", needle)
+		}
+	}
+	// A human removes the copy; the request completes, the excluded copy counted, not probed.
+	if _, err := e.conn.Exec(context.Background(), `DELETE FROM public.chat_exports`); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, er, lethev1.PhaseBackupsRotated)
+	if note := stepEvidence(t, er, lethev1.ConditionDeleted).Note; !strings.Contains(note, "text probe: 1 passage(s)") || !strings.Contains(note, "1 excluded by the store") {
+		t.Errorf("Deleted evidence note %q: want the one passage probed and the excluded column counted", note)
+	}
+}
+
 func TestDeletingARequestDuringTheGracePeriodLiftsTheTombstone(t *testing.T) {
 	e := newMemoryEnv(t, "withdraw")
 	er := e.request(t, "typo", func(r *lethev1.ErasureRequest) {
