@@ -183,7 +183,7 @@ func (d *Deletion) probe(ctx context.Context, s *Scope, sample probeSample, know
 		}
 		found.texts = tp.Residue
 	}
-	ev.Note += textProbeNote(sample, known, tp)
+	ev.Note += textProbeNote(sample, known, d.Config.ProbeBudget, tp)
 	vecs, err := s.Ledger.ProbeResidue(ctx, sample.embeddings, residueDistance)
 	if err != nil {
 		// E.g. a vector column the manager's role may not read.
@@ -203,7 +203,10 @@ func (d *Deletion) probe(ctx context.Context, s *Scope, sample probeSample, know
 
 // textProbeNote says how much of the erased text the text probe looked for
 // and where: counts only.
-func textProbeNote(sample probeSample, known bool, tp TextProbe) string {
+func textProbeNote(sample probeSample, known bool, budget int, tp TextProbe) string {
+	if budget <= 0 {
+		return "; text probe: none (the probe budget is 0)"
+	}
 	if !known {
 		return "; text probe: no sample (the sample of batches run before a manager restart is not kept)"
 	}

@@ -394,21 +394,28 @@ func TestDeletionReverify(t *testing.T) {
 }
 
 // TestDeletionTextProbeWithoutSample: with no passage sampled the text
-// probe is not asked, and the evidence says why: nothing long enough was
-// erased, or the batches ran before a manager restart (sample not kept).
+// probe is not asked, and the evidence says why: the probe budget is 0,
+// nothing long enough was erased, or the batches ran before a manager
+// restart (sample not kept).
 func TestDeletionTextProbeWithoutSample(t *testing.T) {
 	cases := map[string]struct {
-		res  DeleteResult
-		note string
+		res    DeleteResult
+		budget int
+		note   string
 	}{
-		"NothingLongEnough": {res: func() DeleteResult { r := deleteResult(); r.Texts = nil; return r }(),
+		"NoBudget": {res: func() DeleteResult { r := deleteResult(); r.Texts, r.TextRows = nil, 0; return r }(), budget: 0,
+			note: "; text probe: none (the probe budget is 0)"},
+		"NothingLongEnough": {res: func() DeleteResult { r := deleteResult(); r.Texts = nil; return r }(), budget: 8,
 			note: "; text probe: no text of 16 words or more in the 45 deleted row(s), nothing to probe"},
-		"AfterRestart": {res: DeleteResult{Batches: []BatchResult{{Batch: 0, Skipped: true}}, CommitLSN: "0/3000060"},
+		"AfterRestart": {res: DeleteResult{Batches: []BatchResult{{Batch: 0, Skipped: true}}, CommitLSN: "0/3000060"}, budget: 8,
 			note: "; text probe: no sample (the sample of batches run before a manager restart is not kept)"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := runFakes(t, runDeletion, atDeletion(), deletionFakes(func(f *fakes) {
+			cfg := testConfig
+			cfg.ProbeBudget = tc.budget
+			run := func(ctx context.Context, s *Scope) Outcome { return (&Deletion{Config: cfg}).Run(ctx, s) }
+			got := runFakes(t, run, atDeletion(), deletionFakes(func(f *fakes) {
 				f.ledger.DeleteFn = func(context.Context, Request, int, int) (DeleteResult, error) { return tc.res, nil }
 				f.ledger.ProbeTextResidueFn = nil // a call fails the test
 			}))
