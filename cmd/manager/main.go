@@ -159,7 +159,7 @@ func bindManagerFlags(fs *flag.FlagSet, f *managerFlags) {
 	fs.DurationVar(&f.reverify, "reverify-interval", time.Hour, "how often a completed ErasureRequest is checked for resurrected sessions")
 	fs.DurationVar(&f.planTTL, "plan-ttl", controllers.DefaultPlanTTL, "how long a planning request (kubectl erasure plan) its plugin left behind stays after its plan before the manager deletes it")
 	fs.IntVar(&f.batchSize, "delete-batch-size", 100, "sessions deleted per database transaction")
-	fs.IntVar(&f.probeBudget, "residue-probe-budget", 64, "erased embeddings per request that the residue probe queries")
+	fs.IntVar(&f.probeBudget, "residue-probe-budget", 64, "erased embeddings per request that the residue probe queries; it also bounds the passages of erased text the text probe looks for (at most 16); 0 turns both probes off")
 	fs.IntVar(&f.graphBatch, "graph-batch-size", 50, "erased sessions pruned from the graph per batch (one receipt each)")
 	fs.IntVar(&f.graphDeleteLimit, "graph-delete-limit", 1000, "graph elements one delete query removes at most (FalkorDB has crashed on very large single deletes)")
 	fs.IntVar(&f.sweepMaxOrphanPercent, "sweep-max-orphan-percent", 50, "refuse a graph sweep that would remove more than this percentage of the graph's sessions or facts; 100 disables the guard")
