@@ -13,7 +13,9 @@ import (
 type Config struct {
 	// BatchSize bounds the sessions deleted per transaction.
 	BatchSize int
-	// ProbeBudget bounds the erased embeddings the residue probe queries per request.
+	// ProbeBudget bounds the erased embeddings the residue probe queries per
+	// request, and the passages of erased text the text probe looks for (at
+	// most TextProbeBudget).
 	ProbeBudget int
 	// GraphBatch bounds the erased sessions one graph prune (and receipt) covers.
 	GraphBatch int
