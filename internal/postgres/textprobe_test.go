@@ -187,3 +187,34 @@ func TestTextResidueAsTheOperatorRole(t *testing.T) {
 		t.Errorf("%d unreadable columns, want the 9 of the tables not granted to lethe_operator", tp.Unreadable)
 	}
 }
+
+// TestVectorProbeSkipsWhatTheStoreExcludes: the store's exclusions hold for
+// the vector probe too.
+func TestVectorProbeSkipsWhatTheStoreExcludes(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	mustExec(t, conn, `CREATE SCHEMA scratch`)
+	for _, table := range []string{"public.exported_vectors", "scratch.vectors", "public.kept_vectors"} {
+		mustExec(t, conn, `CREATE TABLE `+table+` (v vector(384))`)
+		mustExec(t, conn, `INSERT INTO `+table+` SELECT embedding FROM memory.rounds WHERE session_id = $1 LIMIT 1`, sessA)
+	}
+	e := eraser(t, dsn, "t1")
+	e.ProbeExclude = []string{"scratch", "public.kept_vectors"}
+	req := erasure.Request{UID: "uid-vec-exclude", SessionIDs: []string{sessA}}
+	if _, err := e.Tombstone(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.Delete(ctx, req, 10, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	residue, err := e.ProbeResidue(ctx, res.Probe, 1e-6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]erasure.Residue{{Column: "public.exported_vectors.v", Found: 7}}, residue); diff != "" {
+		t.Errorf("vector residue: -want, +got:\n%s", diff)
+	}
+}
