@@ -121,17 +121,22 @@ func prefix(c string) string {
 // sampleTextsSQL reads the prefix of at most $2 values of the sessions $1
 // with enough words ($3), from the string columns of the cascade, one read
 // per table; every table's first value comes before any table's second,
-// so that the sample spreads over the tables.
+// so that the sample spreads over the tables. The test is in the table
+// scan, so that only rows with a long value go on (testing every value
+// after the scan cost 8 times more on P1's short rows, where none does).
 func sampleTextsSQL(l Layout) string {
 	var sel []string
 	for _, cols := range l.textTables() {
 		t := cols[0].Table
 		vals := make([]string, len(cols))
+		long := make([]string, len(cols))
 		for i, c := range cols {
 			vals[i] = `(` + strconv.Itoa(i) + `, ` + prefix(`t.`+c.Ident()) + `)`
+			long[i] = prefix(c.Ident()) + ` LIKE $3`
 		}
-		sel = append(sel, `(SELECT x.v, row_number() OVER () AS n, x.k FROM `+t.Ident()+` t CROSS JOIN LATERAL (VALUES `+
-			strings.Join(vals, ", ")+`) x(k, v) WHERE t.`+l.sessionKey(t)+` = ANY($1::uuid[]) AND x.v LIKE $3 LIMIT $2)`)
+		sel = append(sel, `(SELECT x.v, row_number() OVER () AS n, x.k FROM (SELECT * FROM `+t.Ident()+` WHERE `+l.sessionKey(t)+
+			` = ANY($1::uuid[]) AND (`+strings.Join(long, " OR ")+`) LIMIT $2) t CROSS JOIN LATERAL (VALUES `+
+			strings.Join(vals, ", ")+`) x(k, v) WHERE x.v LIKE $3)`)
 	}
 	return `SELECT v FROM (` + strings.Join(sel, " UNION ALL ") + `) s ORDER BY n, k LIMIT $2`
 }
