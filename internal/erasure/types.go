@@ -112,7 +112,9 @@ const (
 	StepDeleted     = "Deleted"
 	StepCancelled   = "Cancelled"
 	StepResurrected = "Resurrected"
-	StepGraph       = "GraphReconciled"
+	// StepResidueRemoved receipts residue removed after the deletion.
+	StepResidueRemoved = "ResidueRemoved"
+	StepGraph          = "GraphReconciled"
 )
 
 // ErrTooLateToCancel means some sessions of the request are already erased.
@@ -230,3 +232,10 @@ type RestoreFinding struct {
 	// LedgerRowsMissing are found sessions without an erased ledger row.
 	LedgerRowsMissing int64
 }
+
+// The verification checks of residue a deletion can leave and
+// RemoveResidue removes begin with these (the table follows).
+const (
+	CheckPrefixContent = "content-keyed entries in "
+	CheckPrefixDerived = "derived records via "
+)

@@ -52,11 +52,11 @@ func leftoverChecks(l Layout, ids, hashes []string) []counting {
 	}
 	for _, idx := range l.ContentIndexes {
 		t := idx.Table.String()
-		cs = append(cs, counting{name: "content-keyed entries in " + t, failure: "verify " + t, sql: countContentSQL(idx), arg: hashes})
+		cs = append(cs, counting{name: erasure.CheckPrefixContent + t, failure: "verify " + t, sql: countContentSQL(idx), arg: hashes})
 	}
 	for _, lin := range l.Lineages {
 		t := lin.Table.String()
-		cs = append(cs, counting{name: "derived records via " + t, failure: "verify " + t, sql: countLineageSQL(lin), arg: ids})
+		cs = append(cs, counting{name: erasure.CheckPrefixDerived + t, failure: "verify " + t, sql: countLineageSQL(lin), arg: ids})
 	}
 	return cs
 }
