@@ -54,6 +54,8 @@ type ErasureRequestReconciler struct {
 	Recorder     events.EventRecorder
 	Clock        clock.PassiveClock
 	Connector    Connector
+	// Records keeps each store's record of what was erased; nil: none kept.
+	Records *ErasureRecords
 
 	// ReverifyInterval is how often a completed request is checked for
 	// resurrected sessions.

@@ -29,6 +29,13 @@ func (r *ErasureRequestReconciler) finalize(ctx context.Context, er *lethev1.Era
 			return ctrl.Result{}, err
 		}
 	}
+	if deleted {
+		// The store's record keeps what was erased once the object is gone,
+		// so that a later restore of the database is still found.
+		if err := r.recordErasure(ctx, er); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	r.machine.Forget(string(er.UID))
 	controllerutil.RemoveFinalizer(er, Finalizer)
 	if err := patchFinalizers(ctx, r.Client, er); err != nil && !apierrors.IsNotFound(err) {
@@ -67,4 +74,20 @@ func (r *ErasureRequestReconciler) withdraw(ctx context.Context, er *lethev1.Era
 		r.Recorder.Eventf(er, nil, corev1.EventTypeNormal, "Withdrawn", "Finalize", "request deleted during the grace period: %d tombstone(s) lifted", c.Lifted)
 	}
 	return nil
+}
+
+// recordErasure adds er to its store's record (without the sources when
+// the MemoryStore is gone).
+func (r *ErasureRequestReconciler) recordErasure(ctx context.Context, er *lethev1.ErasureRequest) error {
+	if r.Records == nil {
+		return nil
+	}
+	store := &lethev1.MemoryStore{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: er.Namespace, Name: er.Spec.StoreRef.Name}, store); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return err
+		}
+		store = nil
+	}
+	return r.Records.Add(ctx, store, er)
 }

@@ -48,6 +48,8 @@ type MemoryStoreReconciler struct {
 	// Reverify, when set, receives the requests whose erasures an audit
 	// found lost (a restore), so they erase again at once.
 	Reverify chan<- event.TypedGenericEvent[client.Object]
+	// Records keeps each store's record of what was erased; nil: none kept.
+	Records *ErasureRecords
 
 	// RecheckInterval is how often a Ready store is probed again; a store that
 	// is not Ready is retried sooner (NotReadyRetry).

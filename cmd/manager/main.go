@@ -36,6 +36,7 @@ import (
 	"github.com/lethe-dev/lethe/internal/connector"
 	"github.com/lethe-dev/lethe/internal/graph"
 	"github.com/lethe-dev/lethe/internal/postgres"
+	"github.com/lethe-dev/lethe/internal/storerecord"
 	"github.com/lethe-dev/lethe/internal/version"
 )
 
@@ -279,8 +280,11 @@ func addControllers(mgr ctrl.Manager, f managerFlags, receiptKey types.Namespace
 	// The MemoryStore audit hands the requests a restore took erasures from
 	// to the ErasureRequest controller.
 	reverify := make(chan event.TypedGenericEvent[client.Object], 1024)
+	records := &controllers.ErasureRecords{Connector: conn,
+		Keeper: &storerecord.Keeper{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}}
 	if err := (&controllers.MemoryStoreReconciler{
 		Client:                 mgr.GetClient(),
+		Records:                records,
 		Recorder:               mgr.GetEventRecorder("lethe-memorystore"),
 		Connector:              conn,
 		Reverify:               reverify,
@@ -296,6 +300,7 @@ func addControllers(mgr ctrl.Manager, f managerFlags, receiptKey types.Namespace
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		SecretReader:            mgr.GetAPIReader(),
+		Records:                 records,
 		Recorder:                mgr.GetEventRecorder("lethe-erasurerequest"),
 		Connector:               conn,
 		Reverify:                reverify,

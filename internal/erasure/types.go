@@ -233,6 +233,14 @@ type RestoreFinding struct {
 	LedgerRowsMissing int64
 }
 
+// Recorded is what the store's record (kept in the API server) says one
+// request erased: how many sessions, and the keyed hashes of their sources.
+type Recorded struct {
+	UID      string
+	Sessions int
+	Sources  []string
+}
+
 // The verification checks of residue a deletion can leave and
 // RemoveResidue removes begin with these (the table follows).
 const (
