@@ -2,9 +2,11 @@ package controllers
 
 import (
 	"context"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/connector"
@@ -41,6 +43,21 @@ func (e *ErasureRecords) Add(ctx context.Context, store *lethev1.MemoryStore, er
 	erasedAt := deleted.LastTransitionTime.Time
 	return e.Keeper.Add(ctx, er.Namespace, er.Spec.StoreRef.Name, string(er.UID), func(key []byte) storerecord.Entry {
 		return storerecord.NewEntry(key, erasedAt, found, sources)
+	})
+}
+
+// AddErased records sessions erased for the request uid without its
+// object (the reaper finished a deletion whose request was gone).
+func (e *ErasureRecords) AddErased(ctx context.Context, store *lethev1.MemoryStore, uid types.UID, erasedAt time.Time, sessionIDs []string) error {
+	if e == nil {
+		return nil
+	}
+	sources, err := e.Connector.SourceHashes(ctx, store, string(uid))
+	if err != nil {
+		return err
+	}
+	return e.Keeper.Add(ctx, store.Namespace, store.Name, string(uid), func(key []byte) storerecord.Entry {
+		return storerecord.NewEntry(key, erasedAt, sessionIDs, sources)
 	})
 }
 

@@ -50,6 +50,12 @@ type MemoryStoreReconciler struct {
 	Reverify chan<- event.TypedGenericEvent[client.Object]
 	// Records keeps each store's record of what was erased; nil: none kept.
 	Records *ErasureRecords
+	// ReapMinAge is how old a tombstone whose request is gone must be before
+	// the reaper ends it (DefaultReapMinAge when zero).
+	ReapMinAge time.Duration
+	// BatchSize bounds the sessions one deletion transaction of the reaper
+	// covers: the requests' own, so that its batches keep their receipt keys.
+	BatchSize int
 
 	// RecheckInterval is how often a Ready store is probed again; a store that
 	// is not Ready is retried sooner (NotReadyRetry).
@@ -177,6 +183,10 @@ func (r *MemoryStoreReconciler) observe(ctx context.Context, store *lethev1.Memo
 		ectx, ecancel := context.WithTimeout(ctx, r.ProbeTimeout)
 		f.restores, f.affected, f.erasuresErr = r.checkErasures(ectx, store)
 		ecancel()
+		if err := r.reapTombstones(ctx, store, f.schema != nil && f.schema.Compliant()); err != nil {
+			// Retried on the next audit; the tombstones keep hiding the sessions meanwhile.
+			ctrl.LoggerFrom(ctx).Error(err, "reap tombstones whose request is gone")
+		}
 	}
 	if store.Spec.FalkorDB != nil {
 		f.graphConfigured = true

@@ -142,6 +142,8 @@ func startManager(cfg *rest.Config, pools *postgres.Pools, another bool) (stop f
 	if err := (&controllers.MemoryStoreReconciler{
 		Client:          mgr.GetClient(),
 		Records:         records,
+		BatchSize:       2,
+		ReapMinAge:      time.Second,
 		Recorder:        mgr.GetEventRecorder("lethe-memorystore"),
 		Connector:       conn,
 		Reverify:        reverify,

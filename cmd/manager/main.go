@@ -285,6 +285,7 @@ func addControllers(mgr ctrl.Manager, f managerFlags, receiptKey types.Namespace
 	if err := (&controllers.MemoryStoreReconciler{
 		Client:                 mgr.GetClient(),
 		Records:                records,
+		BatchSize:              f.batchSize,
 		Recorder:               mgr.GetEventRecorder("lethe-memorystore"),
 		Connector:              conn,
 		Reverify:               reverify,

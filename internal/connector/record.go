@@ -58,19 +58,25 @@ func (c *Connector) ReeraseRecorded(ctx context.Context, store *lethev1.MemorySt
 		return res, err
 	}
 	res.LedgerRowsRestored += n
-	if store.Spec.FalkorDB == nil || len(back) == 0 {
-		return res, nil
+	return res, c.PruneGraph(ctx, store, back)
+}
+
+// PruneGraph removes what the store's graph holds only of the given erased
+// sessions (nothing when the store has no graph).
+func (c *Connector) PruneGraph(ctx context.Context, store *lethev1.MemoryStore, sessionIDs []string) error {
+	if store.Spec.FalkorDB == nil || len(sessionIDs) == 0 {
+		return nil
 	}
 	g, err := c.Graph(ctx, store)
 	if err != nil {
-		return res, err
+		return err
 	}
-	for chunk := range slices.Chunk(back, 100) {
+	for chunk := range slices.Chunk(sessionIDs, 100) {
 		if _, err := g.Prune(ctx, chunk, graphPruneLimit); err != nil {
-			return res, err
+			return err
 		}
 	}
-	return res, nil
+	return nil
 }
 
 // RestoreSources puts back the recorded source rows of the request uid

@@ -233,6 +233,15 @@ type RestoreFinding struct {
 	LedgerRowsMissing int64
 }
 
+// TombstoneHold is one request's hold on tombstoned sessions, as the
+// ledger has it: the sessions not yet erased, and whether its deletion
+// started (some session erased already).
+type TombstoneHold struct {
+	UID        string
+	SessionIDs []string
+	Started    bool
+}
+
 // Recorded is what the store's record (kept in the API server) says one
 // request erased: how many sessions, and the keyed hashes of their sources.
 type Recorded struct {
