@@ -68,7 +68,7 @@ func (e *Eraser) Reerase(ctx context.Context, req erasure.Request) (erasure.Batc
 		if _, err := tx.Exec(ctx, tombstoneSQL(l), back, req.UID); err != nil {
 			return fmt.Errorf("tombstone resurrected sessions: %w", err)
 		}
-		if _, err := eraseLocked(ctx, tx, l, req.UID, back, 0, &res); err != nil {
+		if _, err := eraseLocked(ctx, tx, l, req.UID, back, e.tenant(), 0, &res); err != nil {
 			return err
 		}
 		r := receipt{uid: req.UID, step: erasure.StepResurrected, sessions: res.Sessions, counts: res.Rows}
@@ -82,7 +82,7 @@ func (e *Eraser) Reerase(ctx context.Context, req erasure.Request) (erasure.Batc
 }
 
 // restoreLedger writes back the ledger rows of req a restore took away (the
-// sessions, and the hashes of the content of those that came back) and
+// sessions, and the keyed hashes of the content of those that came back) and
 // counts them, with the rows left un-erased, in res.LedgerRowsRestored.
 // Rows of sessions that did not come back are marked erased at once.
 func (e *Eraser) restoreLedger(ctx context.Context, tx pgx.Tx, l Layout, req erasure.Request, back []string, res *erasure.BatchResult) error {
@@ -94,12 +94,8 @@ func (e *Eraser) restoreLedger(ctx context.Context, tx pgx.Tx, l Layout, req era
 		return fmt.Errorf("restore ledger: %w", err)
 	}
 	res.LedgerRowsRestored = unerased + written
-	hashes, err := contentHashes(ctx, tx, l, back)
-	if err != nil {
+	if err := e.writeContent(ctx, tx, l, erasure.Request{UID: req.UID}, back); err != nil {
 		return err
-	}
-	if err := e.writeLedger(ctx, tx, erasure.Request{UID: req.UID}, "content", hashes); err != nil {
-		return fmt.Errorf("restore content ledger: %w", err)
 	}
 	if err := e.writeSources(ctx, tx, l, erasure.Request{UID: req.UID}, back); err != nil {
 		return err
