@@ -138,7 +138,7 @@ REVOKE ALL ON FUNCTION lethe.is_erased_content(text, text[], text) FROM PUBLIC;
 -- Lethe writes and verifies the keyed hashes, and its residue probe asks
 -- which shared rows are still hidden by an erasure.
 GRANT EXECUTE ON FUNCTION lethe.content_hash(text) TO lethe_operator;
-GRANT EXECUTE ON FUNCTION lethe.is_erased_content(text, text[], text) TO lethe_operator;
+GRANT EXECUTE ON FUNCTION lethe.is_erased_content(text), lethe.is_erased_content(text, text[], text) TO lethe_operator;
 
 -- Reference wiring.
 ALTER TABLE memory_derived.embedding_cache ADD COLUMN tenant_ids text[];

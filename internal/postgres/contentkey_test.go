@@ -254,10 +254,17 @@ func TestErasureLeavesAnotherTenantsIdenticalText(t *testing.T) {
 			t.Errorf("verify: %s = %d", c.Check, c.Found)
 		}
 	}
-	// t2's entry holds the erased summary's embedding, and is not residue.
+	// t2's entry holds the erased summary's embedding, and is not residue;
+	// the same embedding under a key no erasure names is.
 	if residue, err := e.ProbeResidue(ctx, res.Probe, 1e-6); err != nil || len(residue) != 0 {
 		t.Errorf("residue %+v (%v): t2's own entry taken for a copy the erasure missed", residue, err)
 	}
+	mustExec(t, admin, `INSERT INTO memory_derived.embedding_cache (content_sha256, text, embedding, tenant_ids)
+		SELECT 'copied-under-another-key', text, embedding, tenant_ids FROM memory_derived.embedding_cache WHERE content_sha256 = 'shared'`)
+	if residue, err := e.ProbeResidue(ctx, res.Probe, 1e-6); err != nil || len(residue) != 1 || residue[0].Column != "memory_derived.embedding_cache.embedding" {
+		t.Errorf("residue %+v (%v), want the copy under another key", residue, err)
+	}
+	mustExec(t, admin, `DELETE FROM memory_derived.embedding_cache WHERE content_sha256 = 'copied-under-another-key'`)
 
 	// t1 cannot cache the erased words again; t2 can cache t1's words as its own.
 	var pgErr *pgconn.PgError

@@ -31,10 +31,11 @@ type vectorColumn struct {
 // distance below maxDistance): a copy that the cascade missed. Columns on
 // sessions and the tables cascading from it are skipped: a vector there sits
 // on a row of a live session (the same text said in another session is that
-// session's own data, not residue). Likewise an entry of a content index
-// that records tenants counts only while an erasure still hides it from an
-// unknown reader (lethe.is_erased_content): an entry another tenant still
-// uses is that tenant's data.
+// session's own data, not residue). Likewise an entry of erased content in
+// a content index that records tenants is skipped while an erasure does not
+// hide it from an unknown reader (lethe.is_erased_content): another tenant
+// still uses that text, and it is that tenant's data. A copy under a key no
+// erasure names is residue as anywhere else.
 func (e *Eraser) ProbeResidue(ctx context.Context, probe []erasure.Embedding, maxDistance float64) ([]erasure.Residue, error) {
 	if len(probe) == 0 {
 		return nil, nil
@@ -62,7 +63,8 @@ func (e *Eraser) ProbeResidue(ctx context.Context, probe []erasure.Embedding, ma
 		}
 		sql := nearestSQL(c.col, "")
 		if idx, ok := shared[c.col.Table]; ok {
-			sql = nearestSQL(c.col, `lethe.is_erased_content(`+idx.Ident()+`, `+idx.Tenants(c.col.Table.Ident())+`, NULL)`)
+			sql = nearestSQL(c.col, `(NOT lethe.is_erased_content(`+idx.Ident()+`) OR lethe.is_erased_content(`+
+				idx.Ident()+`, `+idx.Tenants(c.col.Table.Ident())+`, NULL))`)
 		}
 		found, err := e.nearCopies(ctx, c, sql, vecs, maxDistance)
 		if err != nil {
