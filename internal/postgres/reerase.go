@@ -61,10 +61,10 @@ func (e *Eraser) Reerase(ctx context.Context, req erasure.Request) (erasure.Batc
 		if _, err := tx.Exec(ctx, lockSessionsSQL, req.SessionIDs); err != nil {
 			return fmt.Errorf("wait for derivations in flight: %w", err)
 		}
-		if err := eraseBack(ctx, tx, l, req.UID, back, &res); err != nil {
+		if err := e.eraseBack(ctx, tx, l, req.UID, back, &res); err != nil {
 			return err
 		}
-		if err := purgeResidue(ctx, tx, l, req, &res); err != nil {
+		if err := purgeResidue(ctx, tx, l, req, e.tenant(), &res); err != nil {
 			return err
 		}
 		if err := tx.QueryRow(ctx, nowSQL).Scan(&res.DeletedAt); err != nil {
@@ -81,14 +81,14 @@ func (e *Eraser) Reerase(ctx context.Context, req erasure.Request) (erasure.Batc
 
 // eraseBack tombstones the sessions that came back — hidden from the
 // application at once, in case the delete fails — and erases them.
-func eraseBack(ctx context.Context, tx pgx.Tx, l Layout, uid string, back []string, res *erasure.BatchResult) error {
+func (e *Eraser) eraseBack(ctx context.Context, tx pgx.Tx, l Layout, uid string, back []string, res *erasure.BatchResult) error {
 	if len(back) == 0 {
 		return nil
 	}
 	if _, err := tx.Exec(ctx, tombstoneSQL(l), back, uid); err != nil {
 		return fmt.Errorf("tombstone resurrected sessions: %w", err)
 	}
-	_, err := eraseLocked(ctx, tx, l, uid, back, 0, res)
+	_, err := eraseLocked(ctx, tx, l, uid, back, e.tenant(), 0, res)
 	return err
 }
 
@@ -123,7 +123,7 @@ func (e *Eraser) resurrectedReceipt(ctx context.Context, tx pgx.Tx, uid string, 
 }
 
 // restoreLedger writes back the ledger rows of req a restore took away (the
-// sessions, and the hashes of the content of those that came back) and
+// sessions, and the keyed hashes of the content of those that came back) and
 // counts them, with the rows left un-erased, in res.LedgerRowsRestored.
 // Rows of sessions that did not come back are marked erased at once.
 func (e *Eraser) restoreLedger(ctx context.Context, tx pgx.Tx, l Layout, req erasure.Request, back []string, res *erasure.BatchResult) error {
@@ -135,12 +135,8 @@ func (e *Eraser) restoreLedger(ctx context.Context, tx pgx.Tx, l Layout, req era
 		return fmt.Errorf("restore ledger: %w", err)
 	}
 	res.LedgerRowsRestored = unerased + written
-	hashes, err := contentHashes(ctx, tx, l, back)
-	if err != nil {
+	if err := e.writeContent(ctx, tx, l, erasure.Request{UID: req.UID}, back); err != nil {
 		return err
-	}
-	if err := e.writeLedger(ctx, tx, erasure.Request{UID: req.UID}, "content", hashes); err != nil {
-		return fmt.Errorf("restore content ledger: %w", err)
 	}
 	if err := e.writeSources(ctx, tx, l, erasure.Request{UID: req.UID}, back); err != nil {
 		return err

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lethe-dev/lethe/internal/erasure"
 )
@@ -17,27 +16,25 @@ import (
 // content-keyed entries of erased content (re-cached). Re-verification
 // removes it, under the sessions' locks, with a receipt.
 
-// requestContentSQL is the content hashes the request $2 holds blocked.
-const requestContentSQL = `SELECT record_id FROM lethe.erasure_ledger WHERE request_uid = $2 AND scope = 'content' AND cancelled_at IS NULL`
-
-// residueCountSQL counts, in one statement, the derived records whose
-// lineage names one of the sessions $1 and the content-keyed entries of the
-// content the request $2 erased; "SELECT 0" when the layout has neither.
+// residueCountSQL counts the derived records whose lineage names one of
+// the sessions $1 ($2, the request, unused): every pass after the deletion
+// asks, so it takes index lookups only. Content-keyed entries are not
+// counted here — the ledger holds only keyed hashes of their keys, and
+// finding them takes a scan — but removed whenever residue is.
 func residueCountSQL(l Layout) string {
 	parts := []string{"0"}
 	for _, lin := range l.Lineages {
 		parts = append(parts, `(SELECT count(*) FROM `+lin.Table.Ident()+` WHERE `+lin.SourceMatch(1)+`)`)
 	}
-	for _, idx := range l.ContentIndexes {
-		parts = append(parts, `(SELECT count(*) FROM `+idx.Table.Ident()+` WHERE `+idx.Ident()+` IN (`+requestContentSQL+`))`)
-	}
 	return `SELECT ` + strings.Join(parts, " + ") + ` WHERE $1::text[] IS NOT NULL AND $2::text IS NOT NULL`
 }
 
-// purgeContentSQL deletes the content-keyed entries of the content the
-// request $2 erased ($1 is unused; kept for one argument list).
-func purgeContentSQL(idx QColumn) string {
-	return `DELETE FROM ` + idx.Table.Ident() + ` WHERE ` + idx.Ident() + ` IN (` + requestContentSQL + `) AND $1::text[] IS NOT NULL`
+// purgeContentSQL removes from idx the entries of the content the request
+// $1 erased (its keyed ledger rows), for the tenant $2 as the deletion does.
+func purgeContentSQL(idx ContentIndex) string {
+	return removeContentSQL(idx, `WITH`, `EXISTS (SELECT 1 FROM lethe.erasure_ledger l
+		WHERE l.request_uid = $1 AND l.scope = 'content' AND l.cancelled_at IS NULL
+		  AND l.record_id = lethe.content_hash(i.`+idx.Ident()+`))`)
 }
 
 // residue counts what queuePurge would remove; read only.
@@ -52,20 +49,22 @@ func residue(ctx context.Context, q Querier, l Layout, req erasure.Request) (int
 // queuePurge removes the residue of the sessions the request erased: the
 // derived records their lineage names (with the lineage rows) and the
 // content-keyed entries of their content, adding the counts to res.
-func queuePurge(p *pipeline, l Layout, req erasure.Request, res *erasure.BatchResult) {
+func queuePurge(p *pipeline, l Layout, req erasure.Request, tenant *string, res *erasure.BatchResult) {
 	queueDerivedDeletes(p, l, req.SessionIDs, res)
 	for _, idx := range l.ContentIndexes {
-		p.exec("purge "+idx.Table.String(), purgeContentSQL(idx), []any{req.SessionIDs, req.UID}, func(tag pgconn.CommandTag) error {
-			res.ContentIndexEntries += tag.RowsAffected()
-			return nil
+		p.queryRow("purge "+idx.Table.String(), purgeContentSQL(idx), []any{req.UID, tenant}, func(row pgx.Row) error {
+			var n int64
+			err := row.Scan(&n)
+			res.ContentIndexEntries += n
+			return err
 		})
 	}
 }
 
 // purgeResidue runs queuePurge in tx.
-func purgeResidue(ctx context.Context, tx pgx.Tx, l Layout, req erasure.Request, res *erasure.BatchResult) error {
+func purgeResidue(ctx context.Context, tx pgx.Tx, l Layout, req erasure.Request, tenant *string, res *erasure.BatchResult) error {
 	var p pipeline
-	queuePurge(&p, l, req, res)
+	queuePurge(&p, l, req, tenant, res)
 	if len(p.names) == 0 {
 		return nil
 	}
@@ -92,7 +91,7 @@ func (e *Eraser) RemoveResidue(ctx context.Context, req erasure.Request) (erasur
 		if _, err := tx.Exec(ctx, lockSessionsSQL, erased); err != nil {
 			return fmt.Errorf("wait for derivations in flight: %w", err)
 		}
-		if err := purgeResidue(ctx, tx, l, erasure.Request{UID: req.UID, SessionIDs: erased}, &res); err != nil {
+		if err := purgeResidue(ctx, tx, l, erasure.Request{UID: req.UID, SessionIDs: erased}, e.tenant(), &res); err != nil {
 			return err
 		}
 		if err := tx.QueryRow(ctx, nowSQL).Scan(&res.DeletedAt); err != nil {
