@@ -133,8 +133,11 @@ const (
 
 // ErasureRequest condition reasons.
 const (
-	ReasonStoreNotFound       = "StoreNotFound"
-	ReasonStoreNotReady       = "StoreNotReady"
+	ReasonStoreNotFound = "StoreNotFound"
+	ReasonStoreNotReady = "StoreNotReady"
+	// ReasonSchemaChanged: the schema the deletion's own transaction reads
+	// breaks the audit's rules (a table added since the last audit).
+	ReasonSchemaChanged       = "SchemaChanged"
 	ReasonDatabaseUnavailable = "DatabaseUnavailable"
 	ReasonSessionsTombstoned  = "SessionsTombstoned"
 	ReasonNoSessionsFound     = "NoSessionsFound"

@@ -26,6 +26,7 @@ var claimedReasons = map[string]bool{
 	lethev1.ReasonVerificationFailed: true,
 	lethev1.ReasonResidueFound:       true,
 	lethev1.ReasonReplicaLagging:     true,
+	lethev1.ReasonSchemaChanged:      true,
 }
 
 // Deletion is step 3: it claims the deletion, deletes in bounded batches,

@@ -79,6 +79,9 @@ func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []s
 	res := erasure.BatchResult{Batch: batch}
 	var probe []erasure.Embedding
 	err := e.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx, l Layout) error {
+		if err := guardSchema(ctx, tx, e.Schema); err != nil {
+			return err
+		}
 		eligible, err := collectStrings(ctx, tx, eligibleSQL(l), uid, ids, e.tenant())
 		if err != nil {
 			return fmt.Errorf("check ledger: %w", err)
