@@ -15,7 +15,6 @@ import (
 )
 
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;create;update
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create
 
 // ErasureRecords writes each store's record of what its requests erased
 // (internal/storerecord), which outlives the request objects.

@@ -78,6 +78,9 @@ type ErasureRequestReconciler struct {
 	// PlanTTL is how long a planning request (kubectl erasure plan) left
 	// behind by its plugin stays after its plan (DefaultPlanTTL when zero).
 	PlanTTL time.Duration
+	// MinGracePeriod is the shortest grace period a request that is not
+	// immediate may have (DefaultMinGracePeriod when zero).
+	MinGracePeriod time.Duration
 	// BackupRecheck bounds the wait between checks of Backups still expiring.
 	BackupRecheck time.Duration
 	// MaxConcurrentReconciles is how many requests are worked on at once
@@ -248,7 +251,7 @@ func (r *ErasureRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.machine = erasure.NewMachine(erasure.Config{
 		BatchSize: r.BatchSize, ProbeBudget: r.ProbeBudget, GraphBatch: r.GraphBatch, GraphDeleteLimit: r.GraphDeleteLimit,
 		GraphTimeout: r.GraphTimeout, RetryAfter: r.RetryAfter, BackupRecheck: r.BackupRecheck,
-		ReverifyInterval: r.ReverifyInterval, ReplicaRecheck: 2 * time.Second,
+		ReverifyInterval: r.ReverifyInterval, ReplicaRecheck: 2 * time.Second, MinGracePeriod: r.MinGracePeriod,
 	})
 	if err := crmetrics.Registry.Register(NewRequestCollector(mgr.GetClient())); err != nil {
 		if !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
@@ -284,6 +287,7 @@ func (r *ErasureRequestReconciler) defaults() {
 	setDefault(&r.GraphDeleteLimit, 1000)
 	setDefault(&r.GraphTimeout, 5*time.Minute)
 	setDefault(&r.BackupRecheck, 10*time.Minute)
+	setDefault(&r.MinGracePeriod, lethev1.DefaultMinGracePeriod)
 }
 
 func setDefault[T int | time.Duration](v *T, d T) {

@@ -259,7 +259,7 @@ func TestRestoreBeforeTheBackupsAreGoneIsErasedAgain(t *testing.T) {
 	ve.backup(t, "nightly", ve.app, time.Now().Add(-time.Hour), time.Now().Add(48*time.Hour))
 	er := ve.request(t, "forget", func(er *lethev1.ErasureRequest) {
 		er.Spec.Immediate, er.Spec.Reason = false, ""
-		er.Spec.GracePeriod = &metav1.Duration{}
+		er.Spec.GracePeriod = &metav1.Duration{Duration: time.Millisecond}
 	})
 	waitStepReason(t, er, lethev1.ConditionBackupsRotated, lethev1.ReasonBackupsExpiring)
 	firstDeletion := ve.deletedAt(t, er)

@@ -138,7 +138,8 @@ func startManager(cfg *rest.Config, pools *postgres.Pools, another bool) (stop f
 	conn := &connector.Connector{Secrets: mgr.GetAPIReader(), Pools: pools, Graphs: graphs, Velero: backups.Velero{
 		Detector: detector, Rotator: backups.Rotator{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Concurrency: 8}}}
 	records := &controllers.ErasureRecords{Connector: conn,
-		Keeper: &storerecord.Keeper{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}}
+		Keeper: &storerecord.Keeper{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
+			KeySecret: types.NamespacedName{Namespace: "default", Name: "lethe-erasure-record-key"}}}
 	if err := (&controllers.MemoryStoreReconciler{
 		Client:          mgr.GetClient(),
 		Records:         records,
@@ -174,6 +175,7 @@ func startManager(cfg *rest.Config, pools *postgres.Pools, another bool) (stop f
 		GraphDeleteLimit: 2,
 		GraphTimeout:     3 * time.Second,
 		ReverifyInterval: time.Second,
+		MinGracePeriod:   time.Millisecond,
 		BatchSize:        2,
 		ProbeBudget:      16,
 		RetryAfter:       300 * time.Millisecond,

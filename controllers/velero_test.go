@@ -92,7 +92,7 @@ func TestBackupsThatMayHoldErasedDataAreShortenedUntilGone(t *testing.T) {
 
 	er := ve.request(t, "forget", func(er *lethev1.ErasureRequest) {
 		er.Spec.Immediate, er.Spec.Reason = false, ""
-		er.Spec.GracePeriod = &metav1.Duration{}
+		er.Spec.GracePeriod = &metav1.Duration{Duration: time.Millisecond}
 	})
 	c := waitStepReason(t, er, lethev1.ConditionBackupsRotated, lethev1.ReasonBackupsExpiring)
 	if !strings.HasPrefix(c.Message, "2 Velero Backup(s)") {

@@ -35,6 +35,9 @@ type Plan struct {
 	// TombstonedAt and GraceEndsAt are the database's clock readings.
 	TombstonedAt time.Time
 	GraceEndsAt  time.Time
+	// CommitLSN (Tombstone only) is a WAL position at or after the
+	// tombstone's commit: a replica past it hides the sessions too.
+	CommitLSN string
 }
 
 // GraceState is the grace period by the database's clock.

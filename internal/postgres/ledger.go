@@ -97,7 +97,15 @@ func (e *Eraser) Tombstone(ctx context.Context, req erasure.Request) (erasure.Pl
 		}
 		return receipt{uid: req.UID, step: erasure.StepTombstoned, sessions: len(plan.Found), counts: plan.Rows, of: erasure.PlanStatus(plan)}.write(ctx, tx)
 	})
-	return plan, err
+	if err != nil {
+		return plan, err
+	}
+	// Read after the commit (or, on a repeat, after the first one's): the
+	// replicas hide the sessions once they replay past it.
+	if err := e.Pool.QueryRow(ctx, walPositionSQL).Scan(&plan.CommitLSN); err != nil {
+		return plan, fmt.Errorf("read WAL position: %w", err)
+	}
+	return plan, nil
 }
 
 // sourceHashesSQL reads the keyed hashes of the source identifiers in src

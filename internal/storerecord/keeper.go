@@ -23,9 +23,6 @@ const (
 	DefaultShardBytes = 512 << 10
 )
 
-// KeySecretName is the Secret holding the store's record key.
-func KeySecretName(store string) string { return store + "-erasure-record-key" }
-
 func shardName(store string, n int) string { return fmt.Sprintf("%s-erasure-record-%d", store, n) }
 
 // Keeper reads and writes the records. Reader must read from the API server
@@ -33,6 +30,10 @@ func shardName(store string, n int) string { return fmt.Sprintf("%s-erasure-reco
 type Keeper struct {
 	Client client.Client
 	Reader client.Reader
+	// KeySecret holds the records' key, one for every store, in the
+	// manager's own namespace (created on first use): the manager may
+	// create Secrets there only.
+	KeySecret types.NamespacedName
 	// ShardBytes bounds one ConfigMap's data (DefaultShardBytes when zero).
 	ShardBytes int
 }
@@ -40,7 +41,7 @@ type Keeper struct {
 // Load reads the store's record; an empty record (no key) when none exists.
 func (k *Keeper) Load(ctx context.Context, namespace, store string) (Record, error) {
 	rec := Record{Entries: map[string]Entry{}}
-	key, err := k.key(ctx, namespace, store, false)
+	key, err := k.key(ctx, false)
 	if err != nil || key == nil {
 		return rec, err
 	}
@@ -65,7 +66,7 @@ func (k *Keeper) Load(ctx context.Context, namespace, store string) (Record, err
 // a request already recorded is left as it is. A write conflict is
 // returned: the caller retries.
 func (k *Keeper) Add(ctx context.Context, namespace, store, uid string, entry func(key []byte) Entry) error {
-	key, err := k.key(ctx, namespace, store, true)
+	key, err := k.key(ctx, true)
 	if err != nil {
 		return err
 	}
@@ -112,14 +113,17 @@ func (k *Keeper) shards(ctx context.Context, namespace, store string) ([]*corev1
 	return out, nil
 }
 
-// key reads the store's record key, creating it when create is set.
-func (k *Keeper) key(ctx context.Context, namespace, store string, create bool) ([]byte, error) {
+// key reads the records' key, creating it when create is set.
+func (k *Keeper) key(ctx context.Context, create bool) ([]byte, error) {
+	if k.KeySecret.Name == "" {
+		return nil, fmt.Errorf("no erasure record key Secret is configured")
+	}
 	s := &corev1.Secret{}
-	err := k.Reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: KeySecretName(store)}, s)
+	err := k.Reader.Get(ctx, k.KeySecret, s)
 	switch {
 	case err == nil:
 		if len(s.Data[keyField]) < 32 {
-			return nil, fmt.Errorf("secret %s: the erasure record key is missing or shorter than 32 bytes", KeySecretName(store))
+			return nil, fmt.Errorf("secret %s: the erasure record key is missing or shorter than 32 bytes", k.KeySecret)
 		}
 		return s.Data[keyField], nil
 	case !apierrors.IsNotFound(err):
@@ -131,8 +135,8 @@ func (k *Keeper) key(ctx context.Context, namespace, store string, create bool) 
 	if _, err := rand.Read(key); err != nil {
 		return nil, err
 	}
-	s = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: KeySecretName(store),
-		Labels: map[string]string{LabelStore: store}}, Data: map[string][]byte{keyField: key}}
+	s = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: k.KeySecret.Namespace, Name: k.KeySecret.Name},
+		Data: map[string][]byte{keyField: key}}
 	if err := k.Client.Create(ctx, s); err != nil {
 		// Another writer created it first: the caller retries and reads it.
 		return nil, fmt.Errorf("create the erasure record key: %w", err)

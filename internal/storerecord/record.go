@@ -5,8 +5,8 @@
 // the database is only the working copy: a restore takes it back.
 //
 // The record holds, per request UID, when the deletion finished, keyed
-// hashes of the erased session IDs (HMAC-SHA256 with the store's record
-// key, a Secret, truncated to 128 bits) and the ledger's own keyed hashes of
+// hashes of the erased session IDs (HMAC-SHA256 with the records' key, a
+// Secret in the manager's namespace, truncated to 128 bits) and the ledger's own keyed hashes of
 // their source identifiers. Never content, never a request's name. It lives
 // in ConfigMaps named <store>-erasure-record-<n> with no owner, so that it
 // outlives a MemoryStore deleted and re-created by the same name.

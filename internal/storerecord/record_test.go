@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -48,7 +49,7 @@ func TestKeeperShardsAndReadsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).Build()
-	k := &storerecord.Keeper{Client: c, Reader: c, ShardBytes: 400}
+	k := &storerecord.Keeper{Client: c, Reader: c, ShardBytes: 400, KeySecret: types.NamespacedName{Namespace: "lethe-system", Name: "record-key"}}
 	for i := range 5 {
 		uid := fmt.Sprintf("uid-%d", i)
 		if err := k.Add(ctx, "ns", "memory", uid, func(key []byte) storerecord.Entry {
