@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,6 +57,9 @@ type ErasureRequestReconciler struct {
 	Connector    Connector
 	// Records keeps each store's record of what was erased; nil: none kept.
 	Records *ErasureRecords
+	// finishing holds the UIDs of deleted requests finishing their steps
+	// whose event was recorded (once per process).
+	finishing sync.Map
 
 	// ReverifyInterval is how often a completed request is checked for
 	// resurrected sessions.
@@ -115,7 +119,7 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 			return requeueOnConflict(err)
 		}
 	}
-	if !er.DeletionTimestamp.IsZero() {
+	if !er.DeletionTimestamp.IsZero() && !r.finishesFirst(ctx, er) {
 		return r.finalize(ctx, er)
 	}
 
@@ -153,6 +157,10 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	}
 	if err := r.issueReceipt(ctx, er); err != nil {
 		return ctrl.Result{}, fmt.Errorf("issue the receipt: %w", err)
+	}
+	if !er.DeletionTimestamp.IsZero() {
+		// Finished while being deleted: the next pass releases the finalizer.
+		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 	}
 	return r.reverify(ctx, p, sc)
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/lethe-dev/lethe/controllers"
 	"github.com/lethe-dev/lethe/internal/erasure"
 	"github.com/lethe-dev/lethe/internal/postgres"
+	"github.com/lethe-dev/lethe/internal/storerecord"
 )
 
 // A manager that dies right after the tombstone's commit, every time, never
@@ -109,7 +111,29 @@ func TestReaperFinishesTheDeletionOfAGoneRequest(t *testing.T) {
 	if n := e.count(t, `SELECT count(*) FROM memory.sessions WHERE id = $1`, otherT2); n != 1 {
 		t.Error("the other tenant's session went")
 	}
+	// The record is written after the deletion, the graph prune first.
+	eventually(t, 30*time.Second, func() error {
+		if !recorded(t, e, string(er.UID)) {
+			return fmt.Errorf("the store's record has no entry for the reaped request")
+		}
+		return nil
+	})
 	assertRecordKeepsNoIDs(t, e, string(er.UID))
+}
+
+// recorded reports whether the store's record has an entry for uid.
+func recorded(t *testing.T, e *memoryEnv, uid string) bool {
+	t.Helper()
+	cms := &corev1.ConfigMapList{}
+	if err := k8s.List(context.Background(), cms, client.InNamespace(e.ns), client.MatchingLabels{storerecord.LabelStore: e.store.Name}); err != nil {
+		t.Fatal(err)
+	}
+	for _, cm := range cms.Items {
+		if _, ok := cm.Data[uid]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // deleteAndWaitGone deletes the request and waits until the API server no longer has it.

@@ -14,7 +14,8 @@ import (
 	"github.com/lethe-dev/lethe/internal/erasure"
 )
 
-// walPositionSQL reads the WAL position after the last commit.
+// walPositionSQL reads the WAL position after the last commit (flushed:
+// the pools commit with synchronous_commit on).
 const walPositionSQL = `SELECT pg_current_wal_lsn()::text`
 
 // Delete erases the request's sessions in batches of batchSize, one
