@@ -15,7 +15,8 @@ import (
 // else is ever sent to the graph as a session ID.
 var sessionID = regexp.MustCompile(lethev1.SessionIDPattern)
 
-// AttachedKey counts relationships of other provenance attached to erased nodes.
+// AttachedKey counts relationships not of the erased provenance (another's, or
+// none) deleted with the erased nodes they were attached to.
 const AttachedKey = erasure.GraphAttachedKey
 
 // Counts is what a prune removed, or a count found (the erasure port's type).
