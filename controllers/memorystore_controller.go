@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,6 +27,7 @@ import (
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/connector"
 	"github.com/lethe-dev/lethe/internal/erasure"
+	"github.com/lethe-dev/lethe/internal/metrics"
 )
 
 // VeleroDetector reports whether Velero's CRDs are served.
@@ -215,9 +217,11 @@ func failureOf(err error) *failure {
 	return fail(lethev1.ReasonConnectionFailed, "%v", err)
 }
 
-// forget drops the cached connections of a deleted store.
+// forget drops the cached connections of a deleted store, and its count of
+// elements without provenance, which would otherwise be reported for good.
 func (r *MemoryStoreReconciler) forget(key types.NamespacedName) {
 	r.Connector.Forget(key)
+	metrics.GraphProvenanceless.DeletePartialMatch(prometheus.Labels{"namespace": key.Namespace, "store": key.Name})
 }
 
 func sameSchema(a, b *lethev1.SchemaStatus) bool {

@@ -123,7 +123,8 @@ const (
 // ErrTooLateToCancel means some sessions of the request are already erased.
 var ErrTooLateToCancel = errors.New("the deletion has already started; the request can no longer be cancelled")
 
-// GraphAttachedKey counts relationships of other provenance attached to erased nodes.
+// GraphAttachedKey counts relationships not of the erased provenance (another's,
+// or none) deleted with the erased nodes they were attached to.
 const GraphAttachedKey = "(other provenance, attached to erased nodes)"
 
 // GraphCounts is what a prune removed, or a count found, per node label and

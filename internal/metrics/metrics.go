@@ -44,6 +44,13 @@ var (
 		Help: "Unix time of the last completed full graph reconciliation, per MemoryStore.",
 	}, []string{"namespace", "store"})
 
+	// GraphProvenanceless is what each store's last completed sweep left in
+	// the graph without provenance, by kind (nodes, relationships).
+	GraphProvenanceless = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "lethe_graph_provenanceless_elements",
+		Help: "Graph nodes and relationships without provenance (no session or fact ID to check against Postgres) left by the last completed full reconciliation, per MemoryStore: attached to live data, they are kept, but nothing attests them.",
+	}, []string{"namespace", "store", "kind"})
+
 	// GraphSweepDuration is how long sweeps take.
 	GraphSweepDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "lethe_graph_sweep_duration_seconds",
@@ -105,7 +112,7 @@ var (
 // Collectors are this package's metrics, all registered with
 // controller-runtime's registry at start.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{GraphPruned, GraphSweeps, GraphSweepRemoved, GraphSweepLastCompletion, GraphSweepDuration,
+	return []prometheus.Collector{GraphPruned, GraphSweeps, GraphSweepRemoved, GraphSweepLastCompletion, GraphProvenanceless, GraphSweepDuration,
 		StepDuration, RowsDeleted, TombstoneReaper, TombstoneReaperRows, TombstonedSessions, TombstonesReaped, BackupWork, RestoresDetected}
 }
 
