@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,6 +55,11 @@ type ErasureRequestReconciler struct {
 	Recorder     events.EventRecorder
 	Clock        clock.PassiveClock
 	Connector    Connector
+	// Records keeps each store's record of what was erased; nil: none kept.
+	Records *ErasureRecords
+	// finishing holds the UIDs of deleted requests finishing their steps
+	// whose event was recorded (once per process).
+	finishing sync.Map
 
 	// ReverifyInterval is how often a completed request is checked for
 	// resurrected sessions.
@@ -76,6 +82,9 @@ type ErasureRequestReconciler struct {
 	// PlanTTL is how long a planning request (kubectl erasure plan) left
 	// behind by its plugin stays after its plan (DefaultPlanTTL when zero).
 	PlanTTL time.Duration
+	// MinGracePeriod is the shortest grace period a request that is not
+	// immediate may have (DefaultMinGracePeriod when zero).
+	MinGracePeriod time.Duration
 	// BackupRecheck bounds the wait between checks of Backups still expiring.
 	BackupRecheck time.Duration
 	// MaxConcurrentReconciles is how many requests are worked on at once
@@ -110,7 +119,7 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 			return requeueOnConflict(err)
 		}
 	}
-	if !er.DeletionTimestamp.IsZero() {
+	if !er.DeletionTimestamp.IsZero() && !r.finishesFirst(ctx, er) {
 		return r.finalize(ctx, er)
 	}
 
@@ -148,6 +157,10 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	}
 	if err := r.issueReceipt(ctx, er); err != nil {
 		return ctrl.Result{}, fmt.Errorf("issue the receipt: %w", err)
+	}
+	if !er.DeletionTimestamp.IsZero() {
+		// Finished while being deleted: the next pass releases the finalizer.
+		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 	}
 	return r.reverify(ctx, p, sc)
 }
@@ -246,7 +259,7 @@ func (r *ErasureRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.machine = erasure.NewMachine(erasure.Config{
 		BatchSize: r.BatchSize, ProbeBudget: r.ProbeBudget, GraphBatch: r.GraphBatch, GraphDeleteLimit: r.GraphDeleteLimit,
 		GraphTimeout: r.GraphTimeout, RetryAfter: r.RetryAfter, BackupRecheck: r.BackupRecheck,
-		ReverifyInterval: r.ReverifyInterval, ReplicaRecheck: 2 * time.Second,
+		ReverifyInterval: r.ReverifyInterval, ReplicaRecheck: 2 * time.Second, MinGracePeriod: r.MinGracePeriod,
 	})
 	if err := crmetrics.Registry.Register(NewRequestCollector(mgr.GetClient())); err != nil {
 		if !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
@@ -282,6 +295,7 @@ func (r *ErasureRequestReconciler) defaults() {
 	setDefault(&r.GraphDeleteLimit, 1000)
 	setDefault(&r.GraphTimeout, 5*time.Minute)
 	setDefault(&r.BackupRecheck, 10*time.Minute)
+	setDefault(&r.MinGracePeriod, lethev1.DefaultMinGracePeriod)
 }
 
 func setDefault[T int | time.Duration](v *T, d T) {

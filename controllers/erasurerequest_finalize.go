@@ -29,12 +29,45 @@ func (r *ErasureRequestReconciler) finalize(ctx context.Context, er *lethev1.Era
 			return ctrl.Result{}, err
 		}
 	}
+	if deleted {
+		// The store's record keeps what was erased once the object is gone,
+		// so that a later restore of the database is still found.
+		if err := r.recordErasure(ctx, er); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	r.machine.Forget(string(er.UID))
+	r.finishing.Delete(er.UID)
 	controllerutil.RemoveFinalizer(er, Finalizer)
 	if err := patchFinalizers(ctx, r.Client, er); err != nil && !apierrors.IsNotFound(err) {
 		return requeueOnConflict(err)
 	}
 	return ctrl.Result{}, nil
+}
+
+// ReasonFinishingBeforeRelease is the request's event when it is deleted
+// after its deletion was claimed: the finalizer holds until it completes.
+const ReasonFinishingBeforeRelease = "FinishingBeforeRelease"
+
+// finishesFirst reports whether a request being deleted must first finish
+// its steps: once its deletion is claimed, the graph prune and the backup
+// rotation still have to happen (a GitOps prune or a namespace clean-up
+// must not leave the erased data in the graph and the backups). A request
+// whose MemoryStore is gone cannot finish and is released.
+func (r *ErasureRequestReconciler) finishesFirst(ctx context.Context, er *lethev1.ErasureRequest) bool {
+	if !controllerutil.ContainsFinalizer(er, Finalizer) || erasure.Terminal(er) || er.Status.Phase == lethev1.PhaseBackupsRotated ||
+		meta.FindStatusCondition(er.Status.Conditions, lethev1.ConditionDeleted) == nil {
+		return false
+	}
+	store := &lethev1.MemoryStore{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: er.Namespace, Name: er.Spec.StoreRef.Name}, store); apierrors.IsNotFound(err) {
+		return false
+	}
+	if _, said := r.finishing.LoadOrStore(er.UID, true); !said {
+		r.Recorder.Eventf(er, nil, corev1.EventTypeNormal, ReasonFinishingBeforeRelease, "Finalize",
+			"deleted after its deletion was claimed: the finalizer holds until the graph and the backups are done too")
+	}
+	return true
 }
 
 // withdraw lifts the tombstones of a request deleted during its grace
@@ -67,4 +100,20 @@ func (r *ErasureRequestReconciler) withdraw(ctx context.Context, er *lethev1.Era
 		r.Recorder.Eventf(er, nil, corev1.EventTypeNormal, "Withdrawn", "Finalize", "request deleted during the grace period: %d tombstone(s) lifted", c.Lifted)
 	}
 	return nil
+}
+
+// recordErasure adds er to its store's record (without the sources when
+// the MemoryStore is gone).
+func (r *ErasureRequestReconciler) recordErasure(ctx context.Context, er *lethev1.ErasureRequest) error {
+	if r.Records == nil {
+		return nil
+	}
+	store := &lethev1.MemoryStore{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: er.Namespace, Name: er.Spec.StoreRef.Name}, store); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return err
+		}
+		store = nil
+	}
+	return r.Records.Add(ctx, store, er)
 }

@@ -164,6 +164,7 @@ func (c *claims) Claim(ctx context.Context, claim metav1.Condition) (bool, error
 func countWork(w erasure.Work) {
 	if w.Mode != "" {
 		metrics.TombstoneReaper.WithLabelValues(w.Mode).Add(float64(w.SessionsDeleted))
+		metrics.TombstoneReaperRows.Add(float64(w.SessionsDeleted))
 	}
 	for _, c := range w.RowsDeleted {
 		metrics.RowsDeleted.WithLabelValues(c.Table).Add(float64(c.Rows))

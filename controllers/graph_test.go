@@ -210,8 +210,16 @@ func TestStoreSweepRemovesOrphansAndRecordsIt(t *testing.T) {
 		if err := fixture.WriteGraph(ctx, g, []fixture.GraphFact{{ID: 909090, SessionID: orphan, Entities: []string{"Shared", "Ghost"}}}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := g.Query(ctx, "CREATE (:Entity {key: 'lonely', name: 'Lonely'})", nil); err != nil {
-			t.Fatal(err)
+		// Without provenance: Ghost's relationship to Kept goes with Ghost
+		// (only the orphan attests it); Shared's to Kept stays and is counted.
+		for _, q := range []string{
+			"CREATE (:Entity {key: 'lonely', name: 'Lonely'})",
+			"MATCH (a:Entity {key: 'ghost'}), (b:Entity {key: 'kept'}) CREATE (a)-[:RELATES]->(b)",
+			"MATCH (a:Entity {key: 'shared'}), (b:Entity {key: 'kept'}) CREATE (a)-[:RELATES]->(b)",
+		} {
+			if _, err := g.Query(ctx, q, nil); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	before := sweepCount(t, lethev1.SweepCompleted)
@@ -231,11 +239,17 @@ func TestStoreSweepRemovesOrphansAndRecordsIt(t *testing.T) {
 	for _, c := range s.Removed {
 		removed[c.Table] = c.Rows
 	}
-	if s.OrphanSessions != 1 || removed["graph nodes :Session"] != 1 || removed["graph nodes :Fact"] != 1 || removed["graph nodes :Entity"] != 2 {
+	if s.OrphanSessions != 1 || removed["graph nodes :Session"] != 1 || removed["graph nodes :Fact"] != 1 || removed["graph nodes :Entity"] != 2 ||
+		removed["graph relationships "+graph.AttachedKey] != 1 {
 		t.Fatalf("sweep status %+v", s)
 	}
-	if got := ge.elements(t); !maps.Equal(got, ge.before) {
-		t.Fatalf("graph after the sweep\n got %v\nwant %v", got, ge.before)
+	if s.ProvenancelessNodes != 0 || s.ProvenancelessRelationships != 1 {
+		t.Fatalf("sweep status counts %d nodes and %d relationships without provenance, want 0 and 1", s.ProvenancelessNodes, s.ProvenancelessRelationships)
+	}
+	want := maps.Clone(ge.before)
+	want["RELATES   shared>kept"]++
+	if got := ge.elements(t); !maps.Equal(got, want) {
+		t.Fatalf("graph after the sweep\n got %v\nwant %v", got, want)
 	}
 	if after := sweepCount(t, lethev1.SweepCompleted); after <= before {
 		t.Fatalf("lethe_graph_sweeps_total{result=Completed} stayed at %v", after)
@@ -243,6 +257,42 @@ func TestStoreSweepRemovesOrphansAndRecordsIt(t *testing.T) {
 	if !meta.IsStatusConditionTrue(store.Status.Conditions, lethev1.MemoryStoreGraphReady) {
 		t.Fatal("GraphReady is not True")
 	}
+
+	series := "lethe_graph_provenanceless_elements{kind=%s,namespace=" + store.Namespace + ",store=" + store.Name + "}"
+	values := provenancelessValues(t)
+	for kind, want := range map[string]float64{"nodes": 0, "relationships": 1} {
+		if got, ok := values[fmt.Sprintf(series, kind)]; !ok || got != want {
+			t.Errorf(series+" = %v (exported: %v), want %v", kind, got, ok, want)
+		}
+	}
+	// A deleted store's series go with it.
+	if err := k8s.Delete(context.Background(), store); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		for key := range provenancelessValues(t) {
+			if strings.Contains(key, "namespace="+store.Namespace+",") {
+				return fmt.Errorf("%s still exported after the store was deleted", key)
+			}
+		}
+		return nil
+	})
+}
+
+// provenancelessValues gathers lethe_graph_provenanceless_elements; no label may name an entity.
+func provenancelessValues(t *testing.T) map[string]float64 {
+	t.Helper()
+	mfs, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for k, v := range flatten(t, mfs, "Ghost", "ghost", "Shared", "shared", "Kept", "kept") {
+		if strings.HasPrefix(k, "lethe_graph_provenanceless_elements{") {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func sweepCount(t *testing.T, result string) float64 {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,6 +27,7 @@ import (
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/connector"
 	"github.com/lethe-dev/lethe/internal/erasure"
+	"github.com/lethe-dev/lethe/internal/metrics"
 )
 
 // VeleroDetector reports whether Velero's CRDs are served.
@@ -48,6 +50,14 @@ type MemoryStoreReconciler struct {
 	// Reverify, when set, receives the requests whose erasures an audit
 	// found lost (a restore), so they erase again at once.
 	Reverify chan<- event.TypedGenericEvent[client.Object]
+	// Records keeps each store's record of what was erased; nil: none kept.
+	Records *ErasureRecords
+	// ReapMinAge is how old a tombstone whose request is gone must be before
+	// the reaper ends it (DefaultReapMinAge when zero).
+	ReapMinAge time.Duration
+	// BatchSize bounds the sessions one deletion transaction of the reaper
+	// covers: the requests' own, so that its batches keep their receipt keys.
+	BatchSize int
 
 	// RecheckInterval is how often a Ready store is probed again; a store that
 	// is not Ready is retried sooner (NotReadyRetry).
@@ -175,6 +185,10 @@ func (r *MemoryStoreReconciler) observe(ctx context.Context, store *lethev1.Memo
 		ectx, ecancel := context.WithTimeout(ctx, r.ProbeTimeout)
 		f.restores, f.affected, f.erasuresErr = r.checkErasures(ectx, store)
 		ecancel()
+		if err := r.reapTombstones(ctx, store, f.schema != nil && f.schema.Compliant()); err != nil {
+			// Retried on the next audit; the tombstones keep hiding the sessions meanwhile.
+			ctrl.LoggerFrom(ctx).Error(err, "reap tombstones whose request is gone")
+		}
 	}
 	if store.Spec.FalkorDB != nil {
 		f.graphConfigured = true
@@ -203,9 +217,11 @@ func failureOf(err error) *failure {
 	return fail(lethev1.ReasonConnectionFailed, "%v", err)
 }
 
-// forget drops the cached connections of a deleted store.
+// forget drops the cached connections of a deleted store, and its count of
+// elements without provenance, which would otherwise be reported for good.
 func (r *MemoryStoreReconciler) forget(key types.NamespacedName) {
 	r.Connector.Forget(key)
+	metrics.GraphProvenanceless.DeletePartialMatch(prometheus.Labels{"namespace": key.Namespace, "store": key.Name})
 }
 
 func sameSchema(a, b *lethev1.SchemaStatus) bool {

@@ -18,7 +18,9 @@ import (
 // checkErasures compares what the store's requests past their deletion say
 // they erased (kept by the API server) with what the database holds: a
 // restore of the database brings erased sessions back and takes the ledger
-// back with them. It returns the findings and the requests they concern.
+// back with them. The store's record does the same for requests whose
+// object is gone, and those are erased again here (no request is left to
+// do it). It returns the findings and the live requests they concern.
 func (r *MemoryStoreReconciler) checkErasures(ctx context.Context, store *lethev1.MemoryStore) ([]erasure.RestoreFinding, []*lethev1.ErasureRequest, error) {
 	list := &lethev1.ErasureRequestList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(store.Namespace)); err != nil {
@@ -34,12 +36,16 @@ func (r *MemoryStoreReconciler) checkErasures(ctx context.Context, store *lethev
 		byUID[string(er.UID)] = er
 		reqs = append(reqs, erasure.FoundRequest(er))
 	}
-	if len(reqs) == 0 {
-		return nil, nil, nil
-	}
 	findings, err := r.Connector.CheckErasures(ctx, store, reqs)
 	if err != nil {
 		return nil, nil, err
+	}
+	if r.Records != nil {
+		more, err := r.checkRecord(ctx, store, byUID)
+		if err != nil {
+			return nil, nil, err
+		}
+		findings = mergeFindings(findings, more)
 	}
 	affected := make([]*lethev1.ErasureRequest, 0, len(findings))
 	for _, f := range findings {
@@ -48,6 +54,61 @@ func (r *MemoryStoreReconciler) checkErasures(ctx context.Context, store *lethev
 		}
 	}
 	return findings, affected, nil
+}
+
+// checkRecord records the live requests the store's record lacks, checks
+// the database against every recorded erasure, and erases again those
+// whose request object is gone.
+func (r *MemoryStoreReconciler) checkRecord(ctx context.Context, store *lethev1.MemoryStore, live map[string]*lethev1.ErasureRequest) ([]erasure.RestoreFinding, error) {
+	rec, err := r.Records.Keeper.Load(ctx, store.Namespace, store.Name)
+	if err != nil {
+		return nil, err
+	}
+	for uid, er := range live {
+		if _, ok := rec.Entries[uid]; !ok {
+			if err := r.Records.Add(ctx, store, er); err != nil {
+				return nil, err
+			}
+		}
+	}
+	all, gone := recorded(rec, live)
+	findings, err := r.Connector.CheckRecorded(ctx, store, all)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range findings {
+		entry, ok := gone[f.UID]
+		if !ok {
+			// The request erases its sessions again itself; the sources
+			// only the record still knows.
+			if _, err := r.Connector.RestoreSources(ctx, store, f.UID, rec.Entries[f.UID].Sources); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		rc := erasure.Recorded{UID: f.UID, Sessions: len(entry.Sessions), Sources: entry.Sources}
+		res, err := r.Connector.ReeraseRecorded(ctx, store, rc, rec.Matcher(entry))
+		if err != nil {
+			return nil, err
+		}
+		r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, lethev1.ReasonResurrected, "Erase",
+			"recorded erasure %s (request object gone): %d session(s) erased again, %d ledger row(s) put back", f.UID, res.Sessions, res.LedgerRowsRestored)
+	}
+	return findings, nil
+}
+
+// mergeFindings adds to a the findings of b for requests a does not name.
+func mergeFindings(a, b []erasure.RestoreFinding) []erasure.RestoreFinding {
+	seen := map[string]bool{}
+	for _, f := range a {
+		seen[f.UID] = true
+	}
+	for _, f := range b {
+		if !seen[f.UID] {
+			a = append(a, f)
+		}
+	}
+	return a
 }
 
 // reportRestore says, once per restore, that the database lost erasures,

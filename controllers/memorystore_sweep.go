@@ -46,6 +46,7 @@ func (r *MemoryStoreReconciler) sweep(ctx context.Context, store *lethev1.Memory
 	res, err := r.Connector.Sweep(sctx, store, graph.SweepOptions{MaxOrphanFraction: r.SweepMaxOrphanFraction})
 	st.SessionsChecked, st.FactsChecked = int64(res.SessionsChecked), int64(res.FactsChecked)
 	st.OrphanSessions, st.OrphanFacts = int64(res.OrphanSessions), int64(res.OrphanFacts)
+	st.ProvenancelessNodes, st.ProvenancelessRelationships = res.ProvenancelessNodes, res.ProvenancelessRelationships
 	for _, kc := range res.Removed.Keys() {
 		st.Removed = append(st.Removed, lethev1.TableCount{Table: kc.Key, Rows: kc.Count})
 	}
@@ -64,6 +65,9 @@ func (r *MemoryStoreReconciler) sweep(ctx context.Context, store *lethev1.Memory
 		st.CompletedAt = ptrTime(done)
 		store.Status.LastSweep = ptrTime(done)
 		metrics.GraphSweepLastCompletion.WithLabelValues(store.Namespace, store.Name).Set(float64(done.Unix()))
+		// Counts only: the elements themselves may name a data subject.
+		metrics.GraphProvenanceless.WithLabelValues(store.Namespace, store.Name, "nodes").Set(float64(res.ProvenancelessNodes))
+		metrics.GraphProvenanceless.WithLabelValues(store.Namespace, store.Name, "relationships").Set(float64(res.ProvenancelessRelationships))
 		if res.Removed.Total() > 0 {
 			r.Recorder.Eventf(store, nil, corev1.EventTypeNormal, "GraphSwept", "Sweep",
 				"%d graph element(s) without provenance in Postgres removed (%d orphan session(s), %d orphan fact(s))",

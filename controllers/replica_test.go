@@ -3,15 +3,18 @@ package controllers_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 )
 
-// Deleted waits until every configured replica has replayed past the
-// deletion's commit; a replica whose replay is paused holds the request at
-// ReplicaLagging, and it completes once replay resumes.
+// Tombstoned and Deleted each wait until every configured replica has
+// replayed past their commit: a replica whose replay is paused holds the
+// request at ReplicaLagging — while it still serves the sessions the
+// primary hides, and then while it still holds the ones the primary
+// deleted — and the request goes on once replay resumes.
 func TestDeletedWaitsForTheReplicas(t *testing.T) {
 	ctx := context.Background()
 	primary := ownMemoryDatabase(t)
@@ -39,7 +42,32 @@ func TestDeletedWaitsForTheReplicas(t *testing.T) {
 	}
 	waitCondition(t, store, lethev1.MemoryStoreReady, metav1.ConditionTrue, lethev1.ReasonAllReady)
 	env := &memoryEnv{ns: ns, store: store}
-	er := env.request(t, "forget-replicated", func(r *lethev1.ErasureRequest) { r.Spec.SessionIDs = []lethev1.SessionID{erasedA} })
+	er := env.request(t, "forget-replicated", func(r *lethev1.ErasureRequest) {
+		r.Spec.SessionIDs = []lethev1.SessionID{erasedA}
+		r.Spec.Immediate, r.Spec.Reason = false, ""
+		r.Spec.GracePeriod = &metav1.Duration{Duration: 10 * time.Second}
+	})
+	waitStepReason(t, er, lethev1.ConditionTombstoned, lethev1.ReasonReplicaLagging)
+	var visible int64
+	if err := rconn.QueryRow(ctx, `SELECT count(*) FROM memory.sessions WHERE id = $1 AND tombstoned_at IS NULL`, erasedA).Scan(&visible); err != nil {
+		t.Fatal(err)
+	}
+	if visible != 1 {
+		t.Fatalf("the paused replica already has the tombstone: the test cannot see the wait")
+	}
+	if _, err := rconn.Exec(ctx, `SELECT pg_wal_replay_resume()`); err != nil {
+		t.Fatal(err)
+	}
+	waitStepReason(t, er, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonWaitingForGrace)
+	if err := rconn.QueryRow(ctx, `SELECT count(*) FROM memory.sessions WHERE id = $1 AND tombstoned_at IS NULL`, erasedA).Scan(&visible); err != nil {
+		t.Fatal(err)
+	}
+	if visible != 0 {
+		t.Fatalf("Tombstoned is True but the replica still serves the session untombstoned")
+	}
+	if _, err := rconn.Exec(ctx, `SELECT pg_wal_replay_pause()`); err != nil {
+		t.Fatal(err)
+	}
 	waitStepReason(t, er, lethev1.ConditionDeleted, lethev1.ReasonReplicaLagging)
 	var onReplica int64
 	if err := rconn.QueryRow(ctx, `SELECT count(*) FROM memory.sessions WHERE id = $1`, erasedA).Scan(&onReplica); err != nil {

@@ -10,12 +10,14 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/storerecord"
 )
 
 // A restore of the memory database — a real pg_dump taken before, a real
@@ -257,7 +259,7 @@ func TestRestoreBeforeTheBackupsAreGoneIsErasedAgain(t *testing.T) {
 	ve.backup(t, "nightly", ve.app, time.Now().Add(-time.Hour), time.Now().Add(48*time.Hour))
 	er := ve.request(t, "forget", func(er *lethev1.ErasureRequest) {
 		er.Spec.Immediate, er.Spec.Reason = false, ""
-		er.Spec.GracePeriod = &metav1.Duration{}
+		er.Spec.GracePeriod = &metav1.Duration{Duration: time.Millisecond}
 	})
 	waitStepReason(t, er, lethev1.ConditionBackupsRotated, lethev1.ReasonBackupsExpiring)
 	firstDeletion := ve.deletedAt(t, er)
@@ -279,5 +281,98 @@ func TestRestoreBeforeTheBackupsAreGoneIsErasedAgain(t *testing.T) {
 	waitPhase(t, er, lethev1.PhaseBackupsRotated)
 	if c := meta.FindStatusCondition(er.Status.Conditions, lethev1.ConditionBackupsRotated); c == nil || c.Reason != lethev1.ReasonBackupsGone {
 		t.Errorf("BackupsRotated %+v, want BackupsGone (the step must not conclude nothing was erased)", c)
+	}
+}
+
+// A completed request deleted (a GitOps prune, a namespace clean-up) leaves
+// the store's record behind, in the API server: a later restore of the
+// database — real pg_dump before, drop and pg_restore after — is found by
+// the store audit and erased again from the record alone, the source rows
+// are back in force (re-ingestion refused) and the record names no session
+// in the clear.
+func TestRestoreAfterTheRequestIsDeletedIsErasedAgain(t *testing.T) {
+	ctx := context.Background()
+	e := newMemoryEnv(t, "restore-gone")
+	db := databaseOf(t, e.dsn)
+	dump := filepath.Join(t.TempDir(), "memory.dump")
+	if err := pg.Dump(db, dump); err != nil {
+		t.Fatal(err)
+	}
+	er := e.request(t, "forget", nil)
+	waitPhase(t, er, lethev1.PhaseBackupsRotated)
+	if err := k8s.Delete(ctx, er); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(er), &lethev1.ErasureRequest{}); err == nil {
+			return fmt.Errorf("request still exists")
+		} else {
+			return client.IgnoreNotFound(err)
+		}
+	})
+	assertRecordKeepsNoIDs(t, e, string(er.UID))
+
+	if err := pg.Restore(ctx, db, dump); err != nil {
+		t.Fatal(err)
+	}
+	e.conn = connectVector(t, e.dsn)
+	if n := e.count(t, `SELECT count(*) FROM memory.sessions WHERE id = ANY($1::uuid[])`, []string{erasedA, erasedA2}); n != 2 {
+		t.Fatalf("%d erased sessions back after the restore, want 2: the restore did not happen", n)
+	}
+	eventually(t, 30*time.Second, func() error {
+		if n := e.count(t, `SELECT count(*) FROM memory.sessions WHERE id = ANY($1::uuid[])`, []string{erasedA, erasedA2}); n != 0 {
+			return fmt.Errorf("%d restored sessions of the deleted request remain", n)
+		}
+		return nil
+	})
+	for _, id := range []string{erasedA, erasedA2} {
+		if n := e.sessionRows(t, id); n != 0 {
+			t.Errorf("%d rows of session %s remain after the re-erasure", n, id)
+		}
+	}
+	if n := e.sessionRows(t, keptB); n == 0 {
+		t.Error("the kept session went with the re-erasure")
+	}
+	if n := storeEvents(t, e.store, lethev1.ReasonResurrected); n < 1 {
+		t.Errorf("%d Resurrected events on the store, want at least 1", n)
+	}
+	if n := restoresDetected(t, e.ns); n != 1 {
+		t.Errorf("lethe_memorystore_restores_detected_total for the store: %v, want 1", n)
+	}
+	waitCondition(t, e.store, lethev1.MemoryStoreErasuresIntact, metav1.ConditionTrue, lethev1.ReasonErasuresHeld)
+	// The transcript files stay on disk: their re-ingestion is refused again.
+	tx, err := e.conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SET LOCAL ROLE memory_app;
+		INSERT INTO memory.sessions (id, tenant_id, source_path, started_at) VALUES (gen_random_uuid(), 't1', 'raw-jsonl/`+erasedA+`.jsonl', now())`)
+	if !strings.Contains(fmt.Sprint(err), "LE002") {
+		t.Errorf("re-ingesting an erased transcript after the restore: %v, want SQLSTATE LE002", err)
+	}
+}
+
+// assertRecordKeepsNoIDs checks that the store's record holds the request
+// and names none of its sessions in the clear.
+func assertRecordKeepsNoIDs(t *testing.T, e *memoryEnv, uid string) {
+	t.Helper()
+	cms := &corev1.ConfigMapList{}
+	if err := k8s.List(context.Background(), cms, client.InNamespace(e.ns), client.MatchingLabels{storerecord.LabelStore: e.store.Name}); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, cm := range cms.Items {
+		for k, v := range cm.Data {
+			found = found || k == uid
+			for _, id := range []string{erasedA, erasedA2} {
+				if strings.Contains(v, id) {
+					t.Errorf("the store's record names session %s in the clear", id)
+				}
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("the store's record (%d ConfigMap(s)) has no entry for the deleted request", len(cms.Items))
 	}
 }

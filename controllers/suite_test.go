@@ -38,6 +38,7 @@ import (
 	"github.com/lethe-dev/lethe/internal/fixture"
 	"github.com/lethe-dev/lethe/internal/graph"
 	"github.com/lethe-dev/lethe/internal/postgres"
+	"github.com/lethe-dev/lethe/internal/storerecord"
 	"github.com/lethe-dev/lethe/internal/testenv"
 )
 
@@ -136,8 +137,14 @@ func startManager(cfg *rest.Config, pools *postgres.Pools, another bool) (stop f
 	reverify := make(chan event.TypedGenericEvent[client.Object], 1024)
 	conn := &connector.Connector{Secrets: mgr.GetAPIReader(), Pools: pools, Graphs: graphs, Velero: backups.Velero{
 		Detector: detector, Rotator: backups.Rotator{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Concurrency: 8}}}
+	records := &controllers.ErasureRecords{Connector: conn,
+		Keeper: &storerecord.Keeper{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
+			KeySecret: types.NamespacedName{Namespace: "default", Name: "lethe-erasure-record-key"}}}
 	if err := (&controllers.MemoryStoreReconciler{
 		Client:          mgr.GetClient(),
+		Records:         records,
+		BatchSize:       2,
+		ReapMinAge:      time.Second,
 		Recorder:        mgr.GetEventRecorder("lethe-memorystore"),
 		Connector:       conn,
 		Reverify:        reverify,
@@ -155,6 +162,7 @@ func startManager(cfg *rest.Config, pools *postgres.Pools, another bool) (stop f
 		Client:           lostStatusWrites.client(mgr.GetClient()),
 		APIReader:        mgr.GetAPIReader(),
 		SecretReader:     mgr.GetAPIReader(),
+		Records:          records,
 		Recorder:         mgr.GetEventRecorder("lethe-erasurerequest"),
 		Clock:            operatorClock,
 		Connector:        crashingConnector{inner: conn, lost: lostStatusWrites},
@@ -167,6 +175,7 @@ func startManager(cfg *rest.Config, pools *postgres.Pools, another bool) (stop f
 		GraphDeleteLimit: 2,
 		GraphTimeout:     3 * time.Second,
 		ReverifyInterval: time.Second,
+		MinGracePeriod:   time.Millisecond,
 		BatchSize:        2,
 		ProbeBudget:      16,
 		RetryAfter:       300 * time.Millisecond,

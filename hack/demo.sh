@@ -30,7 +30,7 @@ export PATH="$LOCALBIN:$PATH" # `kubectl erasure` finds the plugin on the PATH
 # cluster: receipts are signed by default).
 kubectl get namespace lethe-system >/dev/null 2>&1 || kubectl create namespace lethe-system >/dev/null
 "$LOCALBIN/manager" --kubeconfig "$KUBECONFIG" --metrics-bind-address 0 --health-probe-bind-address 127.0.0.1:0 \
-	--store-recheck-interval 30s --backup-recheck-interval 2s --receipt-key-secret lethe-system/lethe-receipt-key >.dev/manager.log 2>&1 &
+	--store-recheck-interval 30s --backup-recheck-interval 2s --receipt-key-secret lethe-system/lethe-receipt-key --record-key-secret lethe-system/lethe-erasure-record-key >.dev/manager.log 2>&1 &
 echo $! >.dev/manager.pid
 
 ns=lethe-demo

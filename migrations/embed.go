@@ -2,7 +2,8 @@
 // schema (00001), the erasure-support objects Lethe needs in any memory
 // database (00002), the wiring of the two (00003), the operator's role (00004),
 // erased sources (00005) and their wiring (00006), late derivations (00007)
-// and their wiring (00008).
+// and their wiring (00008), keyed content hashes and tenant-scoped content
+// erasure with its reference wiring (00009).
 package migrations
 
 import "embed"

@@ -128,6 +128,8 @@ func TestRequestCreationIsValidated(t *testing.T) {
 			[]string{"spec.reason is required when spec.immediate is true"}},
 		"negative grace period": {func(r *lethev1.ErasureRequest) { r.Spec.GracePeriod = &metav1.Duration{Duration: -time.Hour} },
 			[]string{"gracePeriod must be a non-negative Go duration"}},
+		"zero grace period without immediate": {func(r *lethev1.ErasureRequest) { r.Spec.GracePeriod = &metav1.Duration{} },
+			[]string{"gracePeriod 0s skips the grace period, the undo for typos: set spec.immediate: true with spec.reason instead"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -13,6 +13,9 @@ const (
 	DefaultVeleroNamespace = "velero"
 	DefaultRotationWindow  = 720 * time.Hour
 	DefaultGracePeriod     = 168 * time.Hour
+	// DefaultMinGracePeriod is the shortest grace period a request that is
+	// not immediate may ask for (the manager's --min-grace-period).
+	DefaultMinGracePeriod = time.Hour
 )
 
 // SchemaOrDefault is the schema of the memory tables.

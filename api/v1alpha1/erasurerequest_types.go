@@ -32,6 +32,7 @@ type StoreReference struct {
 // immutable once created, except cancel, which may only go from false to true.
 //
 // +kubebuilder:validation:XValidation:rule="!self.immediate || (has(self.reason) && self.reason.trim().size() > 0)",message="spec.reason is required when spec.immediate is true: say why the grace period is skipped"
+// +kubebuilder:validation:XValidation:rule="self.immediate || !has(self.gracePeriod) || duration(self.gracePeriod) > duration('0s')",message="gracePeriod 0s skips the grace period, the undo for typos: set spec.immediate: true with spec.reason instead"
 // +kubebuilder:validation:XValidation:rule="has(self.requestedAt) == has(oldSelf.requestedAt) && (!has(self.requestedAt) || self.requestedAt == oldSelf.requestedAt) && has(self.reason) == has(oldSelf.reason) && (!has(self.reason) || self.reason == oldSelf.reason)",message="spec is immutable after creation; only spec.cancel may change, from false to true"
 // +kubebuilder:validation:XValidation:rule="!oldSelf.cancel || self.cancel",message="spec.cancel can only change from false to true"
 type ErasureRequestSpec struct {
@@ -133,8 +134,17 @@ const (
 
 // ErasureRequest condition reasons.
 const (
-	ReasonStoreNotFound       = "StoreNotFound"
-	ReasonStoreNotReady       = "StoreNotReady"
+	ReasonStoreNotFound = "StoreNotFound"
+	ReasonStoreNotReady = "StoreNotReady"
+	// ReasonSchemaChanged: the schema the deletion's own transaction reads
+	// breaks the audit's rules (a table added since the last audit).
+	ReasonSchemaChanged = "SchemaChanged"
+	// ReasonGracePeriodTooShort: spec.gracePeriod is below the manager's
+	// minimum (--min-grace-period) and the request is not immediate.
+	ReasonGracePeriodTooShort = "GracePeriodTooShort"
+	// ReasonDeadlineAtRisk: the grace period plus the store's rotation
+	// window end after the request's deadline.
+	ReasonDeadlineAtRisk      = "DeadlineAtRisk"
 	ReasonDatabaseUnavailable = "DatabaseUnavailable"
 	ReasonSessionsTombstoned  = "SessionsTombstoned"
 	ReasonNoSessionsFound     = "NoSessionsFound"

@@ -255,6 +255,16 @@ type GraphSweepStatus struct {
 	// orphanSessions and orphanFacts had no row in Postgres.
 	OrphanSessions int64 `json:"orphanSessions"`
 	OrphanFacts    int64 `json:"orphanFacts"`
+	// provenancelessNodes and provenancelessRelationships are the graph
+	// elements without provenance (no session or fact ID to check against
+	// Postgres) that a completed sweep left: attached to live data, they are
+	// kept, but nothing attests them. Those attached only to erased data are
+	// removed and counted in removed.
+	// +optional
+	ProvenancelessNodes int64 `json:"provenancelessNodes,omitempty"`
+	// provenancelessRelationships: see provenancelessNodes.
+	// +optional
+	ProvenancelessRelationships int64 `json:"provenancelessRelationships,omitempty"`
 	// removed counts the nodes and relationships removed, by label and type.
 	// +kubebuilder:validation:MaxItems=64
 	// +listType=atomic

@@ -36,6 +36,7 @@ import (
 	"github.com/lethe-dev/lethe/internal/connector"
 	"github.com/lethe-dev/lethe/internal/graph"
 	"github.com/lethe-dev/lethe/internal/postgres"
+	"github.com/lethe-dev/lethe/internal/storerecord"
 	"github.com/lethe-dev/lethe/internal/version"
 )
 
@@ -90,6 +91,7 @@ type managerFlags struct {
 	probeTimeout           time.Duration
 	pgMaxConns             int
 	reverify               time.Duration
+	minGrace               time.Duration
 	planTTL                time.Duration
 	batchSize              int
 	probeBudget            int
@@ -101,6 +103,7 @@ type managerFlags struct {
 	kubeQPS                float64
 	kubeBurst              int
 	receiptKey             string
+	recordKey              string
 	receiptKeyCreate       bool
 	concurrency            int
 	stripManagedFields     bool
@@ -157,6 +160,8 @@ func bindManagerFlags(fs *flag.FlagSet, f *managerFlags) {
 	fs.DurationVar(&f.probeTimeout, "probe-timeout", 10*time.Second, "bound on each connectivity or audit check")
 	fs.IntVar(&f.pgMaxConns, "postgres-max-conns", 4, "connections per MemoryStore database pool")
 	fs.DurationVar(&f.reverify, "reverify-interval", time.Hour, "how often a completed ErasureRequest is checked for resurrected sessions")
+	fs.DurationVar(&f.minGrace, "min-grace-period", lethev1.DefaultMinGracePeriod,
+		"the shortest spec.gracePeriod a request that is not immediate may have; a shorter one stalls the request before anything is touched")
 	fs.DurationVar(&f.planTTL, "plan-ttl", controllers.DefaultPlanTTL, "how long a planning request (kubectl erasure plan) its plugin left behind stays after its plan before the manager deletes it")
 	fs.IntVar(&f.batchSize, "delete-batch-size", 100, "sessions deleted per database transaction")
 	fs.IntVar(&f.probeBudget, "residue-probe-budget", 64, "erased embeddings per request that the residue probe queries; it also bounds the passages of erased text the text probe looks for (at most 16); 0 turns both probes off")
@@ -168,6 +173,7 @@ func bindManagerFlags(fs *flag.FlagSet, f *managerFlags) {
 	fs.Float64Var(&f.kubeQPS, "kube-api-qps", 100, "queries per second the manager's Kubernetes client may send")
 	fs.IntVar(&f.kubeBurst, "kube-api-burst", 200, "burst above --kube-api-qps the Kubernetes client may send")
 	fs.StringVar(&f.receiptKey, "receipt-key-secret", "", "NAMESPACE/NAME of the Secret whose "+controllers.ReceiptPrivateKey+" (PEM ed25519) signs receipts; the public key is published in a ConfigMap of the same name. Empty: receipts are unsigned")
+	fs.StringVar(&f.recordKey, "record-key-secret", "", "NAMESPACE/NAME of the Secret (created when absent) whose key hashes the session IDs in each MemoryStore's erasure record, so that a restore stays detectable after a request object is deleted; use the manager's own namespace. Empty: no record is kept")
 	fs.BoolVar(&f.receiptKeyCreate, "receipt-key-create", true, "create the --receipt-key-secret Secret with a new ed25519 key when it does not exist (an Event on the Secret says so); false: a missing Secret makes receipts wait for it")
 	fs.IntVar(&f.concurrency, "max-concurrent-reconciles", 4, "ErasureRequests worked on at once")
 	fs.BoolVar(&f.stripManagedFields, "cache-strip-managed-fields", true, "drop metadata.managedFields from cached objects (the manager never reads them; P4 measures the memory this saves)")
@@ -279,8 +285,17 @@ func addControllers(mgr ctrl.Manager, f managerFlags, receiptKey types.Namespace
 	// The MemoryStore audit hands the requests a restore took erasures from
 	// to the ErasureRequest controller.
 	reverify := make(chan event.TypedGenericEvent[client.Object], 1024)
+	var records *controllers.ErasureRecords
+	if recordKey, _ := parseNamespacedName(f.recordKey); recordKey.Name != "" {
+		records = &controllers.ErasureRecords{Connector: conn,
+			Keeper: &storerecord.Keeper{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), KeySecret: recordKey}}
+	} else {
+		ctrl.Log.Info("no --record-key-secret: no erasure record is kept, and a restore after a request object is deleted goes unseen")
+	}
 	if err := (&controllers.MemoryStoreReconciler{
 		Client:                 mgr.GetClient(),
+		Records:                records,
+		BatchSize:              f.batchSize,
 		Recorder:               mgr.GetEventRecorder("lethe-memorystore"),
 		Connector:              conn,
 		Reverify:               reverify,
@@ -296,6 +311,7 @@ func addControllers(mgr ctrl.Manager, f managerFlags, receiptKey types.Namespace
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		SecretReader:            mgr.GetAPIReader(),
+		Records:                 records,
 		Recorder:                mgr.GetEventRecorder("lethe-erasurerequest"),
 		Connector:               conn,
 		Reverify:                reverify,
@@ -305,6 +321,7 @@ func addControllers(mgr ctrl.Manager, f managerFlags, receiptKey types.Namespace
 		GraphBatch:              f.graphBatch,
 		GraphDeleteLimit:        f.graphDeleteLimit,
 		ReverifyInterval:        f.reverify,
+		MinGracePeriod:          f.minGrace,
 		BackoffMax:              f.errorBackoffMax,
 		PlanTTL:                 f.planTTL,
 		BatchSize:               f.batchSize,
@@ -351,11 +368,13 @@ type flagCheck struct {
 // reported, in one joined error.
 func validateFlags(f managerFlags) error {
 	_, receiptKeyErr := parseNamespacedName(f.receiptKey)
+	_, recordKeyErr := parseNamespacedName(f.recordKey)
 	checks := []flagCheck{
 		{f.storeRecheck < 10*time.Second, "--store-recheck-interval must be at least 10s, got %s", []any{f.storeRecheck}},
 		{f.probeTimeout <= 0, "--probe-timeout must be positive, got %s", []any{f.probeTimeout}},
 		{f.planTTL < time.Minute, "--plan-ttl must be at least 1m, got %s", []any{f.planTTL}},
 		{f.reverify < time.Minute, "--reverify-interval must be at least 1m, got %s", []any{f.reverify}},
+		{f.minGrace <= 0, "--min-grace-period must be positive (a request without a grace period must be immediate, with a reason), got %s", []any{f.minGrace}},
 		{f.errorBackoffMax < time.Second || f.errorBackoffMax > time.Hour, "--error-backoff-max must be between 1s and 1h, got %s", []any{f.errorBackoffMax}},
 		{f.batchSize < 1 || f.batchSize > 1000, "--delete-batch-size must be between 1 and 1000, got %d", []any{f.batchSize}},
 		{f.graphBatch < 1 || f.graphBatch > 1000, "--graph-batch-size must be between 1 and 1000, got %d", []any{f.graphBatch}},
@@ -363,6 +382,7 @@ func validateFlags(f managerFlags) error {
 		{f.sweepMaxOrphanPercent < 1 || f.sweepMaxOrphanPercent > 100, "--sweep-max-orphan-percent must be between 1 and 100, got %d", []any{f.sweepMaxOrphanPercent}},
 		{f.kubeQPS <= 0 || f.kubeBurst < 1, "--kube-api-qps and --kube-api-burst must be positive, got %v and %d", []any{f.kubeQPS, f.kubeBurst}},
 		{receiptKeyErr != nil, "--receipt-key-secret: %w", []any{receiptKeyErr}},
+		{recordKeyErr != nil, "--record-key-secret: %w", []any{recordKeyErr}},
 		{f.concurrency < 1 || f.concurrency > 64, "--max-concurrent-reconciles must be between 1 and 64, got %d", []any{f.concurrency}},
 		{f.backupRecheck < time.Second, "--backup-recheck-interval must be at least 1s, got %s", []any{f.backupRecheck}},
 		{f.probeBudget < 0 || f.probeBudget > 10000, "--residue-probe-budget must be between 0 and 10000, got %d", []any{f.probeBudget}},

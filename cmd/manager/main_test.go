@@ -37,8 +37,8 @@ func TestMigrateCommandAppliesAndReportsTheVersion(t *testing.T) {
 	if err := conn.QueryRow(ctx, `SELECT max(version_id) FROM lethe_goose_db_version WHERE is_applied`).Scan(&version); err != nil {
 		t.Fatal(err)
 	}
-	if version != 8 {
-		t.Fatalf("database at version %d, want 8", version)
+	if version != 9 {
+		t.Fatalf("database at version %d, want 9", version)
 	}
 
 	// The DSN may come from the environment instead of the process list.
@@ -59,7 +59,8 @@ func TestMigrateCommandRefusesBadArguments(t *testing.T) {
 
 func TestManagerFlagsAreValidated(t *testing.T) {
 	ok := managerFlags{storeRecheck: time.Minute, probeTimeout: time.Second, pgMaxConns: 4, reverify: time.Hour, planTTL: 10 * time.Minute, batchSize: 100, probeBudget: 64,
-		graphBatch: 50, graphDeleteLimit: 1000, sweepMaxOrphanPercent: 50, backupRecheck: time.Minute, errorBackoffMax: 5 * time.Minute, kubeQPS: 100, kubeBurst: 200, concurrency: 4}
+		graphBatch: 50, graphDeleteLimit: 1000, sweepMaxOrphanPercent: 50, backupRecheck: time.Minute, errorBackoffMax: 5 * time.Minute, kubeQPS: 100, kubeBurst: 200, concurrency: 4,
+		minGrace: time.Hour}
 	if err := validateFlags(ok); err != nil {
 		t.Fatalf("valid flags refused: %v", err)
 	}
@@ -68,6 +69,8 @@ func TestManagerFlagsAreValidated(t *testing.T) {
 		"--probe-timeout":             func(f *managerFlags) { f.probeTimeout = 0 },
 		"--postgres-max-conns":        func(f *managerFlags) { f.pgMaxConns = 0 },
 		"--reverify-interval":         func(f *managerFlags) { f.reverify = time.Second },
+		"--min-grace-period":          func(f *managerFlags) { f.minGrace = 0 },
+		"--record-key-secret":         func(f *managerFlags) { f.recordKey = "no-slash" },
 		"--plan-ttl":                  func(f *managerFlags) { f.planTTL = time.Second },
 		"--delete-batch-size":         func(f *managerFlags) { f.batchSize = 0 },
 		"--residue-probe-budget":      func(f *managerFlags) { f.probeBudget = -1 },
@@ -86,7 +89,7 @@ func TestManagerFlagsAreValidated(t *testing.T) {
 			t.Errorf("%s: got %v, want an error naming the flag", name, err)
 		}
 	}
-	if err := validateFlags(managerFlags{}); err == nil || strings.Count(err.Error(), "--") != 14 {
-		t.Errorf("want all thirteen problems (fourteen flags named) reported at once, got %v", fmt.Sprint(err))
+	if err := validateFlags(managerFlags{}); err == nil || strings.Count(err.Error(), "--") != 15 {
+		t.Errorf("want all fourteen problems (fifteen flags named) reported at once, got %v", fmt.Sprint(err))
 	}
 }

@@ -20,7 +20,9 @@ import (
 // What Lethe writes on Velero's objects.
 const (
 	// AnnotationErasedPrefix + request UID marks a Backup as holding data a
-	// request erased; the value is the request's namespace/name.
+	// request erased; the value is the deadline it must be gone by (RFC
+	// 3339). Never the request's name: Backups live in Velero's namespace,
+	// and a name like forget-john-smith must not leave the request's.
 	AnnotationErasedPrefix = "erasure.lethe.dev/erased-"
 	// AnnotationOriginalExpiration keeps the expiration a Backup had before
 	// Lethe first shortened it (RFC 3339), for the evidence.
@@ -146,7 +148,7 @@ func (r Rotator) rotateOne(ctx context.Context, b *velerov1.Backup, req Request,
 	if ann == nil {
 		ann = map[string]string{}
 	}
-	ann[AnnotationErasedPrefix+req.UID] = req.Namespace + "/" + req.Name
+	ann[AnnotationErasedPrefix+req.UID] = req.Deadline().UTC().Format(time.RFC3339)
 	readExpirations(b, ann, &res)
 	if !req.Immediate {
 		shortenExpiration(b, ann, req.Deadline(), &res)

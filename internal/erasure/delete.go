@@ -26,6 +26,7 @@ var claimedReasons = map[string]bool{
 	lethev1.ReasonVerificationFailed: true,
 	lethev1.ReasonResidueFound:       true,
 	lethev1.ReasonReplicaLagging:     true,
+	lethev1.ReasonSchemaChanged:      true,
 }
 
 // Deletion is step 3: it claims the deletion, deletes in bounded batches,
@@ -62,7 +63,7 @@ func (d *Deletion) Run(ctx context.Context, s *Scope) Outcome {
 		return failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonDeleting, "deletion claimed; a batch failed and will be retried", err)
 	}
 	sample, known := d.sample(s.uid(), res)
-	ev, work, err := d.evidence(ctx, s, res, len(sample.embeddings))
+	ev, work, err := d.verified(ctx, s, res, len(sample.embeddings))
 	if err != nil {
 		return failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonDeleting, "deleted; the verification failed and is retried", err)
 	}
@@ -158,6 +159,36 @@ func (d *Deletion) evidence(ctx context.Context, s *Scope, res DeleteResult, pro
 		ev.Note += fmt.Sprintf(" (fewer than the budget of %d: the sample of batches run before a manager restart is not kept)", want)
 	}
 	return ev, work, nil
+}
+
+// verified is evidence, after removing residue that outlived the deletion
+// (a derived record or a content-keyed entry written after it by a path
+// that bypassed the guards) and verifying again: what Lethe can remove is
+// removed, with a receipt, rather than stalling the request.
+func (d *Deletion) verified(ctx context.Context, s *Scope, res DeleteResult, probed int) (lethev1.StepEvidence, Work, error) {
+	ev, work, err := d.evidence(ctx, s, res, probed)
+	if err != nil || !removable(ev.Verification) {
+		return ev, work, err
+	}
+	removed, err := s.Ledger.RemoveResidue(ctx, FoundRequest(s.Request))
+	if err != nil || removed.Skipped {
+		return ev, work, err
+	}
+	ev, work, err = d.evidence(ctx, s, res, probed)
+	ev.Note += fmt.Sprintf("; residue that outlived the deletion removed (%s receipt %d): %d derived record(s), %d content-keyed entr(ies)",
+		StepResidueRemoved, removed.Batch, removed.DerivedRecords, removed.ContentIndexEntries)
+	return ev, work, err
+}
+
+// removable reports whether a check found derived records or content-keyed
+// entries of the erased sessions: residue RemoveResidue removes.
+func removable(checks []lethev1.Verification) bool {
+	for _, v := range checks {
+		if v.Found > 0 && (strings.HasPrefix(v.Check, CheckPrefixDerived) || strings.HasPrefix(v.Check, CheckPrefixContent)) {
+			return true
+		}
+	}
+	return false
 }
 
 // Verification checks of the residue probes: residue, not rows left.
@@ -303,17 +334,21 @@ func (d *Deletion) Reverify(ctx context.Context, s *Scope) Outcome {
 	if err != nil {
 		return errored(err)
 	}
-	if res.Skipped || res.Sessions == 0 && res.LedgerRowsRestored == 0 {
+	if res.Skipped || res.Sessions == 0 && res.LedgerRowsRestored == 0 && res.DerivedRecords == 0 && res.ContentIndexEntries == 0 {
 		return Outcome{Kind: Done}
 	}
 	ev := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: mtime(res.DeletedAt), Counts: tableCounts(res.Rows),
-		Note: fmt.Sprintf("%d resurrected session(s) erased again; %d ledger row(s) found missing or not erased (a restored database) put back in force",
-			res.Sessions, res.LedgerRowsRestored)}
-	ev.Counts = append(ev.Counts, lethev1.TableCount{Table: "erasure ledger rows put back", Rows: res.LedgerRowsRestored})
+		Note: fmt.Sprintf("%d resurrected session(s) erased again; %d ledger row(s) found missing or not erased (a restored database) put back in force; residue removed: %d derived record(s), %d content-keyed entr(ies)",
+			res.Sessions, res.LedgerRowsRestored, res.DerivedRecords, res.ContentIndexEntries)}
+	ev.Counts = append(ev.Counts,
+		lethev1.TableCount{Table: CountContentIndexEntries, Rows: res.ContentIndexEntries},
+		lethev1.TableCount{Table: CountDerivedRecords, Rows: res.DerivedRecords},
+		lethev1.TableCount{Table: "erasure ledger rows put back", Rows: res.LedgerRowsRestored})
 	return Outcome{Kind: Done, Evidence: &ev,
 		Milestone: &Milestone{Phase: s.Request.Status.Phase, Event: lethev1.ReasonResurrected, At: res.DeletedAt, Evidence: ev, Note: ev.Note},
 		Warning: &Warning{Reason: lethev1.ReasonResurrected, Action: "Erase",
-			Note: fmt.Sprintf("%d erased session(s) reappeared and were erased again; %d ledger row(s) put back", res.Sessions, res.LedgerRowsRestored)},
+			Note: fmt.Sprintf("%d erased session(s) reappeared and were erased again; %d ledger row(s) put back; %d residue record(s) removed",
+				res.Sessions, res.LedgerRowsRestored, res.DerivedRecords+res.ContentIndexEntries)},
 	}
 }
 

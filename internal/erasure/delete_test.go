@@ -361,12 +361,20 @@ func TestDeletionReverify(t *testing.T) {
 	}
 	back := BatchResult{Batch: 4, Sessions: 2, Rows: []Count{{Table: "memory.sessions", Rows: 2}, {Table: "memory.messages", Rows: 7}}, DeletedAt: dbNow}
 	ev := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: secs(dbNow),
-		Note:   "2 resurrected session(s) erased again; 0 ledger row(s) found missing or not erased (a restored database) put back in force",
-		Counts: []lethev1.TableCount{{Table: "memory.sessions", Rows: 2}, {Table: "memory.messages", Rows: 7}, {Table: "erasure ledger rows put back", Rows: 0}}}
+		Note: "2 resurrected session(s) erased again; 0 ledger row(s) found missing or not erased (a restored database) put back in force; " +
+			"residue removed: 0 derived record(s), 0 content-keyed entr(ies)",
+		Counts: []lethev1.TableCount{{Table: "memory.sessions", Rows: 2}, {Table: "memory.messages", Rows: 7},
+			{Table: CountContentIndexEntries}, {Table: CountDerivedRecords}, {Table: "erasure ledger rows put back", Rows: 0}}}
 	restored := BatchResult{Batch: 5, LedgerRowsRestored: 3, DeletedAt: dbNow}
 	restoredEv := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: secs(dbNow),
-		Note:   "0 resurrected session(s) erased again; 3 ledger row(s) found missing or not erased (a restored database) put back in force",
-		Counts: []lethev1.TableCount{{Table: "erasure ledger rows put back", Rows: 3}}}
+		Note: "0 resurrected session(s) erased again; 3 ledger row(s) found missing or not erased (a restored database) put back in force; " +
+			"residue removed: 0 derived record(s), 0 content-keyed entr(ies)",
+		Counts: []lethev1.TableCount{{Table: CountContentIndexEntries}, {Table: CountDerivedRecords}, {Table: "erasure ledger rows put back", Rows: 3}}}
+	residue := BatchResult{Batch: 6, DerivedRecords: 1, ContentIndexEntries: 2, DeletedAt: dbNow}
+	residueEv := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: secs(dbNow),
+		Note: "0 resurrected session(s) erased again; 0 ledger row(s) found missing or not erased (a restored database) put back in force; " +
+			"residue removed: 1 derived record(s), 2 content-keyed entr(ies)",
+		Counts: []lethev1.TableCount{{Table: CountContentIndexEntries, Rows: 2}, {Table: CountDerivedRecords, Rows: 1}, {Table: "erasure ledger rows put back"}}}
 	calls := []string{"Ledger.Reerase({req-uid [s1 s2 s3] grace=0s})"}
 	runCases(t, reverifyDeletion, map[string]stepCase{
 		"NothingBack": {reason: "No erased session came back: done, nothing recorded.",
@@ -379,14 +387,20 @@ func TestDeletionReverify(t *testing.T) {
 			er: completed(), fakes: reerase(back, nil),
 			want: stepWant{out: Outcome{Kind: Done, Evidence: &ev,
 				Milestone: &Milestone{Phase: lethev1.PhaseBackupsRotated, Event: lethev1.ReasonResurrected, At: dbNow, Evidence: ev, Note: ev.Note},
-				Warning:   &Warning{Reason: lethev1.ReasonResurrected, Action: "Erase", Note: "2 erased session(s) reappeared and were erased again; 0 ledger row(s) put back"}},
+				Warning:   &Warning{Reason: lethev1.ReasonResurrected, Action: "Erase", Note: "2 erased session(s) reappeared and were erased again; 0 ledger row(s) put back; 0 residue record(s) removed"}},
 				status: after(completed(), withEvidence(ev), withEntry(lethev1.PhaseBackupsRotated, lethev1.ReasonResurrected, dbNow)), calls: calls}},
 		"LedgerRestored": {reason: "A restored ledger (rows missing, sessions still gone) is a restore too: recorded, so the history says the database went back.",
 			er: completed(), fakes: reerase(restored, nil),
 			want: stepWant{out: Outcome{Kind: Done, Evidence: &restoredEv,
 				Milestone: &Milestone{Phase: lethev1.PhaseBackupsRotated, Event: lethev1.ReasonResurrected, At: dbNow, Evidence: restoredEv, Note: restoredEv.Note},
-				Warning:   &Warning{Reason: lethev1.ReasonResurrected, Action: "Erase", Note: "0 erased session(s) reappeared and were erased again; 3 ledger row(s) put back"}},
+				Warning:   &Warning{Reason: lethev1.ReasonResurrected, Action: "Erase", Note: "0 erased session(s) reappeared and were erased again; 3 ledger row(s) put back; 0 residue record(s) removed"}},
 				status: after(completed(), withEvidence(restoredEv), withEntry(lethev1.PhaseBackupsRotated, lethev1.ReasonResurrected, dbNow)), calls: calls}},
+		"ResidueRemoved": {reason: "Residue written after the deletion (a derived record, a re-cached entry) is removed and recorded like a resurrection.",
+			er: completed(), fakes: reerase(residue, nil),
+			want: stepWant{out: Outcome{Kind: Done, Evidence: &residueEv,
+				Milestone: &Milestone{Phase: lethev1.PhaseBackupsRotated, Event: lethev1.ReasonResurrected, At: dbNow, Evidence: residueEv, Note: residueEv.Note},
+				Warning:   &Warning{Reason: lethev1.ReasonResurrected, Action: "Erase", Note: "0 erased session(s) reappeared and were erased again; 0 ledger row(s) put back; 3 residue record(s) removed"}},
+				status: after(completed(), withEvidence(residueEv), withEntry(lethev1.PhaseBackupsRotated, lethev1.ReasonResurrected, dbNow)), calls: calls}},
 		"LedgerError": {reason: "A re-erase that failed is an error for a retry; no condition changes.",
 			er: completed(), fakes: reerase(BatchResult{}, fmt.Errorf("re-erase: %w", errPort)),
 			want: stepWant{out: Outcome{Kind: Errored}, err: errPort, status: after(completed()), calls: calls}},
@@ -426,5 +440,41 @@ func TestDeletionTextProbeWithoutSample(t *testing.T) {
 				t.Errorf("evidence note %q does not end with %q", n, tc.note)
 			}
 		})
+	}
+}
+
+// TestDeletionRemovesResidue: a derived record or content-keyed entry that
+// outlived the deletion is removed (RemoveResidue) and verified again; the
+// step completes with the removal in its note. Residue RemoveResidue
+// cannot remove stalls the step like rows left.
+func TestDeletionRemovesResidue(t *testing.T) {
+	derivedLeft := func(removed BatchResult, verifications *int) func(*fakes) {
+		return func(f *fakes) {
+			f.ledger.VerifyFn = func(context.Context, Request) ([]Verification, error) {
+				*verifications++
+				if *verifications == 1 || removed.Skipped {
+					return []Verification{{Check: "sessions of the request"}, {Check: CheckPrefixDerived + "memory_derived.derivations", Found: 1}}, nil
+				}
+				return []Verification{{Check: "sessions of the request"}, {Check: CheckPrefixDerived + "memory_derived.derivations"}}, nil
+			}
+			f.ledger.RemoveResidueFn = func(context.Context, Request) (BatchResult, error) { return removed, nil }
+		}
+	}
+	var n int
+	got := runFakes(t, runDeletion, atDeletion(), deletionFakes(derivedLeft(BatchResult{Batch: 2, DerivedRecords: 1}, &n)))
+	if got.out.Kind != Done || n != 2 {
+		t.Fatalf("kind %d after %d verification(s), want Done after the removal and a second verification", got.out.Kind, n)
+	}
+	if note := got.out.Evidence.Note; !strings.Contains(note, "; residue that outlived the deletion removed (ResidueRemoved receipt 2): 1 derived record(s), 0 content-keyed entr(ies);") {
+		t.Errorf("evidence note %q does not record the removal", note)
+	}
+	if !slices.Contains(got.calls, "Ledger.RemoveResidue({req-uid [s1 s2 s3] grace=0s})") {
+		t.Errorf("calls %v: RemoveResidue must get the found sessions", got.calls)
+	}
+
+	n = 0
+	stuck := runFakes(t, runDeletion, atDeletion(), deletionFakes(derivedLeft(BatchResult{Skipped: true}, &n)))
+	if stuck.out.Kind != Stalled || stuck.out.Condition.Reason != lethev1.ReasonVerificationFailed {
+		t.Fatalf("residue that could not be removed: kind %d, condition %+v; want Stalled VerificationFailed", stuck.out.Kind, stuck.out.Condition)
 	}
 }

@@ -27,6 +27,7 @@ type LedgerFns struct {
 	ProbeResidueFn     func(ctx context.Context, probe []Embedding, maxDistance float64) ([]Residue, error)
 	ProbeTextResidueFn func(ctx context.Context, sample []TextSample) (TextProbe, error)
 	ReeraseFn          func(ctx context.Context, req Request) (BatchResult, error)
+	RemoveResidueFn    func(ctx context.Context, req Request) (BatchResult, error)
 	ErasedSessionsFn   func(ctx context.Context, uid string) ([]string, error)
 	DeletedAtFn        func(ctx context.Context, uid string) (time.Time, error)
 	ReceiptsFn         func(ctx context.Context, uid, step string) (map[int]StepReceipt, error)
@@ -97,6 +98,13 @@ func (f *LedgerFns) Reerase(ctx context.Context, req Request) (BatchResult, erro
 		return BatchResult{}, ErrNotFaked
 	}
 	return f.ReeraseFn(ctx, req)
+}
+
+func (f *LedgerFns) RemoveResidue(ctx context.Context, req Request) (BatchResult, error) {
+	if f.RemoveResidueFn == nil {
+		return BatchResult{}, ErrNotFaked
+	}
+	return f.RemoveResidueFn(ctx, req)
 }
 
 func (f *LedgerFns) ErasedSessions(ctx context.Context, uid string) ([]string, error) {

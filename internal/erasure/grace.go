@@ -2,6 +2,8 @@ package erasure
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -30,7 +32,7 @@ func (g GraceWait) Run(ctx context.Context, s *Scope) Outcome {
 	if er.Spec.Immediate {
 		out := done(lethev1.ConditionGracePeriodElapsed, lethev1.ReasonImmediate, "spec.immediate skips the grace period; spec.reason says why")
 		out.Milestone = &Milestone{Phase: lethev1.PhaseGracePeriod, Event: lethev1.ReasonImmediate, At: s.Clock.Now(),
-			Evidence: map[string]string{"reason": er.Spec.Reason}, Note: "grace period skipped (immediate)"}
+			Evidence: reasonEvidence(er.Spec.Reason), Note: "grace period skipped (immediate)"}
 		return out
 	}
 	gs, err := s.Ledger.Grace(ctx, s.uid())
@@ -71,4 +73,11 @@ func cancel(ctx context.Context, s *Scope, cfg Config) (out Outcome, ok bool) {
 		Milestone: &Milestone{Phase: lethev1.PhaseCancelled, At: c.At, Evidence: map[string]int64{"tombstonesLifted": c.Lifted},
 			Note: "cancelled: tombstones lifted"},
 	}, true
+}
+
+// reasonEvidence stands for spec.reason in the history: a digest and a
+// length, never the text (free text a person typed may name anyone).
+func reasonEvidence(reason string) map[string]any {
+	sum := sha256.Sum256([]byte(reason))
+	return map[string]any{"reasonSha256": hex.EncodeToString(sum[:]), "reasonLength": len(reason)}
 }

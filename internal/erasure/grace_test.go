@@ -43,7 +43,7 @@ func elapsedAt(dbAt, ends time.Time, endsRFC3339 string) Outcome {
 
 func immediateOutcome() Outcome {
 	return Outcome{Kind: Done, Condition: immediateCond, Milestone: &Milestone{Phase: lethev1.PhaseGracePeriod, Event: lethev1.ReasonImmediate,
-		At: now, Evidence: map[string]string{"reason": "statutory deadline in three days"}, Note: "grace period skipped (immediate)"}}
+		At: now, Evidence: map[string]any{"reasonSha256": "078c722582ba0eb265aa4d18ecb12ce9463021d68d28542d84c14d0e77540e9c", "reasonLength": 32}, Note: "grace period skipped (immediate)"}}
 }
 
 func TestGraceWaitRun(t *testing.T) {

@@ -59,6 +59,11 @@ type Ledger interface {
 	// rows a restore of the database took away, with a Resurrected receipt;
 	// Skipped when nothing came back.
 	Reerase(ctx context.Context, req Request) (BatchResult, error)
+	// RemoveResidue removes what derives from the sessions of req the
+	// request holds erased and outlived the deletion (derived records,
+	// content-keyed entries), with a ResidueRemoved receipt; Skipped when
+	// there was none.
+	RemoveResidue(ctx context.Context, req Request) (BatchResult, error)
 	// ErasedSessions lists the sessions the request erased, sorted.
 	ErasedSessions(ctx context.Context, uid string) ([]string, error)
 	// DeletedAt is when the request's deletion last committed; zero when it

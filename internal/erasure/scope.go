@@ -31,6 +31,9 @@ type Config struct {
 	ReverifyInterval time.Duration
 	// ReplicaRecheck is the wait for a replica to catch up.
 	ReplicaRecheck time.Duration
+	// MinGracePeriod is the shortest grace period a request that is not
+	// immediate may have.
+	MinGracePeriod time.Duration
 }
 
 // Scope is what one pass works on.

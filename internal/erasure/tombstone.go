@@ -3,6 +3,7 @@ package erasure
 import (
 	"context"
 	"fmt"
+	"time"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 )
@@ -31,10 +32,16 @@ func (t Tombstoning) Run(ctx context.Context, s *Scope) Outcome {
 				Note: "cancelled before tombstoning"},
 		}
 	}
+	if out, ok := t.graceAllowed(er, req); !ok {
+		return out
+	}
 	plan, err := s.Ledger.Tombstone(ctx, req)
 	if err != nil {
 		return failed(t.Config, lethev1.ConditionTombstoned, lethev1.ReasonDatabaseUnavailable,
 			"the tombstone transaction failed; Lethe retries", err)
+	}
+	if out, ok := t.replicasHide(ctx, s, plan); !ok {
+		return out
 	}
 	ps := PlanStatus(plan)
 	note := fmt.Sprintf("%d of %d sessions found and tombstoned", len(plan.Found), len(req.SessionIDs))
@@ -44,11 +51,66 @@ func (t Tombstoning) Run(ctx context.Context, s *Scope) Outcome {
 		out = done(lethev1.ConditionTombstoned, lethev1.ReasonNoSessionsFound,
 			"none of the requested sessions exists for this store's tenant; nothing was touched")
 	}
+	t.flagDeadline(s, plan, &out, &note)
 	out.Plan, out.GraceEndsAt = ps, &plan.GraceEndsAt
 	out.Evidence = &lethev1.StepEvidence{Step: lethev1.ConditionTombstoned, StartedAt: mtime(plan.TombstonedAt),
 		CompletedAt: mtime(plan.TombstonedAt), Counts: ps.Rows, Note: note}
 	out.Milestone = &Milestone{Phase: lethev1.PhaseTombstoned, At: plan.TombstonedAt, Evidence: ps, Note: note}
 	return out
+}
+
+// graceAllowed refuses, before anything is touched, a grace period below
+// the manager's minimum on a request that is not immediate: the grace
+// period is the undo for typos. The spec cannot change: the request stays
+// stalled until it is deleted and created again.
+func (t Tombstoning) graceAllowed(er *lethev1.ErasureRequest, req Request) (Outcome, bool) {
+	if er.Spec.Immediate || req.Grace >= t.Config.MinGracePeriod {
+		return Outcome{}, true
+	}
+	return stalled(t.Config.ReverifyInterval, lethev1.ConditionTombstoned, lethev1.ReasonGracePeriodTooShort,
+		fmt.Sprintf("spec.gracePeriod %s is below the minimum of %s (the manager's --min-grace-period): the grace period is the undo for typos; "+
+			"create the request again with a longer one, or with immediate: true and a reason", req.Grace, t.Config.MinGracePeriod)), false
+}
+
+// flagDeadline says, on the Tombstoned condition and in a Warning, when the
+// grace period and the store's rotation window end after the request's
+// deadline: the erased data would outlive it in the backups.
+func (t Tombstoning) flagDeadline(s *Scope, plan Plan, out *Outcome, note *string) {
+	if s.Request.Status.Deadline == nil || len(plan.Found) == 0 {
+		return
+	}
+	var window time.Duration
+	if s.Store.Spec.Velero != nil {
+		window = s.Store.Spec.Velero.RotationWindowOrDefault()
+	}
+	end := plan.GraceEndsAt.Add(window)
+	if !end.After(s.Request.Status.Deadline.Time) {
+		return
+	}
+	out.Condition.Message += "; the grace period and the store's rotation window end after status.deadline: the data would outlive it in backups"
+	*note += fmt.Sprintf("; grace end plus rotation window (%s) is after the deadline", window)
+	out.Warning = &Warning{Reason: lethev1.ReasonDeadlineAtRisk, Action: "Plan",
+		Note: fmt.Sprintf("grace end plus the store's rotation window (%s) is %s after the deadline", window, end.Sub(s.Request.Status.Deadline.Time).Round(time.Minute))}
+}
+
+// replicasHide waits until every replica has replayed the tombstone: until
+// then a read replica still serves the sessions the request hides. The
+// tombstone is repeated on the next pass (it reports the first one's
+// readings), so nothing is recorded before the replicas caught up.
+func (t Tombstoning) replicasHide(ctx context.Context, s *Scope, plan Plan) (Outcome, bool) {
+	if len(plan.Found) == 0 {
+		return Outcome{}, true
+	}
+	caughtUp, err := s.Replicas.CaughtUp(ctx, plan.CommitLSN)
+	switch {
+	case err != nil:
+		return failed(t.Config, lethev1.ConditionTombstoned, lethev1.ReasonReplicaLagging,
+			"tombstoned on the primary; a replica could not be asked whether it replayed the tombstone and is retried", err), false
+	case !caughtUp:
+		return waiting(t.Config.ReplicaRecheck, lethev1.ConditionTombstoned, lethev1.ReasonReplicaLagging,
+			"tombstoned on the primary; waiting for every replica to replay the tombstone (until then a replica serves the sessions)"), false
+	}
+	return Outcome{}, true
 }
 
 // plan takes the dry run's plan: what the deletion, the graph step and the

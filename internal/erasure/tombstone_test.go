@@ -3,8 +3,11 @@ package erasure
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 )
@@ -18,7 +21,7 @@ func foundPlan() Plan {
 	return Plan{Found: []string{"s1", "s2"}, NotFound: []string{"s3"},
 		Rows:       []Count{{Table: "memory.sessions", Rows: 2}, {Table: "memory.messages", Rows: 40}},
 		Embeddings: 12, ContentIndexEntries: 3, DerivedRecords: 1,
-		TombstonedAt: dbNow, GraceEndsAt: dbNow.Add(168 * time.Hour)}
+		TombstonedAt: dbNow, GraceEndsAt: dbNow.Add(168 * time.Hour), CommitLSN: "0/2000028"}
 }
 
 // foundPlanStatus is foundPlan in the API's shape.
@@ -41,8 +44,14 @@ func tombstoned(p Plan, ps *lethev1.ErasurePlan, reason, message, note string) O
 		Milestone: &Milestone{Phase: lethev1.PhaseTombstoned, At: p.TombstonedAt, Evidence: ps, Note: note}}
 }
 
+// replicasAt answers CaughtUp with (ok, err).
+func replicasAt(ok bool, err error) func(context.Context, string) (bool, error) {
+	return func(context.Context, string) (bool, error) { return ok, err }
+}
+
 func TestTombstoningRun(t *testing.T) {
 	const tombCall = "Ledger.Tombstone({req-uid [s1 s2 s3] grace=168h0m0s})"
+	const tombReplicaCall = "Replicas.CaughtUp(0/2000028)"
 	found := tombstoned(foundPlan(), foundPlanStatus(), lethev1.ReasonSessionsTombstoned,
 		"the requested sessions of this tenant are tombstoned and hidden from every read path", "2 of 3 sessions found and tombstoned")
 	none := Plan{NotFound: []string{"s1", "s2", "s3"}, TombstonedAt: dbNow, GraceEndsAt: dbNow.Add(168 * time.Hour)}
@@ -59,16 +68,28 @@ func TestTombstoningRun(t *testing.T) {
 		return after(atTombstone(), withCond(o.Condition), withPlan(o.Plan), withGraceEndsAt(*o.GraceEndsAt), withEvidence(*o.Evidence),
 			withEntry(lethev1.PhaseTombstoned, "", dbNow))
 	}
+	tombLagging := &Condition{Type: lethev1.ConditionTombstoned, Reason: lethev1.ReasonReplicaLagging,
+		Message: "tombstoned on the primary; waiting for every replica to replay the tombstone (until then a replica serves the sessions)"}
+	tombReplicaDown := &Condition{Type: lethev1.ConditionTombstoned, Reason: lethev1.ReasonReplicaLagging,
+		Message: "tombstoned on the primary; a replica could not be asked whether it replayed the tombstone and is retried"}
 	runCases(t, runTombstoning, map[string]stepCase{
 		"SessionsFound": {reason: "The sessions found are tombstoned: plan, grace end, evidence and milestone come from the transaction, by the database's clock.",
-			er: atTombstone(), fakes: fakes{ledger: tombstoneReturns(foundPlan(), nil)},
-			want: stepWant{out: found, status: recordedDone(found), calls: []string{tombCall}}},
+			er: atTombstone(), fakes: fakes{ledger: tombstoneReturns(foundPlan(), nil), replicas: replicasAt(true, nil)},
+			want: stepWant{out: found, status: recordedDone(found), calls: []string{tombCall, tombReplicaCall}}},
+		"ReplicaLagging": {reason: "A replica that has not replayed the tombstone still serves the sessions: the step waits, recording nothing; the next pass repeats the tombstone.",
+			er: atTombstone(), fakes: fakes{ledger: tombstoneReturns(foundPlan(), nil), replicas: replicasAt(false, nil)},
+			want: stepWant{out: Outcome{Kind: Waiting, Condition: tombLagging, RequeueAfter: testConfig.ReplicaRecheck},
+				status: after(atTombstone(), withCond(tombLagging)), calls: []string{tombCall, tombReplicaCall}}},
+		"ReplicaError": {reason: "A replica that cannot be asked is an error for a retry; nothing is recorded.",
+			er: atTombstone(), fakes: fakes{ledger: tombstoneReturns(foundPlan(), nil), replicas: replicasAt(false, errPort)},
+			want: stepWant{out: Outcome{Kind: Errored, Condition: tombReplicaDown}, err: errPort,
+				status: after(atTombstone(), withCond(tombReplicaDown)), calls: []string{tombCall, tombReplicaCall}}},
 		"NoSessionsFound": {reason: "A request none of whose sessions exists is done, and says nothing was touched.",
 			er: atTombstone(), fakes: fakes{ledger: tombstoneReturns(none, nil)},
 			want: stepWant{out: noneFound, status: recordedDone(noneFound), calls: []string{tombCall}}},
 		"Immediate": {reason: "An immediate request asks the ledger for no grace period, whatever spec.gracePeriod says.",
-			er: reached(0, immediate), fakes: fakes{ledger: tombstoneReturns(nowPlan, nil)},
-			want: stepWant{out: foundNow, status: recordedDone(foundNow), calls: []string{"Ledger.Tombstone({req-uid [s1 s2 s3] grace=0s})"}}},
+			er: reached(0, immediate), fakes: fakes{ledger: tombstoneReturns(nowPlan, nil), replicas: replicasAt(true, nil)},
+			want: stepWant{out: foundNow, status: recordedDone(foundNow), calls: []string{"Ledger.Tombstone({req-uid [s1 s2 s3] grace=0s})", tombReplicaCall}}},
 		"LedgerError": {reason: "A failed transaction is returned for a retry with backoff; the condition's message stays stable.",
 			er: atTombstone(), fakes: fakes{ledger: tombstoneReturns(Plan{}, errPort)},
 			want: stepWant{out: Outcome{Kind: Errored, Condition: failedCond}, err: errPort,
@@ -150,4 +171,44 @@ func TestTombstoningDryRun(t *testing.T) {
 		"AlreadyPlannedTombstoned": {reason: "A True Tombstoned condition is done at once, dry run or not, calling no port.",
 			er: reached(1, dryRun), store: both, want: stepWant{out: Outcome{Kind: Done}, status: after(reached(1))}},
 	})
+}
+
+// TestTombstoningGraceAndDeadline: a grace period below the manager's
+// minimum stalls the request before anything is touched (an immediate one
+// goes ahead); a grace period plus the store's rotation window ending after
+// the deadline is said on the condition and in a Warning.
+func TestTombstoningGraceAndDeadline(t *testing.T) {
+	cfg := testConfig
+	cfg.MinGracePeriod = time.Hour
+	run := func(ctx context.Context, s *Scope) Outcome { return Tombstoning{Config: cfg}.Run(ctx, s) }
+	short := func(er *lethev1.ErasureRequest) { er.Spec.GracePeriod = &metav1.Duration{Duration: 30 * time.Minute} }
+	tooShort := &Condition{Type: lethev1.ConditionTombstoned, Reason: lethev1.ReasonGracePeriodTooShort,
+		Message: "spec.gracePeriod 30m0s is below the minimum of 1h0m0s (the manager's --min-grace-period): the grace period is the undo for typos; " +
+			"create the request again with a longer one, or with immediate: true and a reason"}
+	runCases(t, run, map[string]stepCase{
+		"GraceTooShort": {reason: "A grace period below the minimum stalls the request, touching nothing.",
+			er: reached(0, short),
+			want: stepWant{out: Outcome{Kind: Stalled, Condition: tooShort, RequeueAfter: cfg.ReverifyInterval},
+				status: after(reached(0, short), withCond(tooShort))}},
+	})
+
+	immediateShort := reached(0, short, immediate)
+	ok := runFakes(t, run, immediateShort, fakes{ledger: tombstoneReturns(foundPlan(), nil), replicas: replicasAt(true, nil)})
+	if ok.out.Kind != Done {
+		t.Errorf("an immediate request with a short grace period: kind %d, want Done", ok.out.Kind)
+	}
+
+	late := reached(0, func(er *lethev1.ErasureRequest) { er.Status.Deadline = secs(dbNow.Add(168*time.Hour + 12*time.Hour)) })
+	out, _, _ := runCase(t, run, stepCase{reason: "deadline", er: late, store: newStore(withVelero),
+		fakes: fakes{ledger: tombstoneReturns(foundPlan(), nil), replicas: replicasAt(true, nil)}})
+	if out.Kind != Done || out.Warning == nil || out.Warning.Reason != lethev1.ReasonDeadlineAtRisk ||
+		!strings.HasSuffix(out.Condition.Message, "end after status.deadline: the data would outlive it in backups") {
+		t.Errorf("grace 168h + window 24h past a deadline 180h away: %+v, want Done with a DeadlineAtRisk warning and the condition saying so", out)
+	}
+	fits := reached(0, func(er *lethev1.ErasureRequest) { er.Status.Deadline = secs(dbNow.Add(30 * 24 * time.Hour)) })
+	out, _, _ = runCase(t, run, stepCase{reason: "deadline", er: fits, store: newStore(withVelero),
+		fakes: fakes{ledger: tombstoneReturns(foundPlan(), nil), replicas: replicasAt(true, nil)}})
+	if out.Warning != nil {
+		t.Errorf("grace and window well before the deadline: warning %+v, want none", out.Warning)
+	}
 }

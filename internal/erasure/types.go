@@ -35,6 +35,9 @@ type Plan struct {
 	// TombstonedAt and GraceEndsAt are the database's clock readings.
 	TombstonedAt time.Time
 	GraceEndsAt  time.Time
+	// CommitLSN (Tombstone only) is a WAL position at or after the
+	// tombstone's commit: a replica past it hides the sessions too.
+	CommitLSN string
 }
 
 // GraceState is the grace period by the database's clock.
@@ -152,13 +155,16 @@ const (
 	StepDeleted     = "Deleted"
 	StepCancelled   = "Cancelled"
 	StepResurrected = "Resurrected"
-	StepGraph       = "GraphReconciled"
+	// StepResidueRemoved receipts residue removed after the deletion.
+	StepResidueRemoved = "ResidueRemoved"
+	StepGraph          = "GraphReconciled"
 )
 
 // ErrTooLateToCancel means some sessions of the request are already erased.
 var ErrTooLateToCancel = errors.New("the deletion has already started; the request can no longer be cancelled")
 
-// GraphAttachedKey counts relationships of other provenance attached to erased nodes.
+// GraphAttachedKey counts relationships not of the erased provenance (another's,
+// or none) deleted with the erased nodes they were attached to.
 const GraphAttachedKey = "(other provenance, attached to erased nodes)"
 
 // GraphCounts is what a prune removed, or a count found, per node label and
@@ -270,3 +276,27 @@ type RestoreFinding struct {
 	// LedgerRowsMissing are found sessions without an erased ledger row.
 	LedgerRowsMissing int64
 }
+
+// TombstoneHold is one request's hold on tombstoned sessions, as the
+// ledger has it: the sessions not yet erased, and whether its deletion
+// started (some session erased already).
+type TombstoneHold struct {
+	UID        string
+	SessionIDs []string
+	Started    bool
+}
+
+// Recorded is what the store's record (kept in the API server) says one
+// request erased: how many sessions, and the keyed hashes of their sources.
+type Recorded struct {
+	UID      string
+	Sessions int
+	Sources  []string
+}
+
+// The verification checks of residue a deletion can leave and
+// RemoveResidue removes begin with these (the table follows).
+const (
+	CheckPrefixContent = "content-keyed entries in "
+	CheckPrefixDerived = "derived records via "
+)

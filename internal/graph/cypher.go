@@ -210,12 +210,19 @@ func (g *Graph) run(ctx context.Context, cmd, query string, params map[string]an
 	return falkordb.QueryResultNew(g.fg, raw)
 }
 
+var errNoRow = errors.New("query returned no row")
+
 // scalar returns the first column of the first row as an int64.
 func scalar(res *falkordb.QueryResult) (int64, error) {
 	if !res.Next() {
-		return 0, errors.New("query returned no row")
+		return 0, errNoRow
 	}
-	cell, err := res.Record().GetByIndex(0)
+	return intCell(res.Record(), 0)
+}
+
+// intCell returns the record's column i as an int64 (null is 0).
+func intCell(rec *falkordb.Record, i int) (int64, error) {
+	cell, err := rec.GetByIndex(i)
 	if err != nil {
 		return 0, err
 	}

@@ -15,7 +15,8 @@ import (
 // else is ever sent to the graph as a session ID.
 var sessionID = regexp.MustCompile(lethev1.SessionIDPattern)
 
-// AttachedKey counts relationships of other provenance attached to erased nodes.
+// AttachedKey counts relationships not of the erased provenance (another's, or
+// none) deleted with the erased nodes they were attached to.
 const AttachedKey = erasure.GraphAttachedKey
 
 // Counts is what a prune removed, or a count found (the erasure port's type).
@@ -39,38 +40,16 @@ func checkSessionIDs(ids []string) error {
 	return nil
 }
 
-// doomedEntities matches the entities touched by a relationship of type T
-// from the erased sessions whose every relationship comes from them: once
-// those go, nothing else attests the entity. A relationship without
-// session_id counts as other provenance, so such entities stay.
-//
-// %s is a directed pattern around (e), "()-[r:T]->(e)" or "(e)-[r:T]->()".
-// The shape works around three behaviours of FalkorDB 4.16.3: an undirected
-// pattern driven by a relationship index misses matches; a label check on
-// (e) anywhere before an aggregation turns the index scan into a scan of
-// every node (0.5 s instead of 2 ms on 130k elements); and collecting the
-// nodes themselves in a query that deletes left other nodes' attributes
-// unreadable ("Attempted to access undefined attribute", then a crash).
-// So the endpoints' keys (application IDs) are collected and the entities
-// found again by key.
-const doomedEntities = `MATCH %s WHERE r.session_id IN $ids
-WITH collect(DISTINCT e.key) AS keys
-UNWIND keys AS k
-MATCH (e:` + "`" + LabelEntity + "`" + ` {key: k})
-OPTIONAL MATCH (e)-[q]-() WHERE q.session_id IS NULL OR NOT q.session_id IN $ids
-WITH e, count(q) AS others
-WHERE others = 0
-`
-
 // Prune removes what the graph holds only because of the given sessions:
-// first the entities every relationship of which comes from them (DELETE
-// takes those relationships along), then the sessions' remaining
-// relationships, then their nodes. Every query deletes at most limit
-// elements and matches by application IDs through the provenance indexes,
-// never by FalkorDB's internal IDs (reused after deletes). Each query is
-// atomic and the order keeps a repeat after an interruption correct: an
-// entity loses relationships of the erased sessions only once it is known
-// to have others.
+// first the entities no relationship with other provenance attests (their
+// relationships without provenance counted and deleted first, then the
+// entities, which DELETE takes the sessions' relationships along with),
+// then the sessions' remaining relationships, then their nodes, and last
+// the entities left unattested. Every query deletes at most limit elements
+// and matches by application IDs through the provenance indexes, never by
+// FalkorDB's internal IDs (reused after deletes). Each query is atomic and
+// the order keeps a repeat after an interruption correct: an entity loses
+// relationships of the erased sessions only once it is known to have others.
 func (g *Graph) Prune(ctx context.Context, ids []string, limit int) (Counts, error) {
 	removed := newCounts()
 	if err := checkSessionIDs(ids); err != nil || len(ids) == 0 {
@@ -89,57 +68,74 @@ func (g *Graph) Prune(ctx context.Context, ids []string, limit int) (Counts, err
 	p := map[string]any{"ids": ids, "n": limit}
 	// Relationship counts per type are taken first: entity deletions remove
 	// relationships without saying which type.
-	if err := g.countSessionRelationships(ctx, l, p, removed); err != nil {
+	if err := g.countRelationships(ctx, l, propSessionID, p, removed); err != nil {
 		return removed, err
 	}
-	if err := g.pruneDoomedEntities(ctx, l, p, limit, removed); err != nil {
+	// The entities attached to erased elements by relationships without
+	// provenance are kept, to go at the end if that leaves them bare (after
+	// an interruption, the sweep's unattached entities catch them).
+	lone := newKeySet()
+	if err := g.pruneDoomedEntities(ctx, l, propSessionID, p, limit, removed, lone); err != nil {
 		return removed, err
 	}
 	// The entities these sessions' relationships reach, kept to catch the
-	// ones left with no relationship below.
-	var touched []any
-	if l.hasEntity {
-		if touched, err = g.entityKeys(ctx, l, p); err != nil {
-			return removed, err
-		}
+	// ones left unattested below.
+	attested := newKeySet()
+	if err := g.entityKeys(ctx, l, p, attested); err != nil {
+		return removed, err
+	}
+	if err := g.sessionNodeNeighbours(ctx, l, p, lone); err != nil {
+		return removed, err
 	}
 	if err := g.deleteSessionRelationships(ctx, l, p, limit); err != nil {
 		return removed, err
 	}
-	if err := g.pruneBareEntities(ctx, touched, limit, removed); err != nil {
+	if err := g.pruneSessionNodes(ctx, l, p, limit, removed); err != nil {
 		return removed, err
 	}
-	if err := g.pruneSessionNodes(ctx, l, p, limit, removed); err != nil {
+	if err := g.pruneLeftEntities(ctx, attested.list, withProvenance, limit, removed); err != nil {
+		return removed, err
+	}
+	if err := g.pruneLeftEntities(ctx, lone.list, "", limit, removed); err != nil {
 		return removed, err
 	}
 	dropZeros(removed)
 	return removed, nil
 }
 
-// countSessionRelationships adds to removed, by type, the relationships the
-// sessions in p gave the graph.
-func (g *Graph) countSessionRelationships(ctx context.Context, l layout, p map[string]any, removed Counts) error {
+// countRelationships adds to removed, by type, the relationships whose
+// prop (session_id or fact_id) is in p's ids.
+func (g *Graph) countRelationships(ctx context.Context, l layout, prop string, p map[string]any, removed Counts) error {
 	for _, t := range l.relTypes {
-		n, err := g.count(ctx, "MATCH ()-[r:`"+t+"`]->() WHERE r.session_id IN $ids RETURN count(r)", p)
+		n, err := g.count(ctx, "MATCH ()-[r:`"+t+"`]->() WHERE r."+prop+" IN $ids RETURN count(r)", p)
 		if err != nil {
 			return err
 		}
 		if n > 0 {
-			removed.Relationships[t] = n
+			removed.Relationships[t] += n
 		}
 	}
 	return nil
 }
 
-// pruneDoomedEntities deletes the entities only the sessions in p attest
-// (with their relationships) and adds them to removed.
-func (g *Graph) pruneDoomedEntities(ctx context.Context, l layout, p map[string]any, limit int, removed Counts) error {
+// pruneDoomedEntities deletes the entities only the IDs in p attest (see
+// doomedEntities) and adds them to removed. Their relationships without
+// provenance are deleted first, counted as attached to erased nodes, and
+// the entities at their other end added to lone; DELETE then takes the
+// relationships of the erased IDs along (counted beforehand).
+func (g *Graph) pruneDoomedEntities(ctx context.Context, l layout, prop string, p map[string]any, limit int, removed Counts, lone *keySet) error {
 	if !l.hasEntity {
 		return nil
 	}
 	for _, pat := range directed(l.relTypes) {
-		q := fmt.Sprintf(doomedEntities, pat) + "WITH e LIMIT $n DELETE e RETURN count(e)"
-		nodes, _, err := g.drain(ctx, q, p, limit)
+		doomed := doomedEntities(pat, prop)
+		_, rels, err := g.drainKeys(ctx, doomed+"MATCH (e)-[u]-(n) WHERE "+withoutProvenance+
+			" WITH u, n.key AS nk LIMIT $n DELETE u RETURN count(u), collect(DISTINCT nk)", p, limit, lone)
+		if err != nil {
+			return err
+		}
+		removed.Relationships[AttachedKey] += rels
+		nodes, _, err := g.drain(ctx, doomed+"WITH e LIMIT $n DELETE e RETURN count(e)", p, limit)
 		if err != nil {
 			return err
 		}
@@ -159,22 +155,53 @@ func (g *Graph) deleteSessionRelationships(ctx context.Context, l layout, p map[
 	return nil
 }
 
-// pruneBareEntities deletes the touched entities (by key) left with no
-// relationship at all, and adds them to removed.
-func (g *Graph) pruneBareEntities(ctx context.Context, touched []any, limit int, removed Counts) error {
+// sessionNodeNeighbours adds to lone the entities attached to the nodes of
+// the sessions in p by relationships without provenance: deleting those
+// nodes takes the relationships along and may leave the entities bare.
+func (g *Graph) sessionNodeNeighbours(ctx context.Context, l layout, p map[string]any, lone *keySet) error {
+	if !l.hasEntity {
+		return nil
+	}
+	var qs []string
+	for _, lb := range l.sessionLabels {
+		qs = append(qs, "MATCH (x:`"+lb+"`) WHERE x.session_id IN $ids MATCH (x)-[u]-(n) WHERE "+withoutProvenance+" RETURN DISTINCT n.key")
+	}
+	if l.hasSession {
+		qs = append(qs, "UNWIND $ids AS i MATCH (x:`"+LabelSession+"` {id: i})-[u]-(n) WHERE "+withoutProvenance+" RETURN DISTINCT n.key")
+	}
+	for _, q := range qs {
+		if err := g.readKeys(ctx, q, p, lone); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pruneLeftEntities deletes the entities among keys that no relationship
+// matching cond (on q; "" for any) touches any more, with what is left
+// of their relationships, and adds them to removed. With withProvenance it
+// catches the entities the erased sessions attested and another attested
+// too, when that other provenance went meanwhile; with "" the entities
+// attached only to erased elements, by relationships without provenance.
+func (g *Graph) pruneLeftEntities(ctx context.Context, keys []any, cond string, limit int, removed Counts) error {
 	// Two requests pruning sessions that share an entity at once each see
 	// the other's relationship and keep the entity; whichever deletes its
 	// relationships last finds it with none left here (FalkorDB runs writes
 	// one at a time). The history checker found such orphans.
-	if len(touched) == 0 {
+	if len(keys) == 0 {
 		return nil
 	}
-	nodes, _, err := g.drain(ctx, "UNWIND $keys AS k MATCH (e:`"+LabelEntity+"` {key: k}) OPTIONAL MATCH (e)-[q]-() WITH e, count(q) AS rels WHERE rels = 0 WITH e LIMIT $n DELETE e RETURN count(e)",
-		map[string]any{"keys": touched, "n": limit}, limit)
+	if cond != "" {
+		cond = " WHERE " + cond
+	}
+	nodes, rels, err := g.drain(ctx, "UNWIND $keys AS k MATCH (e:`"+LabelEntity+"` {key: k}) OPTIONAL MATCH (e)-[q]-()"+cond+
+		" WITH e, count(q) AS rels WHERE rels = 0 WITH e LIMIT $n DELETE e RETURN count(e)",
+		map[string]any{"keys": keys, "n": limit}, limit)
 	if err != nil {
 		return err
 	}
 	removed.Nodes[LabelEntity] += nodes
+	removed.Relationships[AttachedKey] += rels
 	return nil
 }
 
@@ -237,7 +264,7 @@ func (g *Graph) Count(ctx context.Context, ids []string) (Counts, error) {
 	}
 	if l.hasEntity {
 		for _, pat := range directed(l.relTypes) {
-			n, err := g.count(ctx, fmt.Sprintf(doomedEntities, pat)+"RETURN count(e)", p)
+			n, err := g.count(ctx, doomedEntities(pat, propSessionID)+"RETURN count(e)", p)
 			if err != nil {
 				return found, err
 			}
@@ -255,32 +282,60 @@ func (g *Graph) count(ctx context.Context, q string, p map[string]any) (int64, e
 	return scalar(res)
 }
 
-// entityKeys lists the keys of the entities the sessions' relationships reach.
-func (g *Graph) entityKeys(ctx context.Context, l layout, p map[string]any) ([]any, error) {
-	seen := map[string]bool{}
-	var keys []any
+// entityKeys adds to keys the entities the sessions' relationships reach.
+func (g *Graph) entityKeys(ctx context.Context, l layout, p map[string]any, keys *keySet) error {
+	if !l.hasEntity {
+		return nil
+	}
 	for _, pat := range directed(l.relTypes) {
-		res, err := g.ReadQuery(ctx, "MATCH "+pat+" WHERE r.session_id IN $ids RETURN DISTINCT e.key", p)
-		if err != nil {
-			return nil, err
-		}
-		col, err := column(res)
-		if err != nil {
-			return nil, err
-		}
-		for _, v := range col {
-			if k, ok := v.(string); ok && !seen[k] {
-				seen[k] = true
-				keys = append(keys, k)
-			}
+		if err := g.readKeys(ctx, "MATCH "+pat+" WHERE r.session_id IN $ids RETURN DISTINCT e.key", p, keys); err != nil {
+			return err
 		}
 	}
-	return keys, nil
+	return nil
+}
+
+// readKeys adds the keys in q's first column to keys.
+func (g *Graph) readKeys(ctx context.Context, q string, p map[string]any, keys *keySet) error {
+	res, err := g.ReadQuery(ctx, q, p)
+	if err != nil {
+		return err
+	}
+	col, err := column(res)
+	if err != nil {
+		return err
+	}
+	keys.add(col...)
+	return nil
+}
+
+// keySet holds entity keys once each, in the order found.
+type keySet struct {
+	seen map[string]bool
+	list []any
+}
+
+func newKeySet() *keySet { return &keySet{seen: map[string]bool{}} }
+
+// add adds the string values (keys); others (null: a node without key) are skipped.
+func (s *keySet) add(vs ...any) {
+	for _, v := range vs {
+		if k, ok := v.(string); ok && !s.seen[k] {
+			s.seen[k] = true
+			s.list = append(s.list, k)
+		}
+	}
 }
 
 // drain repeats a bounded delete until it removes fewer than limit
 // elements, and sums the nodes and relationships it deleted.
 func (g *Graph) drain(ctx context.Context, q string, p map[string]any, limit int) (nodes, rels int64, err error) {
+	return g.drainKeys(ctx, q, p, limit, nil)
+}
+
+// drainKeys is drain for a query whose second column, when keys is not
+// nil, is a list of entity keys to add to keys.
+func (g *Graph) drainKeys(ctx context.Context, q string, p map[string]any, limit int, keys *keySet) (nodes, rels int64, err error) {
 	for {
 		var res *falkordb.QueryResult
 		res, err = g.Query(ctx, q, p)
@@ -289,9 +344,17 @@ func (g *Graph) drain(ctx context.Context, q string, p map[string]any, limit int
 		}
 		nodes += int64(res.NodesDeleted())
 		rels += int64(res.RelationshipsDeleted())
-		n, err := scalar(res)
+		if !res.Next() {
+			return nodes, rels, errNoRow
+		}
+		n, err := intCell(res.Record(), 0)
 		if err != nil {
 			return nodes, rels, err
+		}
+		if keys != nil {
+			if err := addKeyList(res.Record(), keys); err != nil {
+				return nodes, rels, err
+			}
 		}
 		if n < int64(limit) {
 			return nodes, rels, nil
@@ -300,6 +363,20 @@ func (g *Graph) drain(ctx context.Context, q string, p map[string]any, limit int
 			return nodes, rels, err
 		}
 	}
+}
+
+// addKeyList adds the list in the record's second column to keys.
+func addKeyList(rec *falkordb.Record, keys *keySet) error {
+	cell, err := rec.GetByIndex(1)
+	if err != nil {
+		return err
+	}
+	list, ok := cell.([]any)
+	if !ok {
+		return fmt.Errorf("query returned %T, want a list of keys", cell)
+	}
+	keys.add(list...)
+	return nil
 }
 
 // syncLabels scans one node of every label before anything is deleted. FalkorDB 4.16.3 keeps recent additions to a

@@ -33,8 +33,8 @@ func TestPruneRemovesOnlyWhatTheErasedSessionsAlone(t *testing.T) {
 	if err := fixture.WriteGraph(ctx, g, hostileFacts); err != nil {
 		t.Fatal(err)
 	}
-	// A relationship without provenance keeps its entity: Lethe cannot tell
-	// where it came from, so it does not delete it.
+	// A relationship without provenance attests nothing: Unprov, named by
+	// session A alone, goes with it; Carol, named by B, stays.
 	if _, err := g.Query(ctx, "MATCH (a:Entity {key: 'unprov'}), (b:Entity {key: 'carol'}) CREATE (a)-[:RELATES]->(b)", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -48,10 +48,11 @@ func TestPruneRemovesOnlyWhatTheErasedSessionsAlone(t *testing.T) {
 	}
 
 	before := elementsOf(t, ctx, g)
-	doomed := []string{"alice", `o"brien's`, "robert'})", "detach", "delete", `back\slash`}
+	doomed := []string{"alice", `o"brien's`, "robert'})", "detach", "delete", `back\slash`, "unprov"}
 	want := snapshot{}
 	for k, v := range before {
-		if strings.Contains(k, sessA) || slices.ContainsFunc(doomed, func(d string) bool { return strings.HasPrefix(k, "Entity "+d+" ") }) {
+		if strings.Contains(k, sessA) || slices.ContainsFunc(doomed, func(d string) bool { return strings.HasPrefix(k, "Entity "+d+" ") }) ||
+			k == "RELATES   unprov>carol" {
 			continue
 		}
 		want[k] = v
@@ -67,8 +68,8 @@ func TestPruneRemovesOnlyWhatTheErasedSessionsAlone(t *testing.T) {
 	if after := elementsOf(t, ctx, g); !maps.Equal(after, want) {
 		t.Fatalf("after the prune\n got %v\nwant %v", after, want)
 	}
-	wantNodes := map[string]int64{"Entity": 6, "Fact": 2, "Session": 1}
-	wantRels := map[string]int64{"FROM": 2, "MENTIONS": 9, "RELATES": 7}
+	wantNodes := map[string]int64{"Entity": 7, "Fact": 2, "Session": 1}
+	wantRels := map[string]int64{"FROM": 2, "MENTIONS": 9, "RELATES": 7, graph.AttachedKey: 1}
 	if !maps.Equal(removed.Nodes, wantNodes) || !maps.Equal(removed.Relationships, wantRels) {
 		t.Fatalf("removed %v / %v, want %v / %v", removed.Nodes, removed.Relationships, wantNodes, wantRels)
 	}
@@ -233,4 +234,101 @@ func TestConcurrentPrunesOfSessionsSharingAnEntityLeaveNoOrphan(t *testing.T) {
 	if !slices.Equal(left, []string{"keeper:1"}) {
 		t.Errorf("entities left (key:relationships): %v, want only keeper:1", left)
 	}
+}
+
+// provenanceFacts: session A (erased) names Xavier, Carol and Walt; B names
+// Carol and Yolanda.
+var provenanceFacts = []fixture.GraphFact{
+	{ID: 1, SessionID: sessA, Entities: []string{"Xavier", "Carol", "Walt"}},
+	{ID: 2, SessionID: sessB, Entities: []string{"Carol", "Yolanda"}},
+}
+
+// plantWithoutProvenance adds relationships without session_id or fact_id
+// (and one with a fact_id only) around provenanceFacts.
+func plantWithoutProvenance(t *testing.T, g *graph.Graph) {
+	t.Helper()
+	for _, q := range []string{
+		// From an entity only A attests, to a live one and to one nothing else holds.
+		"MATCH (x:Entity {key: 'xavier'}), (y:Entity {key: 'yolanda'}) CREATE (x)-[:RELATES]->(y), (:Entity {key: 'nina', name: 'Nina'})-[:KNOWS]->(x)",
+		// From A's fact to an entity nothing else holds, and to one also
+		// attached (without provenance) to a live entity.
+		"MATCH (f:Fact {id: 1}), (y:Entity {key: 'yolanda'}) CREATE (f)-[:MENTIONS]->(:Entity {key: 'zora', name: 'Zora'}), (f)-[:MENTIONS]->(:Entity {key: 'olga', name: 'Olga'})-[:RELATES]->(y)",
+		// Between two live entities.
+		"MATCH (c:Entity {key: 'carol'}), (y:Entity {key: 'yolanda'}) CREATE (c)-[:RELATES]->(y)",
+		// A fact_id without session_id is provenance: the sweep checks it.
+		"MATCH (w:Entity {key: 'walt'}), (y:Entity {key: 'yolanda'}) CREATE (w)-[:RELATES {fact_id: 77}]->(y)",
+	} {
+		if _, err := g.Query(testCtx(t), q, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestARelationshipWithoutProvenanceKeepsNoErasedEntity(t *testing.T) {
+	ctx := testCtx(t)
+	g := freshGraph(t)
+	if err := fixture.WriteGraph(ctx, g, provenanceFacts); err != nil {
+		t.Fatal(err)
+	}
+	plantWithoutProvenance(t, g)
+	before := elementsOf(t, ctx, g)
+	// The plan's count sees Xavier as A's alone (Carol has B, Walt its fact_id).
+	if found, err := g.Count(ctx, []string{sessA}); err != nil || found.Nodes["Entity"] == 0 {
+		t.Fatalf("before the prune, Count finds %v entities only A attests (err %v), want Xavier", found.Nodes["Entity"], err)
+	}
+
+	removed, err := g.Prune(ctx, []string{sessA}, 1) // batches of one: every delete loops
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Xavier (A alone; its relationships without provenance do not keep it)
+	// goes, and Nina and Zora, which only relationships without provenance
+	// held to erased elements, are left with nothing and go too. Carol and
+	// Yolanda (named by B), Walt (a fact_id of its own) and Olga (still
+	// attached to Yolanda) stay.
+	if got, want := entityKeys(t, g), []string{"carol", "olga", "walt", "yolanda"}; !slices.Equal(got, want) {
+		t.Fatalf("entities after the prune: %q, want %q", got, want)
+	}
+	gone := func(k string) bool {
+		return strings.Contains(k, sessA) || strings.Contains(k, "xavier") || strings.Contains(k, "nina") ||
+			strings.Contains(k, "zora") || strings.HasPrefix(k, "MENTIONS   1>")
+	}
+	want := snapshot{}
+	for k, v := range before {
+		if !gone(k) {
+			want[k] = v
+		}
+	}
+	if after := elementsOf(t, ctx, g); !maps.Equal(after, want) {
+		t.Fatalf("after the prune\n got %v\nwant %v", after, want)
+	}
+	// Relationships without provenance: Xavier's two, and A's fact's two.
+	wantNodes := map[string]int64{"Entity": 3, "Fact": 1, "Session": 1}
+	wantRels := map[string]int64{"FROM": 1, "MENTIONS": 3, "RELATES": 2, graph.AttachedKey: 4}
+	if !maps.Equal(removed.Nodes, wantNodes) || !maps.Equal(removed.Relationships, wantRels) {
+		t.Fatalf("removed %v / %v, want %v / %v", removed.Nodes, removed.Relationships, wantNodes, wantRels)
+	}
+	if left, err := g.Count(ctx, []string{sessA}); err != nil || left.Total() != 0 {
+		t.Fatalf("after the prune the graph still holds %v / %v of session A (err %v)", left.Nodes, left.Relationships, err)
+	}
+	if again, err := g.Prune(ctx, []string{sessA}, 1); err != nil || again.Total() != 0 {
+		t.Fatalf("a repeated prune removed %v / %v (err %v)", again.Nodes, again.Relationships, err)
+	}
+}
+
+func entityKeys(t *testing.T, g *graph.Graph) []string {
+	t.Helper()
+	res, err := g.ReadQuery(testCtx(t), "MATCH (e:Entity) RETURN e.key ORDER BY e.key", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for res.Next() {
+		v, err := res.Record().GetByIndex(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, v.(string))
+	}
+	return out
 }

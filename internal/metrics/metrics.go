@@ -44,6 +44,13 @@ var (
 		Help: "Unix time of the last completed full graph reconciliation, per MemoryStore.",
 	}, []string{"namespace", "store"})
 
+	// GraphProvenanceless is what each store's last completed sweep left in
+	// the graph without provenance, by kind (nodes, relationships).
+	GraphProvenanceless = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "lethe_graph_provenanceless_elements",
+		Help: "Graph nodes and relationships without provenance (no session or fact ID to check against Postgres) left by the last completed full reconciliation, per MemoryStore: attached to live data, they are kept, but nothing attests them.",
+	}, []string{"namespace", "store", "kind"})
+
 	// GraphSweepDuration is how long sweeps take.
 	GraphSweepDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "lethe_graph_sweep_duration_seconds",
@@ -73,6 +80,28 @@ var (
 		Help: "Tombstoned sessions hard-deleted, by how (grace: after the grace period; immediate).",
 	}, []string{"mode"})
 
+	// TombstoneReaperRows is the decision record's own counter, kept under
+	// its name for the dashboards and alerts built on it: tombstoned
+	// sessions hard-deleted, by the Deleted step or by the store's reaper
+	// of tombstones whose request is gone.
+	TombstoneReaperRows = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "memory_tombstone_reaper_rows_deleted_total",
+		Help: "Tombstoned sessions hard-deleted (the decision record's memory-tombstone-reaper counter; Lethe's Deleted step and its reaper of tombstones whose request is gone).",
+	})
+
+	// TombstonedSessions is how many sessions each store holds tombstoned.
+	TombstonedSessions = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "lethe_tombstoned_sessions",
+		Help: "Sessions tombstoned (hidden, not yet deleted) in each MemoryStore's database, for its tenant, at its last audit.",
+	}, []string{"namespace", "store"})
+
+	// TombstonesReaped counts the tombstones the store's reaper ended
+	// because their request was gone, by how (lifted, deleted).
+	TombstonesReaped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lethe_tombstones_reaped_total",
+		Help: "Tombstoned sessions whose ErasureRequest was gone, ended by the MemoryStore's reaper: lifted (the deletion had not started) or deleted (it had).",
+	}, []string{"namespace", "store", "action"})
+
 	// BackupWork counts Velero changes, by kind (shortened, delete_requested).
 	BackupWork = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lethe_backups_changed_total",
@@ -83,8 +112,8 @@ var (
 // Collectors are this package's metrics, all registered with
 // controller-runtime's registry at start.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{GraphPruned, GraphSweeps, GraphSweepRemoved, GraphSweepLastCompletion, GraphSweepDuration,
-		StepDuration, RowsDeleted, TombstoneReaper, BackupWork, RestoresDetected}
+	return []prometheus.Collector{GraphPruned, GraphSweeps, GraphSweepRemoved, GraphSweepLastCompletion, GraphProvenanceless, GraphSweepDuration,
+		StepDuration, RowsDeleted, TombstoneReaper, TombstoneReaperRows, TombstonedSessions, TombstonesReaped, BackupWork, RestoresDetected}
 }
 
 func init() {

@@ -20,7 +20,7 @@ func TestNamesDescribesVectorsWithoutChildren(t *testing.T) {
 func TestCollectorsAreTheRegisteredMetrics(t *testing.T) {
 	names := Names(Collectors()...)
 	for _, n := range []string{"lethe_graph_pruned_total", "lethe_graph_sweeps_total", "lethe_graph_sweep_removed_total",
-		"lethe_graph_sweep_last_completion_timestamp_seconds", "lethe_graph_sweep_duration_seconds",
+		"lethe_graph_sweep_last_completion_timestamp_seconds", "lethe_graph_provenanceless_elements", "lethe_graph_sweep_duration_seconds",
 		"lethe_erasure_step_duration_seconds", "lethe_erasure_rows_deleted_total",
 		"lethe_tombstone_reaper_sessions_deleted_total", "lethe_backups_changed_total"} {
 		if !slices.Contains(names, n) {

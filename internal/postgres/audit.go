@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/erasure"
 )
 
 // ExpectedTables are the tables the decision record (ADR-043, validation
@@ -249,4 +250,31 @@ func AuditSchema(ctx context.Context, q Querier, schema string) (SchemaReport, e
 		return SchemaReport{}, err
 	}
 	return AuditCatalog(cat), nil
+}
+
+// guardSchema audits the schema as the caller's transaction sees it: a
+// deletion that goes ahead on a table added since the store's last audit
+// (a session_id without a cascading key) would leave that table's rows of
+// the session behind and still report it clean. It returns a
+// *erasure.ConfigError naming the tables when the schema breaks the rules.
+func guardSchema(ctx context.Context, q Querier, schema string) error {
+	rep, err := AuditSchema(ctx, q, schema)
+	if err != nil {
+		return fmt.Errorf("audit the schema in the deletion's transaction: %w", err)
+	}
+	if rep.Compliant() {
+		return nil
+	}
+	where := make([]string, 0, len(rep.Violations))
+	for _, v := range rep.Violations {
+		w := v.Table
+		if v.Column != "" {
+			w += "." + v.Column
+		}
+		where = append(where, w+" ("+v.Rule+")")
+	}
+	slices.Sort(where)
+	return &erasure.ConfigError{Reason: lethev1.ReasonSchemaChanged,
+		Message: "the schema the deletion reads breaks the erasure rules: " + strings.Join(slices.Compact(where), ", ") +
+			"; nothing more is deleted until it is fixed (the MemoryStore's audit says how)"}
 }

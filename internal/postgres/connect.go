@@ -53,6 +53,11 @@ func Connect(ctx context.Context, dsn string, opts Options) (*pgxpool.Pool, erro
 		name = "lethe"
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = name
+	// An erasure, its ledger rows and its receipt are durable when the
+	// commit returns, whatever the server's default: a receipt lost in a
+	// crash would be evidence of nothing, and the WAL position read after
+	// the commit must cover it for the replica checks.
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
 	// Lethe's statements filter on arrays of IDs (= ANY($1)). A named prepared
 	// statement switches to a generic plan after five runs, which guesses the
 	// array's size and picked sequential scans (the sixth and later deletion

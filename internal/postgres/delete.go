@@ -14,7 +14,8 @@ import (
 	"github.com/lethe-dev/lethe/internal/erasure"
 )
 
-// walPositionSQL reads the WAL position after the last commit.
+// walPositionSQL reads the WAL position after the last commit (flushed:
+// the pools commit with synchronous_commit on).
 const walPositionSQL = `SELECT pg_current_wal_lsn()::text`
 
 // Delete erases the request's sessions in batches of batchSize, one
@@ -100,6 +101,9 @@ func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []s
 	res := erasure.BatchResult{Batch: batch}
 	var sample batchSample
 	err := e.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx, l Layout) error {
+		if err := guardSchema(ctx, tx, e.Schema); err != nil {
+			return err
+		}
 		eligible, err := collectStrings(ctx, tx, eligibleSQL(l), uid, ids, e.tenant())
 		if err != nil {
 			return fmt.Errorf("check ledger: %w", err)
@@ -114,7 +118,7 @@ func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []s
 			res.Skipped = true
 			return tx.QueryRow(ctx, nowSQL).Scan(&res.DeletedAt)
 		}
-		if sample, err = eraseLocked(ctx, tx, l, uid, eligible, budget, &res); err != nil {
+		if sample, err = eraseLocked(ctx, tx, l, uid, eligible, e.tenant(), budget, &res); err != nil {
 			return err
 		}
 		// The receipt counts what the evidence reports, so a pass after a
@@ -131,12 +135,13 @@ func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []s
 }
 
 // eraseLocked removes the eligible sessions (already locked by the caller's
-// guard query) and everything reached from them: content-index entries,
+// guard query) and everything reached from them: content-index entries (for
+// the store's tenant, nil: every tenant),
 // derived records, the sessions and, by cascade, their rows; and marks
 // them erased in the ledger. It returns a sample of their embeddings and
 // text, within budget, read before the deletes. The statements go in one
 // pipelined batch, one round trip to the database, each with its reader.
-func eraseLocked(ctx context.Context, tx pgx.Tx, l Layout, uid string, eligible []string, budget sampleBudget,
+func eraseLocked(ctx context.Context, tx pgx.Tx, l Layout, uid string, eligible []string, tenant *string, budget sampleBudget,
 	res *erasure.BatchResult) (batchSample, error) {
 	res.Sessions = len(eligible)
 	var p pipeline
@@ -153,7 +158,7 @@ func eraseLocked(ctx context.Context, tx pgx.Tx, l Layout, uid string, eligible 
 		})
 	}
 	queueTextSample(&p, l, eligible, budget.texts, &sample)
-	queueContentDeletes(&p, l, eligible, res)
+	queueContentDeletes(&p, l, eligible, tenant, res)
 	queueDerivedDeletes(&p, l, eligible, res)
 	queueSessionDeletes(&p, l, eligible)
 	counters.queueAfter(&p, res)
@@ -178,27 +183,55 @@ func sampleEmbeddingsSQL(l Layout) string {
 	return `SELECT * FROM (` + strings.Join(sel, " UNION ALL ") + `) s LIMIT $2`
 }
 
-// deleteContentSQL deletes the entries of a content-keyed table whose key
-// is a content hash of the sessions $1. Their ledger rows keep hiding the
-// hashes (lethe.is_erased) and are not marked one by one: that cost more
-// than the cascade itself; the receipt counts them.
-func deleteContentSQL(l Layout, idx QColumn) string {
-	sel := make([]string, len(l.ContentSources))
-	for i, src := range l.ContentSources {
-		sel[i] = `SELECT ` + src.Ident() + ` FROM ` + src.Table.Ident() + ` WHERE ` + l.sessionKey(src.Table) + ` = ANY($1::uuid[])`
-	}
-	hashes := `SELECT h FROM (` + strings.Join(sel, " UNION ") + `) x(h) WHERE h IS NOT NULL`
-	return `DELETE FROM ` + idx.Table.Ident() + ` WHERE ` + idx.Ident() + ` IN (` + hashes + `)`
+// deleteContentSQL removes, from a content-keyed table, the entries whose
+// key is a content hash of the sessions $1 and returns how many it removed
+// or changed. Where the table records tenants, an erasure for the tenant $2
+// takes that tenant off an entry and deletes the entry once no tenant is
+// left: another tenant's identical text stays. Without a tenant ($2 NULL),
+// or on a table without tenants, every entry of the content goes. Their
+// ledger rows keep hiding the hashes (lethe.is_erased_content) and are not
+// marked one by one: that cost more than the cascade itself; the receipt
+// counts them.
+func deleteContentSQL(l Layout, idx ContentIndex) string {
+	return removeContentSQL(idx, `WITH h AS MATERIALIZED (`+sessionHashesSQL(l)+`),`, `i.`+idx.Ident()+` IN (SELECT h FROM h)`)
 }
 
-func queueContentDeletes(p *pipeline, l Layout, eligible []string, res *erasure.BatchResult) {
+// removeContentSQL removes from idx the entries key selects (with: the
+// statement's first CTEs, ending in a comma, or "WITH"), tenant $2 as
+// deleteContentSQL says, returning how many it removed or changed.
+func removeContentSQL(idx ContentIndex, with, key string) string {
+	sql := with + `
+		d AS (DELETE FROM ` + idx.Table.Ident() + ` i WHERE ` + key + onlyTenantLeft(idx) + ` RETURNING 1)`
+	if !idx.TenantList {
+		return sql + ` SELECT count(*) FROM d`
+	}
+	tenants := pgx.Identifier{idx.TenantColumn}.Sanitize()
+	// Disjoint from d's rows: one statement must not change a row twice.
+	return sql + `,
+		u AS (UPDATE ` + idx.Table.Ident() + ` i SET ` + tenants + ` = array_remove(i.` + tenants + `, $2::text)
+			WHERE ` + key + ` AND $2::text = ANY(i.` + tenants + `) AND NOT ` + idx.Tenants("i") + ` <@ ARRAY[$2::text] RETURNING 1)
+		SELECT (SELECT count(*) FROM d) + (SELECT count(*) FROM u)`
+}
+
+// onlyTenantLeft restricts a deletion from idx to the entries that list no
+// tenant but $2 (none at all, when $2 is NULL).
+func onlyTenantLeft(idx ContentIndex) string {
+	if idx.TenantColumn == "" {
+		return ""
+	}
+	return ` AND ($2::text IS NULL OR ` + idx.Tenants("i") + ` <@ ARRAY[$2::text])`
+}
+
+func queueContentDeletes(p *pipeline, l Layout, eligible []string, tenant *string, res *erasure.BatchResult) {
 	if len(l.ContentSources) == 0 {
 		return
 	}
 	for _, idx := range l.ContentIndexes {
-		p.exec("delete from "+idx.Table.String(), deleteContentSQL(l, idx), []any{eligible}, func(tag pgconn.CommandTag) error {
-			res.ContentIndexEntries += tag.RowsAffected()
-			return nil
+		p.queryRow("delete from "+idx.Table.String(), deleteContentSQL(l, idx), contentArgs(idx, eligible, tenant), func(row pgx.Row) error {
+			var n int64
+			err := row.Scan(&n)
+			res.ContentIndexEntries += n
+			return err
 		})
 	}
 }

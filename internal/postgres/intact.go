@@ -26,6 +26,16 @@ func intactSQL(l Layout) string {
 // the sessions a request found and erased): it reports the requests whose
 // sessions exist again or whose ledger rows are gone — a restore. Read only.
 func (e *Eraser) Intact(ctx context.Context, reqs []erasure.Request) ([]erasure.RestoreFinding, error) {
+	var out []erasure.RestoreFinding
+	err := e.inTx(ctx, readOnly, func(tx pgx.Tx, l Layout) error {
+		var err error
+		out, err = e.intact(ctx, tx, l, reqs)
+		return err
+	})
+	return out, err
+}
+
+func (e *Eraser) intact(ctx context.Context, q Querier, l Layout, reqs []erasure.Request) ([]erasure.RestoreFinding, error) {
 	var uids, ids []string
 	for _, r := range reqs {
 		for _, id := range r.SessionIDs {
@@ -35,21 +45,18 @@ func (e *Eraser) Intact(ctx context.Context, reqs []erasure.Request) ([]erasure.
 	if len(ids) == 0 {
 		return nil, nil
 	}
+	rows, err := q.Query(ctx, intactSQL(l), uids, ids, e.tenant())
+	if err != nil {
+		return nil, fmt.Errorf("check erasures: %w", err)
+	}
 	var out []erasure.RestoreFinding
-	err := e.inTx(ctx, readOnly, func(tx pgx.Tx, l Layout) error {
-		rows, err := tx.Query(ctx, intactSQL(l), uids, ids, e.tenant())
-		if err != nil {
-			return fmt.Errorf("check erasures: %w", err)
-		}
-		var f erasure.RestoreFinding
-		_, err = pgx.ForEachRow(rows, []any{&f.UID, &f.SessionsBack, &f.LedgerRowsMissing}, func() error {
-			out = append(out, f)
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("check erasures: %w", err)
-		}
+	var f erasure.RestoreFinding
+	_, err = pgx.ForEachRow(rows, []any{&f.UID, &f.SessionsBack, &f.LedgerRowsMissing}, func() error {
+		out = append(out, f)
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, fmt.Errorf("check erasures: %w", err)
+	}
+	return out, nil
 }

@@ -43,6 +43,28 @@ type Lineage struct {
 	DerivedKey    string
 }
 
+// ContentIndex is a registered content-keyed table: its key column, and
+// the column recording the tenants that use a row, if it has one.
+type ContentIndex struct {
+	QColumn
+	// TenantColumn is "" when the table records no tenants: an erasure then
+	// deletes the entries of its content for every tenant.
+	TenantColumn string
+	// TenantList is true for a text[] column (the tenants sharing a row),
+	// false for a text column (one row per tenant).
+	TenantList bool
+}
+
+// Tenants is the SQL expression, over the table aliased as alias, of the
+// tenants a row lists: never NULL, without NULL elements.
+func (c ContentIndex) Tenants(alias string) string {
+	col := alias + "." + pgx.Identifier{c.TenantColumn}.Sanitize()
+	if !c.TenantList {
+		col = "ARRAY[" + col + "]"
+	}
+	return "coalesce(array_remove(" + col + ", NULL), '{}')"
+}
+
 // Layout is where a memory database keeps what an erasure must reach,
 // discovered from the catalog and the lethe registry, never hard-coded.
 type Layout struct {
@@ -58,8 +80,8 @@ type Layout struct {
 	// ContentSources hold content hashes on sessions or the children, keyed
 	// by "id" on sessions and "session_id" elsewhere.
 	ContentSources []QColumn
-	// ContentIndexes are content-keyed tables (table, key column).
-	ContentIndexes []QColumn
+	// ContentIndexes are content-keyed tables.
+	ContentIndexes []ContentIndex
 	Lineages       []Lineage
 	// SourceColumns hold the sessions' source identifiers (a transcript
 	// path): the ledger keeps their keyed hashes, so a source is not ingested
@@ -76,9 +98,13 @@ const (
 	sourceColumnsSQL = `SELECT n.nspname, c.relname, s.source_column
 		FROM lethe.source_columns s JOIN pg_class c ON c.oid = s.source_table JOIN pg_namespace n ON n.oid = c.relnamespace
 		ORDER BY 1, 2, 3`
-	// contentIndexesSQL reads the registered content-keyed tables.
-	contentIndexesSQL = `SELECT n.nspname, c.relname, i.key_column
+	// contentIndexesSQL reads the registered content-keyed tables, with the
+	// type of their tenant column ("" when none is registered, NULL when the
+	// registered one does not exist).
+	contentIndexesSQL = `SELECT n.nspname, c.relname, i.key_column, coalesce(i.tenant_column, ''),
+			CASE WHEN i.tenant_column IS NULL THEN '' ELSE format_type(a.atttypid, NULL) END
 		FROM lethe.content_indexes i JOIN pg_class c ON c.oid = i.index_table JOIN pg_namespace n ON n.oid = c.relnamespace
+		LEFT JOIN pg_attribute a ON a.attrelid = i.index_table AND a.attname = i.tenant_column AND NOT a.attisdropped
 		ORDER BY 1, 2`
 	// lineageTablesSQL reads the registered lineage tables.
 	lineageTablesSQL = `SELECT ln.nspname, lc.relname, t.source_column, format_type(a.atttypid, NULL), t.derived_column, dn.nspname, dc.relname, t.derived_key
@@ -144,7 +170,7 @@ func (l *Layout) readRegistry(ctx context.Context, q Querier) error {
 			l.ContentSources = append(l.ContentSources, c)
 		}
 	}
-	if l.ContentIndexes, err = readColumns(ctx, q, contentIndexesSQL); err != nil {
+	if l.ContentIndexes, err = readContentIndexes(ctx, q); err != nil {
 		return fmt.Errorf("read lethe.content_indexes: %w", err)
 	}
 	if l.Lineages, err = readLineages(ctx, q); err != nil {
@@ -176,6 +202,33 @@ func readColumns(ctx context.Context, q Querier, sql string) ([]QColumn, error) 
 	var out []QColumn
 	var c QColumn
 	_, err = pgx.ForEachRow(rows, []any{&c.Table.Schema, &c.Table.Name, &c.Column}, func() error {
+		out = append(out, c)
+		return nil
+	})
+	return out, err
+}
+
+// readContentIndexes reads the content indexes; a tenant column must be
+// text[] or text.
+func readContentIndexes(ctx context.Context, q Querier) ([]ContentIndex, error) {
+	rows, err := q.Query(ctx, contentIndexesSQL)
+	if err != nil {
+		return nil, err
+	}
+	var out []ContentIndex
+	var c ContentIndex
+	var typ *string
+	_, err = pgx.ForEachRow(rows, []any{&c.Table.Schema, &c.Table.Name, &c.Column, &c.TenantColumn, &typ}, func() error {
+		switch {
+		case typ == nil:
+			return fmt.Errorf("tenant column %q of %s does not exist", c.TenantColumn, c.Table)
+		case *typ == "text[]":
+			c.TenantList = true
+		case *typ == "text" || *typ == "":
+			c.TenantList = false
+		default:
+			return fmt.Errorf("tenant column %q of %s is %s, want text[] or text", c.TenantColumn, c.Table, *typ)
+		}
 		out = append(out, c)
 		return nil
 	})

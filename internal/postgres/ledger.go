@@ -25,7 +25,7 @@ func (e *Eraser) Plan(ctx context.Context, req erasure.Request) (erasure.Plan, e
 	var plan erasure.Plan
 	err := e.inTx(ctx, readOnly, func(tx pgx.Tx, l Layout) error {
 		var err error
-		if plan, _, err = e.takePlan(ctx, tx, l, req, false); err != nil {
+		if plan, err = e.takePlan(ctx, tx, l, req, false); err != nil {
 			return err
 		}
 		return tx.QueryRow(ctx, planClockSQL, req.Grace.Seconds()).Scan(&plan.TombstonedAt, &plan.GraceEndsAt)
@@ -43,16 +43,37 @@ const (
 		FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'session'`
 )
 
+// contentLedgerSQL writes the ledger rows of the content of the sessions
+// $1 for the request $2, the store's tenant $3 (NULL: every tenant) and a
+// grace period of $4 seconds: keyed hashes (lethe.content_hash, computed by
+// the database with its key), so that the ledger is no dictionary of erased
+// content.
+func contentLedgerSQL(l Layout) string {
+	return `INSERT INTO lethe.erasure_ledger (scope, record_id, request_uid, tenant_id, tombstoned_at, grace_ends_at)
+		SELECT 'content', lethe.content_hash(h), $2, $3, now(), now() + make_interval(secs => $4) FROM (` + sessionHashesSQL(l) + `) c
+		ON CONFLICT DO NOTHING`
+}
+
+// writeContent writes the ledger rows of the content of the sessions ids.
+func (e *Eraser) writeContent(ctx context.Context, tx pgx.Tx, l Layout, req erasure.Request, ids []string) error {
+	if len(l.ContentSources) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, contentLedgerSQL(l), ids, req.UID, e.tenant(), req.Grace.Seconds()); err != nil {
+		return fmt.Errorf("write content ledger: %w", err)
+	}
+	return nil
+}
+
 // Tombstone tombstones the request's sessions of this tenant, writes the
-// ledger rows (sessions and the hashes of their content), takes the plan and
+// ledger rows (sessions and the keyed hashes of their content), takes the plan and
 // writes the Tombstoned receipt (its digest that of the plan), all in one
 // transaction. A repeat reports the first run's clock readings.
 func (e *Eraser) Tombstone(ctx context.Context, req erasure.Request) (erasure.Plan, error) {
 	var plan erasure.Plan
 	err := e.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx, l Layout) error {
-		var hashes []string
 		var err error
-		if plan, hashes, err = e.takePlan(ctx, tx, l, req, true); err != nil {
+		if plan, err = e.takePlan(ctx, tx, l, req, true); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, lockSessionsSQL, plan.Found); err != nil {
@@ -64,8 +85,8 @@ func (e *Eraser) Tombstone(ctx context.Context, req erasure.Request) (erasure.Pl
 		if err := e.writeLedger(ctx, tx, req, "session", plan.Found); err != nil {
 			return fmt.Errorf("write ledger: %w", err)
 		}
-		if err := e.writeLedger(ctx, tx, req, "content", hashes); err != nil {
-			return fmt.Errorf("write content ledger: %w", err)
+		if err := e.writeContent(ctx, tx, l, req, plan.Found); err != nil {
+			return err
 		}
 		if err := e.writeSources(ctx, tx, l, req, plan.Found); err != nil {
 			return err
@@ -76,7 +97,15 @@ func (e *Eraser) Tombstone(ctx context.Context, req erasure.Request) (erasure.Pl
 		}
 		return receipt{uid: req.UID, step: erasure.StepTombstoned, sessions: len(plan.Found), counts: plan.Rows, of: erasure.PlanStatus(plan)}.write(ctx, tx)
 	})
-	return plan, err
+	if err != nil {
+		return plan, err
+	}
+	// Read after the commit (or, on a repeat, after the first one's): the
+	// replicas hide the sessions once they replay past it.
+	if err := e.Pool.QueryRow(ctx, walPositionSQL).Scan(&plan.CommitLSN); err != nil {
+		return plan, fmt.Errorf("read WAL position: %w", err)
+	}
+	return plan, nil
 }
 
 // sourceHashesSQL reads the keyed hashes of the source identifiers in src
@@ -118,13 +147,12 @@ func findSessionsSQL(l Layout, lock bool) string {
 	return sql
 }
 
-// takePlan finds the request's sessions and counts what their erasure
-// removes; it also returns the hashes of their content.
-func (e *Eraser) takePlan(ctx context.Context, tx pgx.Tx, l Layout, req erasure.Request, lock bool) (erasure.Plan, []string, error) {
+// takePlan finds the request's sessions and counts what their erasure removes.
+func (e *Eraser) takePlan(ctx context.Context, tx pgx.Tx, l Layout, req erasure.Request, lock bool) (erasure.Plan, error) {
 	var plan erasure.Plan
 	found, err := collectStrings(ctx, tx, findSessionsSQL(l, lock), req.SessionIDs, e.tenant())
 	if err != nil {
-		return plan, nil, fmt.Errorf("find sessions: %w", err)
+		return plan, fmt.Errorf("find sessions: %w", err)
 	}
 	plan.Found = found
 	for _, id := range req.SessionIDs {
@@ -132,31 +160,7 @@ func (e *Eraser) takePlan(ctx context.Context, tx pgx.Tx, l Layout, req erasure.
 			plan.NotFound = append(plan.NotFound, id)
 		}
 	}
-	hashes, err := contentHashes(ctx, tx, l, found)
-	if err != nil {
-		return plan, nil, err
-	}
-	return plan, hashes, countPlan(ctx, tx, l, found, hashes, &plan)
-}
-
-// contentHashesSQL reads the distinct content hashes of the sessions $1 in src.
-func contentHashesSQL(l Layout, src QColumn) string {
-	return `SELECT DISTINCT ` + src.Ident() + ` FROM ` + src.Table.Ident() +
-		` WHERE ` + l.sessionKey(src.Table) + ` = ANY($1::uuid[]) AND ` + src.Ident() + ` IS NOT NULL`
-}
-
-// contentHashes returns the distinct content hashes of the sessions' rows, sorted.
-func contentHashes(ctx context.Context, tx pgx.Tx, l Layout, ids []string) ([]string, error) {
-	var out []string
-	for _, src := range l.ContentSources {
-		hs, err := collectStrings(ctx, tx, contentHashesSQL(l, src), ids)
-		if err != nil {
-			return nil, fmt.Errorf("read content hashes of %s: %w", src, err)
-		}
-		out = append(out, hs...)
-	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
+	return plan, countPlan(ctx, tx, l, found, e.tenant(), &plan)
 }
 
 // countEmbeddingsSQL counts the embeddings of the sessions $1 in v.
@@ -170,8 +174,8 @@ func countDerivedSQL(lin Lineage) string {
 		` WHERE ` + lin.SourceMatch(1)
 }
 
-// countPlan fills the plan's counts for the given sessions and the hashes of their content.
-func countPlan(ctx context.Context, tx pgx.Tx, l Layout, ids, hashes []string, plan *erasure.Plan) error {
+// countPlan fills the plan's counts for the given sessions, erased for the tenant (nil: every tenant).
+func countPlan(ctx context.Context, tx pgx.Tx, l Layout, ids []string, tenant *string, plan *erasure.Plan) error {
 	for _, c := range rowCountings(l, ids, "count") {
 		n, err := c.run(ctx, tx)
 		if err != nil {
@@ -184,7 +188,9 @@ func countPlan(ctx context.Context, tx pgx.Tx, l Layout, ids, hashes []string, p
 		embeddings = append(embeddings, counting{failure: "count embeddings in " + v.String(), sql: countEmbeddingsSQL(l, v), arg: ids})
 	}
 	for _, idx := range l.ContentIndexes {
-		content = append(content, counting{failure: "count " + idx.Table.String(), sql: countContentSQL(idx), arg: hashes})
+		if len(l.ContentSources) > 0 {
+			content = append(content, counting{failure: "count " + idx.Table.String(), sql: countContentSQL(l, idx), args: contentArgs(idx, ids, tenant)})
+		}
 	}
 	for _, lin := range l.Lineages {
 		derived = append(derived, counting{failure: "count derived records via " + lin.Table.String(), sql: countDerivedSQL(lin), arg: ids})

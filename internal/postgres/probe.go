@@ -31,7 +31,12 @@ type vectorColumn struct {
 // distance below maxDistance): a copy that the cascade missed. Columns on
 // sessions and the tables cascading from it are skipped: a vector there sits
 // on a row of a live session (the same text said in another session is that
-// session's own data, not residue). Tables the store excludes are skipped.
+// session's own data, not residue). Likewise an entry of erased content in
+// a content index that records tenants is skipped while an erasure does not
+// hide it from an unknown reader (lethe.is_erased_content): another tenant
+// still uses that text, and it is that tenant's data. A copy under a key no
+// erasure names is residue as anywhere else. Tables the store excludes are
+// skipped.
 func (e *Eraser) ProbeResidue(ctx context.Context, probe []erasure.Embedding, maxDistance float64) ([]erasure.Residue, error) {
 	if len(probe) == 0 {
 		return nil, nil
@@ -46,12 +51,23 @@ func (e *Eraser) ProbeResidue(ctx context.Context, probe []erasure.Embedding, ma
 	}
 	vecs := vectors(probe)
 	cascade := l.inCascade()
+	shared := map[Table]ContentIndex{}
+	for _, idx := range l.ContentIndexes {
+		if idx.TenantColumn != "" {
+			shared[idx.Table] = idx
+		}
+	}
 	var out []erasure.Residue
 	for _, c := range cols {
 		if cascade[c.col.Table] || e.excluded(c.col.Table) {
 			continue
 		}
-		found, err := e.nearCopies(ctx, c, vecs, maxDistance)
+		sql := nearestSQL(c.col, "")
+		if idx, ok := shared[c.col.Table]; ok {
+			sql = nearestSQL(c.col, `(NOT lethe.is_erased_content(`+idx.Ident()+`) OR lethe.is_erased_content(`+
+				idx.Ident()+`, `+idx.Tenants(c.col.Table.Ident())+`, NULL))`)
+		}
+		found, err := e.nearCopies(ctx, c, sql, vecs, maxDistance)
 		if err != nil {
 			return nil, err
 		}
@@ -87,21 +103,26 @@ func vectorColumns(ctx context.Context, q Querier) ([]vectorColumn, error) {
 	return cols, nil
 }
 
-// nearestSQL reads the cosine distance from $1 to the nearest vector of c.
-func nearestSQL(c QColumn) string {
+// nearestSQL reads the cosine distance from $1 to the nearest vector of c
+// on a row meeting the condition where ("" for every row).
+func nearestSQL(c QColumn, where string) string {
+	if where != "" {
+		where = ` AND ` + where
+	}
 	return `SELECT ` + c.Ident() + ` <=> $1 FROM ` + c.Table.Ident() +
-		` WHERE ` + c.Ident() + ` IS NOT NULL ORDER BY ` + c.Ident() + ` <=> $1 LIMIT 1`
+		` WHERE ` + c.Ident() + ` IS NOT NULL` + where + ` ORDER BY ` + c.Ident() + ` <=> $1 LIMIT 1`
 }
 
-// nearCopies counts the probe vectors with a copy in c, closer than maxDistance.
-func (e *Eraser) nearCopies(ctx context.Context, c vectorColumn, probe []pgvector.Vector, maxDistance float64) (int64, error) {
+// nearCopies counts the probe vectors with a copy in c, closer than
+// maxDistance, by the statement sql (a nearestSQL).
+func (e *Eraser) nearCopies(ctx context.Context, c vectorColumn, sql string, probe []pgvector.Vector, maxDistance float64) (int64, error) {
 	var found int64
 	for _, v := range probe {
 		if c.dims > 0 && c.dims != len(v.Slice()) {
 			continue
 		}
 		var d *float64
-		err := e.Pool.QueryRow(ctx, nearestSQL(c.col), v).Scan(&d)
+		err := e.Pool.QueryRow(ctx, sql, v).Scan(&d)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return 0, fmt.Errorf("probe %s: %w", c.col, err)
 		}

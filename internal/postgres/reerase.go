@@ -35,21 +35,21 @@ const (
 )
 
 // Reerase erases again, at once, the sessions req names (those the request
-// found and erased) that exist again, and puts back in force the ledger
-// rows a restore took away or left un-erased — so that the lineage guard and
-// the row-level security refuse them again — all in one transaction,
-// writing the Resurrected receipt under the next free batch key (the
-// result's Batch). Nothing came back: a Skipped result.
+// found and erased) that exist again, puts back in force the ledger rows a
+// restore took away or left un-erased — so that the lineage guard and the
+// row-level security refuse them again — and removes the residue of the
+// sessions (derived records, content-keyed entries) that came back, all in
+// one transaction, writing the Resurrected receipt under the next free
+// batch key (the result's Batch). Nothing came back: a Skipped result.
 func (e *Eraser) Reerase(ctx context.Context, req erasure.Request) (erasure.BatchResult, error) {
-	var res erasure.BatchResult
-	// Every pass after the deletion asks: one read-only statement answers
+	res := erasure.BatchResult{Skipped: true}
+	// Every pass after the deletion asks: one read-only transaction answers
 	// the common case, nothing came back, without taking a lock.
-	findings, err := e.Intact(ctx, []erasure.Request{req})
-	if err != nil || len(findings) == 0 {
-		res.Skipped = true
+	if lost, err := e.lost(ctx, req); err != nil || !lost {
 		return res, err
 	}
-	err = e.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx, l Layout) error {
+	res.Skipped = false
+	err := e.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx, l Layout) error {
 		back, err := collectStrings(ctx, tx, findSessionsSQL(l, true), req.SessionIDs, e.tenant())
 		if err != nil {
 			return fmt.Errorf("look for resurrected sessions: %w", err)
@@ -57,32 +57,73 @@ func (e *Eraser) Reerase(ctx context.Context, req erasure.Request) (erasure.Batc
 		if err := e.restoreLedger(ctx, tx, l, req, back, &res); err != nil {
 			return err
 		}
-		if len(back) == 0 {
-			res.Skipped = res.LedgerRowsRestored == 0
-			return tx.QueryRow(ctx, `SELECT now()`).Scan(&res.DeletedAt)
-		}
-		if _, err := tx.Exec(ctx, lockSessionsSQL, back); err != nil {
+		// A derivation in flight from one of the sessions commits first.
+		if _, err := tx.Exec(ctx, lockSessionsSQL, req.SessionIDs); err != nil {
 			return fmt.Errorf("wait for derivations in flight: %w", err)
 		}
-		// Hidden from the application at once, in case the delete fails.
-		if _, err := tx.Exec(ctx, tombstoneSQL(l), back, req.UID); err != nil {
-			return fmt.Errorf("tombstone resurrected sessions: %w", err)
-		}
-		if _, err := eraseLocked(ctx, tx, l, req.UID, back, sampleBudget{}, &res); err != nil {
+		if err := e.eraseBack(ctx, tx, l, req.UID, back, &res); err != nil {
 			return err
 		}
-		r := receipt{uid: req.UID, step: erasure.StepResurrected, sessions: res.Sessions, counts: res.Rows}
-		_, err = appendReceipt(ctx, tx, r, func(batch int) any {
-			res.Batch = batch
-			return res
-		})
-		return err
+		if err := purgeResidue(ctx, tx, l, req, e.tenant(), &res); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, nowSQL).Scan(&res.DeletedAt); err != nil {
+			return err
+		}
+		if res.Sessions == 0 && res.LedgerRowsRestored == 0 && res.DerivedRecords == 0 && res.ContentIndexEntries == 0 {
+			res.Skipped = true
+			return nil
+		}
+		return e.resurrectedReceipt(ctx, tx, req.UID, &res)
 	})
 	return res, err
 }
 
+// eraseBack tombstones the sessions that came back — hidden from the
+// application at once, in case the delete fails — and erases them.
+func (e *Eraser) eraseBack(ctx context.Context, tx pgx.Tx, l Layout, uid string, back []string, res *erasure.BatchResult) error {
+	if len(back) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, tombstoneSQL(l), back, uid); err != nil {
+		return fmt.Errorf("tombstone resurrected sessions: %w", err)
+	}
+	_, err := eraseLocked(ctx, tx, l, uid, back, e.tenant(), sampleBudget{}, res)
+	return err
+}
+
+// lost reports, read only, whether anything of req came back: sessions,
+// ledger rows gone or un-erased, or residue.
+func (e *Eraser) lost(ctx context.Context, req erasure.Request) (bool, error) {
+	var lost bool
+	err := e.inTx(ctx, readOnly, func(tx pgx.Tx, l Layout) error {
+		findings, err := e.intact(ctx, tx, l, []erasure.Request{req})
+		if err != nil || len(findings) > 0 {
+			lost = len(findings) > 0
+			return err
+		}
+		n, err := residue(ctx, tx, l, req)
+		lost = n > 0
+		return err
+	})
+	return lost, err
+}
+
+// resurrectedReceipt records the re-erasure, its counts those the evidence reports.
+func (e *Eraser) resurrectedReceipt(ctx context.Context, tx pgx.Tx, uid string, res *erasure.BatchResult) error {
+	counts := append(slices.Clone(res.Rows),
+		erasure.Count{Table: erasure.CountContentIndexEntries, Rows: res.ContentIndexEntries},
+		erasure.Count{Table: erasure.CountDerivedRecords, Rows: res.DerivedRecords})
+	r := receipt{uid: uid, step: erasure.StepResurrected, sessions: res.Sessions, counts: counts}
+	_, err := appendReceipt(ctx, tx, r, func(batch int) any {
+		res.Batch = batch
+		return *res
+	})
+	return err
+}
+
 // restoreLedger writes back the ledger rows of req a restore took away (the
-// sessions, and the hashes of the content of those that came back) and
+// sessions, and the keyed hashes of the content of those that came back) and
 // counts them, with the rows left un-erased, in res.LedgerRowsRestored.
 // Rows of sessions that did not come back are marked erased at once.
 func (e *Eraser) restoreLedger(ctx context.Context, tx pgx.Tx, l Layout, req erasure.Request, back []string, res *erasure.BatchResult) error {
@@ -94,12 +135,8 @@ func (e *Eraser) restoreLedger(ctx context.Context, tx pgx.Tx, l Layout, req era
 		return fmt.Errorf("restore ledger: %w", err)
 	}
 	res.LedgerRowsRestored = unerased + written
-	hashes, err := contentHashes(ctx, tx, l, back)
-	if err != nil {
+	if err := e.writeContent(ctx, tx, l, erasure.Request{UID: req.UID}, back); err != nil {
 		return err
-	}
-	if err := e.writeLedger(ctx, tx, erasure.Request{UID: req.UID}, "content", hashes); err != nil {
-		return fmt.Errorf("restore content ledger: %w", err)
 	}
 	if err := e.writeSources(ctx, tx, l, erasure.Request{UID: req.UID}, back); err != nil {
 		return err

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -35,10 +36,41 @@ func countRowsSQL(l Layout, t Table) string {
 	return `SELECT count(*) FROM ` + t.Ident() + ` WHERE ` + l.sessionKey(t) + ` = ANY($1::uuid[])`
 }
 
-// countContentSQL counts the entries of a content-keyed table whose key is
-// one of the hashes $1 (plan and Verify).
-func countContentSQL(idx QColumn) string {
-	return `SELECT count(*) FROM ` + idx.Table.Ident() + ` WHERE ` + idx.Ident() + ` = ANY($1::text[])`
+// sessionHashesSQL selects, as column h, the distinct content hashes of the
+// sessions $1 in every content source (there must be one). The plan, the
+// ledger and the deletion read them in the database: they never reach Lethe.
+func sessionHashesSQL(l Layout) string {
+	sel := make([]string, len(l.ContentSources))
+	for i, src := range l.ContentSources {
+		sel[i] = `SELECT ` + src.Ident() + ` FROM ` + src.Table.Ident() + ` WHERE ` + l.sessionKey(src.Table) + ` = ANY($1::uuid[])`
+	}
+	return `SELECT h FROM (` + strings.Join(sel, " UNION ") + `) x(h) WHERE h IS NOT NULL`
+}
+
+// contentArgs are the arguments of a statement over idx for the sessions
+// ids and the erasing tenant (NULL: every tenant): the tenant is $2 only
+// where the index records tenants.
+func contentArgs(idx ContentIndex, ids []string, tenant *string) []any {
+	if idx.TenantColumn == "" {
+		return []any{ids}
+	}
+	return []any{ids, tenant}
+}
+
+// erasedFor is the condition on a row i of idx that an erasure for the
+// tenant $2 (NULL: every tenant) removes: the row itself, or the tenant
+// from its list. Rows listing no tenant go, as in an index without tenants.
+func erasedFor(idx ContentIndex) string {
+	if idx.TenantColumn == "" {
+		return "true"
+	}
+	return `($2::text IS NULL OR $2::text = ANY(` + idx.Tenants("i") + `) OR cardinality(` + idx.Tenants("i") + `) = 0)`
+}
+
+// countContentSQL counts the entries of a content-keyed table that the
+// erasure of the sessions $1 removes or changes, for the tenant $2 (the plan).
+func countContentSQL(l Layout, idx ContentIndex) string {
+	return `SELECT count(*) FROM ` + idx.Table.Ident() + ` i WHERE i.` + idx.Ident() + ` IN (` + sessionHashesSQL(l) + `) AND ` + erasedFor(idx)
 }
 
 // lockSessionsSQL takes, in a fixed order, the exclusive transaction-scoped

@@ -2,15 +2,11 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lethe-dev/lethe/internal/erasure"
 )
-
-// contentLedgerSQL lists the content hashes a request tombstoned.
-const contentLedgerSQL = `SELECT record_id FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'content'`
 
 // notErasedSQL counts the sessions $1 no request holds erased in the ledger
 // (a session another request erased first counts as erased).
@@ -26,13 +22,10 @@ const notErasedSQL = `SELECT count(*) FROM unnest($1::text[]) AS r
 func (e *Eraser) Verify(ctx context.Context, req erasure.Request) ([]erasure.Verification, error) {
 	var out []erasure.Verification
 	err := e.inTx(ctx, readOnly, func(tx pgx.Tx, l Layout) error {
-		hashes, err := collectStrings(ctx, tx, contentLedgerSQL, req.UID)
-		if err != nil {
-			return fmt.Errorf("read content ledger: %w", err)
-		}
-		checks := leftoverChecks(l, req.SessionIDs, hashes)
+		checks := leftoverChecks(l, req.UID, req.SessionIDs)
 		checks = append(checks, counting{name: "requested sessions the ledger does not record as erased", failure: "verify the ledger",
 			sql: notErasedSQL, arg: req.SessionIDs})
+		var err error
 		out, err = runChecks(ctx, tx, checks)
 		return err
 	})
@@ -44,19 +37,37 @@ func countLineageSQL(lin Lineage) string {
 	return `SELECT count(*) FROM ` + lin.Table.Ident() + ` WHERE ` + lin.SourceMatch(1)
 }
 
+// leftContentSQL counts the entries of a content-keyed table whose keyed
+// hash is one of the request $1's content ledger rows and that the erasure
+// should have removed: any such entry, or, where the table records tenants
+// and the row names one, an entry that still lists that tenant or none.
+// The sessions are gone, and the ledger holds only keyed hashes: each key
+// of the table is hashed once (a scan), and only when the request erased
+// content.
+func leftContentSQL(idx ContentIndex) string {
+	tenant := ""
+	if idx.TenantColumn != "" {
+		tenant = ` AND (l.tenant_id IS NULL OR l.tenant_id = ANY(` + idx.Tenants("i") + `) OR cardinality(` + idx.Tenants("i") + `) = 0)`
+	}
+	return `SELECT count(*) FROM ` + idx.Table.Ident() + ` i
+		WHERE EXISTS (SELECT 1 FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'content')
+		  AND EXISTS (SELECT 1 FROM lethe.erasure_ledger l WHERE l.request_uid = $1 AND l.scope = 'content'
+			AND l.record_id = lethe.content_hash(i.` + idx.Ident() + `)` + tenant + `)`
+}
+
 // leftoverChecks are Verify's checks, in the order they are reported.
-func leftoverChecks(l Layout, ids, hashes []string) []counting {
+func leftoverChecks(l Layout, uid string, ids []string) []counting {
 	cs := rowCountings(l, ids, "verify")
 	for i := range cs {
 		cs[i].name = "rows of the sessions in " + cs[i].name
 	}
 	for _, idx := range l.ContentIndexes {
 		t := idx.Table.String()
-		cs = append(cs, counting{name: "content-keyed entries in " + t, failure: "verify " + t, sql: countContentSQL(idx), arg: hashes})
+		cs = append(cs, counting{name: erasure.CheckPrefixContent + t, failure: "verify " + t, sql: leftContentSQL(idx), arg: uid})
 	}
 	for _, lin := range l.Lineages {
 		t := lin.Table.String()
-		cs = append(cs, counting{name: "derived records via " + t, failure: "verify " + t, sql: countLineageSQL(lin), arg: ids})
+		cs = append(cs, counting{name: erasure.CheckPrefixDerived + t, failure: "verify " + t, sql: countLineageSQL(lin), arg: ids})
 	}
 	return cs
 }

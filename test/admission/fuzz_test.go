@@ -116,8 +116,9 @@ var (
 func wantAdmitted(a, b string, immediate bool, reason, grace string) bool {
 	graceOK := grace == ""
 	if !graceOK && len(grace) <= 32 && goDuration.MatchString(grace) {
-		_, err := time.ParseDuration(grace)
-		graceOK = err == nil
+		d, err := time.ParseDuration(grace)
+		// No grace period at all is for immediate requests only.
+		graceOK = err == nil && (d > 0 || immediate)
 	}
 	return canonicalUUID.MatchString(a) && canonicalUUID.MatchString(b) && a != b &&
 		(!immediate || strings.TrimSpace(reason) != "") && utf8.RuneCountInString(reason) <= 1024 && graceOK
@@ -166,6 +167,7 @@ func TestAdmissionRulesSayWhatIsWrong(t *testing.T) {
 		{request(valid, valid, false, "", ""), "Duplicate value"},
 		{request(valid, other, true, "  ", ""), "spec.reason is required when spec.immediate is true"},
 		{request(valid, other, false, "", "-1h"), "gracePeriod must be a non-negative Go duration"},
+		{request(valid, other, false, "", "0s"), "gracePeriod 0s skips the grace period"},
 		{request(valid, other, false, "", "1 week"), "gracePeriod must be a non-negative Go duration"},
 	} {
 		errs := r.admit(tc.obj)

@@ -1,0 +1,64 @@
+package controllers_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/controllers"
+)
+
+// A request deleted right after its deletion (a GitOps prune, a namespace
+// clean-up) still rotates its Backups: the finalizer holds, the request
+// goes on to BackupsRotated — its Backup shortened to the deadline — and
+// only then is the object released, with its receipt issued and the store's
+// record kept.
+func TestRequestDeletedAfterItsDeletionStillRotatesItsBackups(t *testing.T) {
+	ctx := context.Background()
+	ve := newVeleroEnv(t, "finish")
+	ve.backup(t, "nightly", ve.app, time.Now().Add(-time.Hour), time.Now().Add(48*time.Hour))
+	er := ve.request(t, "forget", func(er *lethev1.ErasureRequest) {
+		er.Spec.Immediate, er.Spec.Reason = false, ""
+		er.Spec.GracePeriod = &metav1.Duration{Duration: time.Millisecond}
+	})
+	waitStepReason(t, er, lethev1.ConditionBackupsRotated, lethev1.ReasonBackupsExpiring)
+	if err := k8s.Delete(ctx, er); err != nil {
+		t.Fatal(err)
+	}
+	// The object stays while its Backup holds the data.
+	time.Sleep(3 * time.Second)
+	live := &lethev1.ErasureRequest{}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(er), live); err != nil {
+		t.Fatalf("the request was released while its Backup still holds the erased data: %v", err)
+	}
+	if live.Status.Phase == lethev1.PhaseBackupsRotated {
+		t.Fatalf("phase %s before the Backup is gone", live.Status.Phase)
+	}
+	if n := requestEvents(t, live, controllers.ReasonFinishingBeforeRelease); n != 1 {
+		t.Errorf("%d FinishingBeforeRelease events, want 1", n)
+	}
+	ve.remove(t, "nightly") // Velero's garbage collection at the shortened expiration
+	deleteAndWaitGone(t, er)
+	assertRecordKeepsNoIDs(t, ve.memoryEnv, string(er.UID))
+}
+
+// requestEvents counts the events with reason on the request.
+func requestEvents(t *testing.T, er *lethev1.ErasureRequest, reason string) int {
+	t.Helper()
+	evs := &eventsv1.EventList{}
+	if err := k8s.List(context.Background(), evs, client.InNamespace(er.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ev := range evs.Items {
+		if ev.Regarding.Kind == "ErasureRequest" && ev.Regarding.Name == er.Name && ev.Reason == reason {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,132 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/erasure"
+	"github.com/lethe-dev/lethe/internal/metrics"
+)
+
+const (
+	// DefaultReapMinAge is how old a tombstone must be before the reaper
+	// looks at it: a request created a moment ago may not be in the
+	// manager's cache yet.
+	DefaultReapMinAge = 2 * time.Minute
+	// ReasonTombstonesReaped is the store's event when the reaper ended tombstones.
+	ReasonTombstonesReaped = "TombstonesReaped"
+)
+
+// reapTombstones ends the tombstones whose ErasureRequest is gone — a crash
+// between the tombstone's commit and the status write and then the
+// request deleted, a store deleted before its requests, two overlapping
+// requests cancelled at once — the way the ledger says: lifted when the
+// deletion never started, the deletion finished (and recorded, and the
+// graph pruned) when it had. No tombstone is a soft delete that lasts.
+// It sets the gauge of the store's tombstoned sessions.
+// A deletion is finished only when the schema is compliant (finishing
+// could leave rows behind otherwise); lifting needs nothing.
+func (r *MemoryStoreReconciler) reapTombstones(ctx context.Context, store *lethev1.MemoryStore, compliant bool) error {
+	ledger, err := r.Connector.Ledger(ctx, store)
+	if err != nil {
+		return err
+	}
+	minAge := r.ReapMinAge
+	if minAge <= 0 {
+		minAge = DefaultReapMinAge
+	}
+	holds, err := ledger.HeldTombstones(ctx, minAge)
+	if err != nil {
+		return err
+	}
+	if len(holds) > 0 {
+		live, err := r.requestUIDs(ctx)
+		if err != nil {
+			return err
+		}
+		for _, h := range holds {
+			if live[h.UID] || h.Started && !compliant {
+				continue
+			}
+			if err := r.reap(ctx, store, h); err != nil {
+				return err
+			}
+		}
+	}
+	n, err := ledger.TombstonedSessions(ctx)
+	if err != nil {
+		return err
+	}
+	metrics.TombstonedSessions.WithLabelValues(store.Namespace, store.Name).Set(float64(n))
+	return nil
+}
+
+// requestUIDs are the UIDs of every ErasureRequest in the cluster: a store's
+// database may be shared by stores in other namespaces.
+func (r *MemoryStoreReconciler) requestUIDs(ctx context.Context) (map[string]bool, error) {
+	list := &lethev1.ErasureRequestList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(list.Items))
+	for _, er := range list.Items {
+		out[string(er.UID)] = true
+	}
+	return out, nil
+}
+
+// reap ends one gone request's tombstones.
+func (r *MemoryStoreReconciler) reap(ctx context.Context, store *lethev1.MemoryStore, h erasure.TombstoneHold) error {
+	ledger, err := r.Connector.Ledger(ctx, store)
+	if err != nil {
+		return err
+	}
+	if !h.Started {
+		c, err := ledger.Cancel(ctx, h.UID)
+		if err == nil {
+			metrics.TombstonesReaped.WithLabelValues(store.Namespace, store.Name, "lifted").Add(float64(c.Lifted))
+			r.Recorder.Eventf(store, nil, corev1.EventTypeNormal, ReasonTombstonesReaped, "Reap",
+				"request %s is gone and its deletion never started: %d tombstone(s) lifted (Cancelled receipt)", h.UID, c.Lifted)
+			return nil
+		}
+		if !errors.Is(err, erasure.ErrTooLateToCancel) {
+			return err
+		}
+	}
+	// The request's whole session list, as its own deletion chunked it, so
+	// that each batch keeps its receipt key; erased sessions are skipped.
+	done, err := ledger.ErasedSessions(ctx, h.UID)
+	if err != nil {
+		return err
+	}
+	all := slices.Sorted(slices.Values(append(done, h.SessionIDs...)))
+	res, err := ledger.Delete(ctx, erasure.Request{UID: h.UID, SessionIDs: all}, max(r.BatchSize, 1), 0)
+	if err != nil {
+		return err
+	}
+	deleted := 0
+	for _, b := range res.Batches {
+		deleted += b.Sessions
+	}
+	erased, err := ledger.ErasedSessions(ctx, h.UID)
+	if err != nil {
+		return err
+	}
+	if err := r.Connector.PruneGraph(ctx, store, erased); err != nil {
+		return err
+	}
+	if err := r.Records.AddErased(ctx, store, types.UID(h.UID), r.Clock.Now(), erased); err != nil {
+		return err
+	}
+	metrics.TombstonesReaped.WithLabelValues(store.Namespace, store.Name, "deleted").Add(float64(deleted))
+	metrics.TombstoneReaperRows.Add(float64(deleted))
+	r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, ReasonTombstonesReaped, "Reap",
+		"request %s is gone after its deletion started: %d session(s) deleted (Deleted receipts), the graph pruned, the store's record kept; its Backups were not rotated", h.UID, deleted)
+	return nil
+}

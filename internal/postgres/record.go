@@ -1,0 +1,107 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lethe-dev/lethe/internal/erasure"
+)
+
+// The store's record (kept in the API server, see internal/storerecord)
+// outlives the request objects; these read and restore the database against
+// it. It names sessions by keyed hashes only, so a resurrected session is
+// found by hashing the IDs the database holds.
+
+const (
+	// sourceLedgerSQL lists the keyed source hashes the request $1 holds.
+	sourceLedgerSQL = `SELECT record_id FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'source' AND cancelled_at IS NULL ORDER BY 1`
+	// recordedSQL compares, per request $1 with $2 sessions and $3 sources
+	// recorded, the ledger's erased session rows and source rows: what is
+	// missing, and how many of the sessions its rows name exist again.
+	recordedSQL = `SELECT r.uid,
+		(SELECT count(*) FROM lethe.erasure_ledger l WHERE l.request_uid = r.uid AND l.scope = 'session'
+			AND EXISTS (SELECT 1 FROM %[1]s s WHERE s.id = l.record_id::uuid)),
+		greatest(0, r.sessions - (SELECT count(*) FROM lethe.erasure_ledger l
+			WHERE l.request_uid = r.uid AND l.scope = 'session' AND l.erased_at IS NOT NULL))
+		+ greatest(0, r.sources - (SELECT count(*) FROM lethe.erasure_ledger l
+			WHERE l.request_uid = r.uid AND l.scope = 'source' AND l.cancelled_at IS NULL))
+		FROM unnest($1::text[], $2::int[], $3::int[]) AS r(uid, sessions, sources)`
+	// restoreSourcesSQL re-creates the source rows $1 of the request $2.
+	restoreSourcesSQL = `WITH i AS (
+		INSERT INTO lethe.erasure_ledger (scope, record_id, request_uid, tenant_id, tombstoned_at, grace_ends_at, erased_at)
+		SELECT 'source', r, $2, $3, now(), now(), now() FROM unnest($1::text[]) AS r
+		ON CONFLICT DO NOTHING RETURNING 1)
+		SELECT count(*) FROM i`
+)
+
+// SourceHashes lists the keyed hashes of the sources the request uid erased.
+func (e *Eraser) SourceHashes(ctx context.Context, uid string) ([]string, error) {
+	return collectStrings(ctx, e.Pool, sourceLedgerSQL, uid)
+}
+
+// CheckRecorded reports the recorded requests whose erasure the database no
+// longer holds in full: erased ledger rows or source rows fewer than
+// recorded (a restore took them), or sessions of its ledger rows that exist
+// again. Read only.
+func (e *Eraser) CheckRecorded(ctx context.Context, recs []erasure.Recorded) ([]erasure.RestoreFinding, error) {
+	if len(recs) == 0 {
+		return nil, nil
+	}
+	uids := make([]string, len(recs))
+	sessions, sources := make([]int32, len(recs)), make([]int32, len(recs))
+	for i, r := range recs {
+		uids[i], sessions[i], sources[i] = r.UID, int32(r.Sessions), int32(len(r.Sources))
+	}
+	var out []erasure.RestoreFinding
+	err := e.inTx(ctx, readOnly, func(tx pgx.Tx, l Layout) error {
+		rows, err := tx.Query(ctx, fmt.Sprintf(recordedSQL, l.Sessions.Ident()), uids, sessions, sources)
+		if err != nil {
+			return fmt.Errorf("check recorded erasures: %w", err)
+		}
+		var f erasure.RestoreFinding
+		_, err = pgx.ForEachRow(rows, []any{&f.UID, &f.SessionsBack, &f.LedgerRowsMissing}, func() error {
+			if f.SessionsBack > 0 || f.LedgerRowsMissing > 0 {
+				out = append(out, f)
+			}
+			return nil
+		})
+		return err
+	})
+	return out, err
+}
+
+// MatchSessions streams the IDs of the store's sessions (of its tenant) and
+// returns, sorted, those match accepts: it reads every session ID, and is
+// run only once a restore has been detected.
+func (e *Eraser) MatchSessions(ctx context.Context, match func(sessionID string) bool) ([]string, error) {
+	var out []string
+	err := e.inTx(ctx, readOnly, func(tx pgx.Tx, l Layout) error {
+		rows, err := tx.Query(ctx, `SELECT id::text FROM `+l.Sessions.Ident()+` WHERE ($1::text IS NULL OR tenant_id = $1) ORDER BY id`, e.tenant())
+		if err != nil {
+			return fmt.Errorf("list sessions: %w", err)
+		}
+		var id string
+		_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+			if match(id) {
+				out = append(out, id)
+			}
+			return nil
+		})
+		return err
+	})
+	return out, err
+}
+
+// RestoreSources re-creates, in force, the source rows of the request uid
+// that a restore took away, so that re-ingestion is refused again; it
+// returns how many it wrote.
+func (e *Eraser) RestoreSources(ctx context.Context, uid string, hashes []string) (int64, error) {
+	var n int64
+	if len(hashes) == 0 {
+		return 0, nil
+	}
+	err := e.Pool.QueryRow(ctx, restoreSourcesSQL, hashes, uid, e.tenant()).Scan(&n)
+	return n, err
+}

@@ -1,0 +1,84 @@
+package storerecord_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/lethe-dev/lethe/internal/storerecord"
+)
+
+const id1, id2, other = "00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002", "00000000-0000-4000-8000-000000000003"
+
+// The record names sessions by keyed hash only: the same ID under another
+// key does not match, and the entry's text holds no ID.
+func TestEntryMatchesItsSessionsOnlyUnderItsKey(t *testing.T) {
+	key, otherKey := []byte(strings.Repeat("k", 32)), []byte(strings.Repeat("x", 32))
+	e := storerecord.NewEntry(key, time.Unix(1e9, 0), []string{id2, id1}, []string{"b", "a"})
+	match := storerecord.Record{Key: key}.Matcher(e)
+	if !match(id1) || !match(id2) || match(other) {
+		t.Errorf("matcher: %v %v %v, want true true false", match(id1), match(id2), match(other))
+	}
+	if (storerecord.Record{Key: otherKey}).Matcher(e)(id1) {
+		t.Error("a session matched under another key")
+	}
+	if s := fmt.Sprint(e); strings.Contains(s, id1) || strings.Contains(s, id2) {
+		t.Errorf("entry %s names a session in the clear", s)
+	}
+	if e.Sources[0] != "a" {
+		t.Errorf("sources %v not sorted", e.Sources)
+	}
+}
+
+// Entries go to the last ConfigMap while it has room, then to a new one; a
+// request is recorded once; Load reads every part back; the key is created
+// once and reused.
+func TestKeeperShardsAndReadsBack(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).Build()
+	k := &storerecord.Keeper{Client: c, Reader: c, ShardBytes: 400, KeySecret: types.NamespacedName{Namespace: "lethe-system", Name: "record-key"}}
+	for i := range 5 {
+		uid := fmt.Sprintf("uid-%d", i)
+		if err := k.Add(ctx, "ns", "memory", uid, func(key []byte) storerecord.Entry {
+			return storerecord.NewEntry(key, time.Unix(1e9, 0), []string{id1}, nil)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := k.Add(ctx, "ns", "memory", "uid-0", func([]byte) storerecord.Entry {
+		t.Error("a recorded request was recorded again")
+		return storerecord.Entry{}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cms := &corev1.ConfigMapList{}
+	if err := c.List(ctx, cms, client.MatchingLabels{storerecord.LabelStore: "memory"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(cms.Items) < 2 {
+		t.Errorf("%d ConfigMap(s), want the record split over several", len(cms.Items))
+	}
+	rec, err := k.Load(ctx, "ns", "memory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Entries) != 5 || len(rec.Key) != 32 {
+		t.Fatalf("loaded %d entries with a %d-byte key, want 5 and 32", len(rec.Entries), len(rec.Key))
+	}
+	if !rec.Matcher(rec.Entries["uid-3"])(id1) {
+		t.Error("the loaded key does not match what was recorded with the created one")
+	}
+}
