@@ -51,23 +51,13 @@ func (e *Eraser) ProbeResidue(ctx context.Context, probe []erasure.Embedding, ma
 	}
 	vecs := vectors(probe)
 	cascade := l.inCascade()
-	shared := map[Table]ContentIndex{}
-	for _, idx := range l.ContentIndexes {
-		if idx.TenantColumn != "" {
-			shared[idx.Table] = idx
-		}
-	}
+	rows := probedContentRows(l)
 	var out []erasure.Residue
 	for _, c := range cols {
 		if cascade[c.col.Table] || e.excluded(c.col.Table) {
 			continue
 		}
-		sql := nearestSQL(c.col, "")
-		if idx, ok := shared[c.col.Table]; ok {
-			sql = nearestSQL(c.col, `(NOT lethe.is_erased_content(`+idx.Ident()+`) OR lethe.is_erased_content(`+
-				idx.Ident()+`, `+idx.Tenants(c.col.Table.Ident())+`, NULL))`)
-		}
-		found, err := e.nearCopies(ctx, c, sql, vecs, maxDistance)
+		found, err := e.nearCopies(ctx, c, nearestSQL(c.col, rows[c.col.Table]), vecs, maxDistance)
 		if err != nil {
 			return nil, err
 		}
@@ -76,6 +66,21 @@ func (e *Eraser) ProbeResidue(ctx context.Context, probe []erasure.Embedding, ma
 		}
 	}
 	return out, nil
+}
+
+// probedContentRows is, for each content-keyed table that records tenants,
+// the condition on the rows the residue probes look at: not an entry of
+// erased content that an erasure does not hide from an unknown reader
+// (lethe.is_erased_content), which is another tenant's own use of the text.
+func probedContentRows(l Layout) map[Table]string {
+	out := map[Table]string{}
+	for _, idx := range l.ContentIndexes {
+		if idx.TenantColumn != "" {
+			out[idx.Table] = `(NOT lethe.is_erased_content(` + idx.Ident() + `) OR lethe.is_erased_content(` +
+				idx.Ident() + `, ` + idx.Tenants(idx.Table.Ident()) + `, NULL))`
+		}
+	}
+	return out
 }
 
 // vectors converts embeddings to pgvector's type, at the edge.

@@ -248,15 +248,19 @@ func newShingleSet(sample []erasure.TextSample) shingleSet {
 	return set
 }
 
-// textCopiesSQL counts the passages with a copy in c: a value holding at
-// least need of the passage's shingles ($1 shingles, $2 their passage, $3
-// need; $4 the shortest shingle's length). `|| ”` detoasts each value
-// once (strpos on the column would fetch and decompress a long value again
-// for every shingle), OFFSET 0 keeps that subquery apart, and COLLATE "C"
-// lets strpos run on a column of a nondeterministic collation.
-func textCopiesSQL(c QColumn) string {
+// textCopiesSQL counts the passages with a copy in c, on the rows meeting
+// where ("" for every row): a value holding at least need of the passage's
+// shingles ($1 shingles, $2 their passage, $3 need; $4 the shortest
+// shingle's length). Appending the empty string detoasts each value once
+// (strpos on the column would fetch and decompress a long value again for
+// every shingle), OFFSET 0 keeps that subquery apart, and COLLATE "C" lets
+// strpos run on a column of a nondeterministic collation.
+func textCopiesSQL(c QColumn, where string) string {
+	if where != "" {
+		where = ` AND ` + where
+	}
 	return `SELECT count(DISTINCT h.p) FROM (SELECT ` + c.Ident() + `::text || '' AS v FROM ` + c.Table.Ident() +
-		` WHERE ` + c.Ident() + ` IS NOT NULL OFFSET 0) r
+		` WHERE ` + c.Ident() + ` IS NOT NULL` + where + ` OFFSET 0) r
 		CROSS JOIN LATERAL (SELECT s.p FROM unnest($1::text[], $2::int[], $3::int[]) s(shingle, p, need)
 			WHERE strpos(r.v COLLATE "C", s.shingle) > 0 GROUP BY s.p HAVING count(*) >= min(s.need)) h
 		WHERE octet_length(r.v) >= $4`
@@ -267,8 +271,10 @@ func textCopiesSQL(c QColumn) string {
 // role may read, but those of the tables and schemas the store excludes,
 // and reports per column how many passages have a copy there. Columns on
 // sessions and the tables cascading from it are skipped: the same text in
-// another session is that session's own data. Nothing of the text leaves
-// this function but counts.
+// another session is that session's own data; so is, as for the vector
+// probe, another tenant's entry of the same content in a content index
+// that records tenants. Nothing of the text leaves this function but
+// counts.
 func (e *Eraser) ProbeTextResidue(ctx context.Context, sample []erasure.TextSample) (erasure.TextProbe, error) {
 	var out erasure.TextProbe
 	set := newShingleSet(sample)
@@ -283,7 +289,7 @@ func (e *Eraser) ProbeTextResidue(ctx context.Context, sample []erasure.TextSamp
 	if err != nil {
 		return out, err
 	}
-	cascade := l.inCascade()
+	cascade, rows := l.inCascade(), probedContentRows(l)
 	for _, c := range cols {
 		switch {
 		case cascade[c.col.Table]:
@@ -297,7 +303,7 @@ func (e *Eraser) ProbeTextResidue(ctx context.Context, sample []erasure.TextSamp
 		}
 		out.Columns++
 		var found int64
-		if err := e.Pool.QueryRow(ctx, textCopiesSQL(c.col), set.shingles, set.passage, set.need, set.shortest).Scan(&found); err != nil {
+		if err := e.Pool.QueryRow(ctx, textCopiesSQL(c.col, rows[c.col.Table]), set.shingles, set.passage, set.need, set.shortest).Scan(&found); err != nil {
 			return out, fmt.Errorf("probe %s for text: %w", c.col, err)
 		}
 		if found > 0 {

@@ -218,3 +218,36 @@ func TestVectorProbeSkipsWhatTheStoreExcludes(t *testing.T) {
 		t.Errorf("vector residue: -want, +got:\n%s", diff)
 	}
 }
+
+// TestTextProbeLeavesAnotherTenantsIdenticalText: tenant t2's entry of the
+// same words in a content index that records tenants is t2's data, not a
+// copy the erasure of t1's session missed; the same words under a key no
+// erasure names are.
+func TestTextProbeLeavesAnotherTenantsIdenticalText(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	admin := connect(t, dsn)
+	mustExec(t, admin, `INSERT INTO memory.sessions (id, tenant_id) VALUES ($1, 't1'), ($2, 't2')`, sessT1, sessT2)
+	mustExec(t, admin, `INSERT INTO memory.rounds (session_id, round_index, user_text, content_sha256) VALUES ($1, 0, $3, 'shared'), ($2, 0, $3, 'shared')`,
+		sessT1, sessT2, erasedReply)
+	mustExec(t, admin, `INSERT INTO memory_derived.embedding_cache (content_sha256, text, embedding, tenant_ids)
+		VALUES ('shared', $1, array_fill(0.3, ARRAY[384])::vector, ARRAY['t1', 't2'])`, erasedReply)
+	e := eraser(t, dsn, "t1")
+	req := erasure.Request{UID: "uid-text-shared", SessionIDs: []string{sessT1}}
+	if _, err := e.Tombstone(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.Delete(ctx, req, 10, 10)
+	if err != nil || len(res.Texts) != 1 {
+		t.Fatalf("delete: %v, %d passages sampled (want 1)", err, len(res.Texts))
+	}
+	if tp, err := e.ProbeTextResidue(ctx, res.Texts); err != nil || len(tp.Residue) != 0 {
+		t.Errorf("text residue %+v (%v): t2's own entry taken for a copy the erasure missed", tp.Residue, err)
+	}
+	mustExec(t, admin, `INSERT INTO memory_derived.embedding_cache (content_sha256, text, embedding, tenant_ids)
+		VALUES ('copied-under-another-key', $1, array_fill(0.3, ARRAY[384])::vector, ARRAY['t2'])`, erasedReply)
+	tp, err := e.ProbeTextResidue(ctx, res.Texts)
+	if diff := cmp.Diff([]erasure.Residue{{Column: "memory_derived.embedding_cache.text", Found: 1}}, tp.Residue); err != nil || diff != "" {
+		t.Errorf("text residue (%v): -want, +got:\n%s", err, diff)
+	}
+}
