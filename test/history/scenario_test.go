@@ -61,6 +61,30 @@ type runRecord struct {
 	GraphAfter  map[string]int
 	RowsBefore  map[string]int64 // rows per session in every table that references it
 	RowsAfter   map[string]int64
+	// CacheBefore and CacheAfter count, per session, the content-keyed
+	// cache entries of its content (the texts name the session).
+	CacheBefore map[string]int64
+	CacheAfter  map[string]int64
+	// Reingestions are the run's attempts to ingest its transcripts again.
+	Reingestions []reingestion
+	// Restore is set when the round restored the database.
+	Restore *restoreRecord
+}
+
+// restoreRecord is what a run's round recorded around its restore.
+type restoreRecord struct {
+	// AtRestore is each request as the restore found it (a request
+	// deleted before the restore: its last state before the deletion).
+	AtRestore map[string]*lethev1.ErasureRequest
+	// Deleted names the request whose object was deleted before the
+	// restore ("" when none of this run's was).
+	Deleted string
+	// EffectsAfter are the effects recorded after the restore: the
+	// restored database's effects table is the dump's, and goes on from there.
+	EffectsAfter []dbEffect
+	// Findings are what waiting for the erasures to hold again found
+	// (a bound passed, the store's ErasuresIntact not True).
+	Findings []string
 }
 
 var names = []string{"Ada", "Grace", "Linus", "Ken", "Barbara", "Edsger"}
@@ -234,6 +258,25 @@ func rowsPerSession(ctx context.Context, conn *pgx.Conn, ids []string) (map[stri
 		out[id] = 0
 	}
 	rows, err = conn.Query(ctx, `SELECT s::text, count(*) FROM (`+strings.Join(parts, " UNION ALL ")+`) x GROUP BY 1`, ids)
+	if err != nil {
+		return nil, err
+	}
+	var id string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error { out[id] = n; return nil })
+	return out, err
+}
+
+// cachePerSession counts, per session, the entries of the content-keyed
+// embedding cache whose text is the session's content (the fixture's texts
+// name their session: summaries and rounds).
+func cachePerSession(ctx context.Context, conn *pgx.Conn, ids []string) (map[string]int64, error) {
+	out := map[string]int64{}
+	for _, id := range ids {
+		out[id] = 0
+	}
+	rows, err := conn.Query(ctx, `SELECT s, count(*) FROM unnest($1::text[]) s
+		JOIN memory_derived.embedding_cache c ON strpos(c.text, s) > 0 GROUP BY s`, ids)
 	if err != nil {
 		return nil, err
 	}
