@@ -132,7 +132,8 @@ func (c *checker) restored() {
 			continue
 		}
 		if n := len(at.Status.History); len(now.Status.History) < n || resurrections(now.Status.History[n:]) == 0 {
-			c.bad("request %s had deleted its sessions, but its history has no Resurrected entry after the restore brought them back", r.Name)
+			c.bad("request %s had deleted its sessions, but its history has no Resurrected entry after the restore brought them back "+
+				"(the database has %d Resurrected receipt(s) of it from after the restore)", r.Name, c.receiptsAfter(r.UID, lethev1.ReasonResurrected))
 		}
 	}
 }
@@ -248,4 +249,15 @@ func (c *checker) validReerasure(heldBefore map[string]bool, marked []string, e 
 		return fmt.Sprintf("request %s had not erased it before the restore", r.Name)
 	}
 	return ""
+}
+
+// receiptsAfter counts the receipts of step the request uid wrote after the restore.
+func (c *checker) receiptsAfter(uid, step string) int {
+	n := 0
+	for _, e := range c.rec.Restore.EffectsAfter {
+		if e.Table == "lethe.erasure_receipts" && e.Op == "INSERT" && str(e.New, "request_uid") == uid && str(e.New, "step") == step {
+			n++
+		}
+	}
+	return n
 }
