@@ -328,7 +328,7 @@ func (r *round) run(ctx context.Context, n int) ([]string, error) {
 		return nil, err
 	}
 	if r.restore != nil {
-		if err := r.restore.waitIntact(ctx, e, plans, heldAt); err != nil {
+		if err := r.restore.waitIntact(ctx, e, r.db, plans, heldAt); err != nil {
 			return nil, err
 		}
 	}

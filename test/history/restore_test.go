@@ -102,27 +102,52 @@ func (r *restoreFault) dump(e *env, db *database) error {
 	return e.pg.Dump(name, r.file)
 }
 
-// deleteCompleted deletes one completed request object, at random, and
-// waits until the finalizer let it go.
+// deleteCompleted deletes one completed request object, at random (half
+// the time one that shares a session with another completed request of its
+// run, when there is one: after the restore the other may erase the shared
+// session first), and waits until the finalizer let it go.
 func (r *restoreFault) deleteCompleted(ctx context.Context, e *env, plans []*runPlan) error {
 	type cand struct {
-		p *runPlan
-		r *plannedRequest
+		p       *runPlan
+		r       *plannedRequest
+		overlap bool
 	}
 	var cands []cand
 	for _, p := range plans {
+		states, err := requestStates(ctx, e, p, nil)
+		if err != nil {
+			return err
+		}
+		completed := func(pr *plannedRequest) bool { return states[pr.Name].Status.Phase == lethev1.PhaseBackupsRotated }
 		for _, pr := range p.Requests {
-			cands = append(cands, cand{p, pr})
+			if !completed(pr) {
+				continue
+			}
+			c := cand{p: p, r: pr}
+			for _, other := range p.Requests {
+				c.overlap = c.overlap || other != pr && completed(other) && slices.ContainsFunc(pr.Sessions, func(s string) bool {
+					return slices.Contains(p.Own, s) && slices.Contains(other.Sessions, s)
+				})
+			}
+			cands = append(cands, c)
 		}
 	}
 	r.rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+	if r.rng.IntN(2) == 0 {
+		slices.SortStableFunc(cands, func(x, y cand) int {
+			if x.overlap == y.overlap {
+				return 0
+			}
+			if x.overlap {
+				return -1
+			}
+			return 1
+		})
+	}
 	for _, c := range cands {
 		er := &lethev1.ErasureRequest{}
 		if err := e.k8s.Get(ctx, keyOf(c.p.NS, c.r.Name), er); err != nil {
 			return err
-		}
-		if er.Status.Phase != lethev1.PhaseBackupsRotated {
-			continue
 		}
 		if err := e.k8s.Delete(ctx, er); err != nil {
 			return err
@@ -297,7 +322,7 @@ func (r *restoreFault) waitHeld(ctx context.Context, e *env, db *database, plans
 // waitIntact waits until every run's store reports ErasuresIntact True at a
 // moment more than one audit interval after the erasures held (so that an
 // audit ran on the database as the re-erasure left it), within the bound.
-func (r *restoreFault) waitIntact(ctx context.Context, e *env, plans []*runPlan, heldAt time.Time) error {
+func (r *restoreFault) waitIntact(ctx context.Context, e *env, db *database, plans []*runPlan, heldAt time.Time) error {
 	earliest := heldAt.Add(storeRecheck + 2*time.Second)
 	deadline := time.Now().Add(restoreHoldBound)
 	if heldAt.IsZero() {
@@ -325,7 +350,8 @@ func (r *restoreFault) waitIntact(ctx context.Context, e *env, plans []*runPlan,
 		}
 		if time.Now().After(deadline) {
 			for p, c := range intact {
-				r.findings[p] = append(r.findings[p], fmt.Sprintf("the store's ErasuresIntact is %s, not True, %s after the restore", c, time.Since(r.at).Round(time.Second)))
+				r.findings[p] = append(r.findings[p], fmt.Sprintf("the store's ErasuresIntact is %s, not True, %s after the restore; the ledger holds %s",
+					c, time.Since(r.at).Round(time.Second), ledgerSummary(ctx, db, p, r.atRestore[p], r.deletedObject(p))))
 			}
 			return nil
 		}
@@ -349,4 +375,29 @@ func storeIntact(ctx context.Context, e *env, p *runPlan) (*metav1.Condition, er
 		return nil, err
 	}
 	return meta.FindStatusCondition(store.Status.Conditions, lethev1.MemoryStoreErasuresIntact), nil
+}
+
+// ledgerSummary says, for a report, how many session rows each request of
+// the run holds erased in the ledger, and how many sessions it found.
+func ledgerSummary(ctx context.Context, db *database, p *runPlan, states map[string]*lethev1.ErasureRequest, deletedObj *lethev1.ErasureRequest) string {
+	var parts []string
+	for _, r := range p.Requests {
+		var n int64
+		err := db.do(ctx, func(conn *pgx.Conn) error {
+			return conn.QueryRow(ctx, `SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'session' AND erased_at IS NOT NULL`, r.UID).Scan(&n)
+		})
+		if err != nil {
+			return err.Error()
+		}
+		var found int32
+		if er := states[r.Name]; er != nil && er.Status.Plan != nil {
+			found = er.Status.Plan.SessionsFound
+		}
+		deleted := ""
+		if deletedObj != nil && deletedObj.Name == r.Name {
+			deleted = ", object deleted"
+		}
+		parts = append(parts, fmt.Sprintf("%s: %d of %d found sessions erased (%s%s)", r.Name, n, found, states[r.Name].Status.Phase, deleted))
+	}
+	return strings.Join(parts, "; ")
 }
