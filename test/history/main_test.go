@@ -2,10 +2,12 @@
 // erase, cancel and wait out grace periods while the manager — the real
 // binary, as its own process — is killed with SIGKILL and restarted, its
 // database connections are terminated, and FalkorDB is restarted, all at
-// random moments. Every effect is recorded as it happens (committed database
-// statements by triggers, status writes and Velero objects by watches, graph
-// writes by FalkorDB's MONITOR), and the recorded history is then checked
-// against the invariants of operator.md.
+// random moments, while the runs' transcripts are ingested again; some
+// rounds then restore the database from a dump taken before their requests.
+// Every effect is recorded as it happens (committed database statements by
+// triggers, status writes and Velero objects by watches, graph writes by
+// FalkorDB's MONITOR), and the recorded history is then checked against the
+// invariants of operator.md.
 //
 // `go test ./test/history` runs the short mode (LETHE_HISTORY_RUNS, default
 // 6); `make history` runs the full mode (1,000 runs).
