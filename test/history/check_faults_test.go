@@ -31,6 +31,44 @@ func (c *checker) phasesStay() {
 	}
 }
 
+// leftovers checks the end state once every request is done: no session of
+// the run is still tombstoned (a completed request erased its sessions, a
+// cancelled one lifted or handed over its tombstones), and a request that
+// ended Cancelled holds no ledger row in force (its sources would be
+// refused, its content hidden, by a request that was undone).
+func (c *checker) leftovers() {
+	for _, s := range append(slices.Clone(c.p.Own), c.p.Foreign) {
+		if by := c.rec.TombstonedAfter[s]; by != "" {
+			name := by
+			if r := c.byUID[by]; r != nil {
+				name = "request " + r.Name + " (" + string(c.final(r)) + ")"
+			}
+			c.bad("session %s is still tombstoned by %s after every request ended", s, name)
+		}
+	}
+	for _, r := range c.p.Requests {
+		if n := c.rec.InForceAfter[r.UID]; n > 0 && c.final(r) == lethev1.PhaseCancelled {
+			c.bad("request %s ended Cancelled, but %d of its ledger rows are not cancelled (its history: %s)", r.Name, n, historyOf(c.rec.Final[r.Name]))
+		}
+	}
+}
+
+// historyOf lists a request's history entries, for a report.
+func historyOf(er *lethev1.ErasureRequest) string {
+	if er == nil {
+		return "none"
+	}
+	var entries []string
+	for _, h := range er.Status.History {
+		e := string(h.Phase)
+		if h.Event != "" {
+			e += "/" + h.Event
+		}
+		entries = append(entries, e)
+	}
+	return strings.Join(entries, " ")
+}
+
 // reingestions checks each attempt to ingest a transcript again against the
 // ledger as the attempt's snapshot saw it, from the recorded effects (those
 // after the restore for an attempt on the restored database, which starts

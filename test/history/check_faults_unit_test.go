@@ -131,6 +131,12 @@ func TestCheckerFindsPlantedFaultViolations(t *testing.T) {
 		{"the erasures not holding within the bound", func(r *runRecord) {
 			r.Restore.Findings = []string{"the erasures did not hold again within 2m0s of the restore"}
 		}, "did not hold again"},
+		{"a tombstone left after every request ended", func(r *runRecord) {
+			r.TombstonedAfter = map[string]string{r.Plan.Own[1]: "uid-b"}
+		}, "still tombstoned by request b (Cancelled)"},
+		{"a cancelled request's ledger rows left in force", func(r *runRecord) {
+			r.InForceAfter = map[string]int64{"uid-a": 3, "uid-b": 3}
+		}, "request b ended Cancelled, but 3 of its ledger rows are not cancelled"},
 		{"cache entries of erased content left", func(r *runRecord) {
 			r.CacheBefore = map[string]int64{r.Plan.Own[0]: 3, r.Plan.Own[1]: 3, r.Plan.Foreign: 3}
 			r.CacheAfter = map[string]int64{r.Plan.Own[0]: 1, r.Plan.Own[1]: 3, r.Plan.Foreign: 3}

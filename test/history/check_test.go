@@ -32,6 +32,7 @@ func check(rec runRecord) []string {
 	c.graph()
 	c.velero()
 	c.phasesStay()
+	c.leftovers()
 	c.reingestions()
 	if rec.Restore != nil {
 		c.restored()

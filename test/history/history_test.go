@@ -442,7 +442,10 @@ func (r *round) finish(ctx context.Context, plans []*runPlan, before map[*runPla
 			if rec.RowsAfter, err = rowsPerSession(ctx, conn, ids); err != nil {
 				return err
 			}
-			rec.CacheAfter, err = cachePerSession(ctx, conn, ids)
+			if rec.CacheAfter, err = cachePerSession(ctx, conn, ids); err != nil {
+				return err
+			}
+			rec.TombstonedAfter, rec.InForceAfter, err = leftInForce(ctx, conn, p)
 			return err
 		}); err != nil {
 			return nil, err

@@ -65,6 +65,12 @@ type runRecord struct {
 	// cache entries of its content (the texts name the session).
 	CacheBefore map[string]int64
 	CacheAfter  map[string]int64
+	// TombstonedAfter is, per session still tombstoned at the end, the
+	// request holding the tombstone.
+	TombstonedAfter map[string]string
+	// InForceAfter counts, per request UID, its ledger rows (any scope) not
+	// cancelled at the end.
+	InForceAfter map[string]int64
 	// Reingestions are the run's attempts to ingest its transcripts again.
 	Reingestions []reingestion
 	// Restore is set when the round restored the database.
@@ -284,6 +290,34 @@ func cachePerSession(ctx context.Context, conn *pgx.Conn, ids []string) (map[str
 	var n int64
 	_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error { out[id] = n; return nil })
 	return out, err
+}
+
+// leftInForce reads, at the end of a run, its sessions still tombstoned
+// (by which request) and, per request, its ledger rows not cancelled.
+func leftInForce(ctx context.Context, conn *pgx.Conn, p *runPlan) (map[string]string, map[string]int64, error) {
+	tombstoned := map[string]string{}
+	rows, err := conn.Query(ctx, `SELECT id::text, tombstoned_by FROM memory.sessions WHERE id = ANY($1::uuid[]) AND tombstoned_by IS NOT NULL`,
+		append(slices.Clone(p.Own), p.Foreign))
+	if err != nil {
+		return nil, nil, err
+	}
+	var id, by string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &by}, func() error { tombstoned[id] = by; return nil }); err != nil {
+		return nil, nil, err
+	}
+	uids := make([]string, 0, len(p.Requests))
+	for _, r := range p.Requests {
+		uids = append(uids, r.UID)
+	}
+	inForce := map[string]int64{}
+	rows, err = conn.Query(ctx, `SELECT request_uid, count(*) FROM lethe.erasure_ledger
+		WHERE request_uid = ANY($1::text[]) AND cancelled_at IS NULL GROUP BY 1`, uids)
+	if err != nil {
+		return nil, nil, err
+	}
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error { inForce[id] = n; return nil })
+	return tombstoned, inForce, err
 }
 
 // connect opens a superuser connection with pgvector's types.
