@@ -308,11 +308,13 @@ func (r *round) run(ctx context.Context, n int) ([]string, error) {
 		wg.Wait()
 	}
 	if pending, err := r.waitDone(ctx, plans); err != nil || pending != "" {
+		activity := r.activity(ctx)
 		stop()
 		if err != nil {
 			return nil, err
 		}
-		return []string{fmt.Sprintf("round of runs %d-%d: requests did not complete within 4 minutes: %s", first, first+n-1, pending)}, nil
+		return []string{fmt.Sprintf("round of runs %d-%d: requests did not complete within 4 minutes: %s; the database's sessions then: %s",
+			first, first+n-1, pending, activity)}, nil
 	}
 	stopCancels()
 	var heldAt time.Time
@@ -333,6 +335,28 @@ func (r *round) run(ctx context.Context, n int) ([]string, error) {
 		}
 	}
 	return r.finish(ctx, plans, before, api, graphs, reingestions, reingestRNG)
+}
+
+// activity describes, for a report, the database's other sessions: who,
+// in what state, waiting on what, for how long, running which statement
+// (its text only: the values are parameters, never in it).
+func (r *round) activity(ctx context.Context) string {
+	var out []string
+	err := r.db.do(ctx, func(conn *pgx.Conn) error {
+		rows, err := conn.Query(ctx, `SELECT format('%s pid %s %s%s, in transaction for %s: %s', usename, pid, state,
+				coalesce(' waiting on ' || wait_event_type || '/' || wait_event, ''),
+				coalesce(date_trunc('second', now() - xact_start)::text, '-'), left(regexp_replace(query, '\s+', ' ', 'g'), 120))
+			FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() ORDER BY xact_start NULLS LAST`)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err != nil {
+		return err.Error()
+	}
+	return strings.Join(out, " | ")
 }
 
 // reingestStream is the random stream, beside the round's seed, of its
