@@ -104,7 +104,7 @@ HISTORY_RUNS ?= 1000
 HISTORY_PER_ROUND ?= 10
 
 .PHONY: history
-history: test-deps ## Run the crash-safety history checker in full (HISTORY_RUNS randomized runs with manager kills, connection drops and FalkorDB restarts).
+history: test-deps ## Run the crash-safety history checker in full (HISTORY_RUNS randomized runs with manager kills, connection drops, FalkorDB restarts, re-ingestion attempts and database restores).
 	LETHE_HISTORY_RUNS=$(HISTORY_RUNS) LETHE_HISTORY_PER_ROUND=$(HISTORY_PER_ROUND) \
 		go test -run '^TestRandomizedFaultHistories$$' -count 1 -timeout 6h -v ./test/history
 

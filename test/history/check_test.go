@@ -31,6 +31,12 @@ func check(rec runRecord) []string {
 	c.rows()
 	c.graph()
 	c.velero()
+	c.phasesStay()
+	c.leftovers()
+	c.reingestions()
+	if rec.Restore != nil {
+		c.restored()
+	}
 	for i := range c.v {
 		c.v[i] = fmt.Sprintf("run %d (seed %d): %s", c.p.ID, c.p.Seed, c.v[i])
 	}
@@ -66,29 +72,7 @@ func (c *checker) database() {
 	// Database effects, in commit order of their rows. The ledger says which
 	// request a deletion acted for: its erased_at is set in the deleting
 	// transaction.
-	ledger := map[string]*ledgerRow{} // request UID + "/" + session
-	erasedIn := map[int64][]string{}  // txid → request UID + "/" + session marked erased
-	for _, e := range c.rec.Effects {
-		if e.Table != "lethe.erasure_ledger" || str(e.New, "scope") != "session" || c.byUID[str(e.New, "request_uid")] == nil {
-			continue
-		}
-		k := str(e.New, "request_uid") + "/" + str(e.New, "record_id")
-		l := ledger[k]
-		if l == nil {
-			l = &ledgerRow{}
-			ledger[k] = l
-		}
-		if e.Op == "INSERT" {
-			l.graceEnds, _ = timeOf(e.New, "grace_ends_at")
-			l.tombstoned, _ = timeOf(e.New, "tombstoned_at")
-		}
-		if str(e.Old, "cancelled_at") == "" && str(e.New, "cancelled_at") != "" {
-			l.cancelledSeq = e.Seq
-		}
-		if str(e.Old, "erased_at") == "" && str(e.New, "erased_at") != "" {
-			erasedIn[e.Txid] = append(erasedIn[e.Txid], k)
-		}
-	}
+	ledger, erasedIn := c.ledgerOf(c.rec.Effects)
 	var derivedDeletes []dbEffect
 	for _, e := range c.rec.Effects {
 		switch e.Table {
@@ -227,7 +211,10 @@ func (c *checker) requests() {
 
 }
 
-// rows checks that what was not validly erased is untouched and what was is gone.
+// rows checks that what was not validly erased is untouched and what was is
+// gone: its rows, and the cache entries of its content. After a restore,
+// the end state is the re-erasure's: what was erased is gone again, and the
+// rest is as the dump held it, which is as it was before the round.
 func (c *checker) rows() {
 	// Rows: what was not validly erased is untouched; what was is gone.
 	mustErase := map[string]bool{}
@@ -241,11 +228,21 @@ func (c *checker) rows() {
 		}
 	}
 	for _, s := range append(slices.Clone(c.p.Own), c.p.Foreign) {
+		erased := mustErase[s] || c.erased[s]
 		switch {
-		case mustErase[s] && c.rec.RowsAfter[s] != 0:
+		case erased && c.rec.RowsAfter[s] != 0:
 			c.bad("session %s: %d rows left after its request completed", s, c.rec.RowsAfter[s])
-		case !mustErase[s] && !c.erased[s] && c.rec.RowsAfter[s] != c.rec.RowsBefore[s]:
+		case !erased && c.rec.RowsAfter[s] != c.rec.RowsBefore[s]:
 			c.bad("session %s was not erased but has %d rows, had %d", s, c.rec.RowsAfter[s], c.rec.RowsBefore[s])
+		}
+		if c.rec.CacheBefore == nil {
+			continue
+		}
+		switch {
+		case erased && c.rec.CacheAfter[s] != 0:
+			c.bad("session %s: %d content-keyed cache entries of its content left after its erasure", s, c.rec.CacheAfter[s])
+		case !erased && c.rec.CacheAfter[s] != c.rec.CacheBefore[s]:
+			c.bad("session %s was not erased but has %d cache entries of its content, had %d", s, c.rec.CacheAfter[s], c.rec.CacheBefore[s])
 		}
 	}
 }
@@ -333,6 +330,36 @@ func (c *checker) velero() {
 type ledgerRow struct {
 	tombstoned, graceEnds time.Time
 	cancelledSeq          int64
+}
+
+// ledgerOf reads the session ledger rows of the run's requests from
+// effects: each row by request UID + "/" + session, and per transaction the
+// rows it marked erased.
+func (c *checker) ledgerOf(effects []dbEffect) (map[string]*ledgerRow, map[int64][]string) {
+	ledger := map[string]*ledgerRow{}
+	erasedIn := map[int64][]string{}
+	for _, e := range effects {
+		if e.Table != "lethe.erasure_ledger" || str(e.New, "scope") != "session" || c.byUID[str(e.New, "request_uid")] == nil {
+			continue
+		}
+		k := str(e.New, "request_uid") + "/" + str(e.New, "record_id")
+		l := ledger[k]
+		if l == nil {
+			l = &ledgerRow{}
+			ledger[k] = l
+		}
+		if e.Op == "INSERT" {
+			l.graceEnds, _ = timeOf(e.New, "grace_ends_at")
+			l.tombstoned, _ = timeOf(e.New, "tombstoned_at")
+		}
+		if str(e.Old, "cancelled_at") == "" && str(e.New, "cancelled_at") != "" {
+			l.cancelledSeq = e.Seq
+		}
+		if str(e.Old, "erased_at") == "" && str(e.New, "erased_at") != "" {
+			erasedIn[e.Txid] = append(erasedIn[e.Txid], k)
+		}
+	}
+	return ledger, erasedIn
 }
 
 // validDeletion says why a recorded session DELETE was not allowed ("" if

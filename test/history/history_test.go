@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,26 +40,59 @@ func envInt(name string, def int) int {
 type faults struct {
 	mu                        sync.Mutex
 	kills, dbDrops, graphRest int
+	// restores of the database; request objects deleted before one; stores
+	// whose audit reported the restore (RestoreDetected).
+	restores, requestsDeleted, restoresDetected int
+	// re-ingestion attempts refused (LE002) and accepted.
+	refused, accepted int
+}
+
+func (f *faults) countReingestion(a reingestion) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if a.Refused {
+		f.refused++
+	} else {
+		f.accepted++
+	}
+}
+
+func (f *faults) String() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return fmt.Sprintf("%d manager kills (SIGKILL), %d database connection drops, %d FalkorDB restarts, "+
+		"%d database restores (%d after deleting a completed request object; %d stores' audits saw one), "+
+		"%d re-ingestion attempts refused (LE002) and %d accepted",
+		f.kills, f.dbDrops, f.graphRest, f.restores, f.requestsDeleted, f.restoresDetected, f.refused, f.accepted)
+}
+
+// envFloat reads a probability (0 is allowed: the fault is off).
+func envFloat(name string, def float64) float64 {
+	if v, err := strconv.ParseFloat(os.Getenv(name), 64); err == nil && v >= 0 && v <= 1 {
+		return v
+	}
+	return def
 }
 
 // TestRandomizedFaultHistories runs LETHE_HISTORY_RUNS scenarios (default 6:
 // the short mode of `make test`; `make history` runs 1,000), in rounds of
 // LETHE_HISTORY_PER_ROUND concurrent runs (default 3). Each round injects
-// faults at random moments until its requests are all done; then every run's
-// recorded history is checked. LETHE_HISTORY_SEED replays a seed.
+// faults at random moments until its requests are all done, and attempts to
+// ingest the runs' transcripts again; a round in LETHE_HISTORY_RESTORE_PROB
+// (default 0.3; the last round when none did before) then restores its
+// database from a dump taken before its requests. Every run's recorded
+// history is then checked. LETHE_HISTORY_SEED replays a seed.
 func TestRandomizedFaultHistories(t *testing.T) {
 	e := shared
 	total := envInt("LETHE_HISTORY_RUNS", 6)
 	perRound := envInt("LETHE_HISTORY_PER_ROUND", 3)
+	restoreProb := envFloat("LETHE_HISTORY_RESTORE_PROB", 0.3)
 	seed := uint64(envInt("LETHE_HISTORY_SEED", int(time.Now().UnixNano()%1e9)))
 	t.Logf("seed %d (replay with LETHE_HISTORY_SEED=%d)", seed, seed)
 	ctx := context.Background()
 
-	conn, err := connect(ctx, e.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close(ctx) }()
+	db := &database{dsn: e.dsn}
+	defer db.close(ctx)
 	gc, err := graph.Open(e.fdb.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -76,30 +110,44 @@ func TestRandomizedFaultHistories(t *testing.T) {
 	var violations []string
 	runs := 0
 	started := time.Now()
-	for round := 0; runs < total; round++ {
+	for i := 0; runs < total; i++ {
 		n := min(perRound, total-runs)
-		v, err := runRound(ctx, t, e, conn, gc, m, f, seed+uint64(round), runs, n)
+		r := &round{t: t, e: e, db: db, gc: gc, m: m, f: f, seed: seed + uint64(i), first: runs}
+		rng := rand.New(rand.NewPCG(r.seed, restoreStream))
+		if rng.Float64() < restoreProb || restoreProb > 0 && runs+n >= total && f.restores == 0 {
+			r.restore = &restoreFault{file: filepath.Join(e.dir, fmt.Sprintf("round-%d.dump", i)), deleteOne: rng.IntN(2) == 0, rng: rng}
+		}
+		v, err := r.run(ctx, n)
 		if err != nil {
-			t.Fatalf("round %d: %v", round, err)
+			t.Fatalf("round %d (seed %d): %v", i, r.seed, err)
 		}
 		violations = append(violations, v...)
 		runs += n
-		if round%10 == 9 {
-			t.Logf("%d runs, %s: %d kills, %d connection drops, %d FalkorDB restarts so far", runs, time.Since(started).Round(time.Second), f.kills, f.dbDrops, f.graphRest)
+		if i%10 == 9 {
+			t.Logf("%d runs, %s: %s so far", runs, time.Since(started).Round(time.Second), f)
 		}
 		if len(violations) > 0 {
 			break
 		}
 	}
-	t.Logf("%d runs in %s: %d manager kills (SIGKILL), %d database connection drops, %d FalkorDB restarts; %d violations",
-		runs, time.Since(started).Round(time.Second), f.kills, f.dbDrops, f.graphRest, len(violations))
+	t.Logf("%d runs in %s: %s; %d violations", runs, time.Since(started).Round(time.Second), f, len(violations))
 	for _, v := range violations {
 		t.Error(v)
 	}
 	if f.kills == 0 {
 		t.Error("no manager was killed: the faults did not run")
 	}
+	if runs == total && restoreProb > 0 && f.restores == 0 {
+		t.Error("no database was restored: the restore fault did not run")
+	}
+	if runs == total && (f.refused == 0 || f.accepted == 0) {
+		t.Errorf("re-ingestion attempts: %d refused, %d accepted; each outcome must have been checked", f.refused, f.accepted)
+	}
 }
+
+// restoreStream is the random stream, beside the round's seed, that decides
+// its restore.
+const restoreStream = 0x7e570e
 
 // managerHolder is the current manager process, replaced after each kill.
 type managerHolder struct {
@@ -137,30 +185,73 @@ func (m *managerHolder) stop() {
 	m.p.Stop(10 * time.Second)
 }
 
-// runRound sets up n runs, starts the recorders, applies the requests,
-// injects faults until every request is done, and checks each run.
-func runRound(ctx context.Context, t *testing.T, e *env, conn *pgx.Conn, gc *graph.Client, m *managerHolder, f *faults, seed uint64, first, n int) ([]string, error) {
+// round is one round of concurrent runs and what it shares.
+type round struct {
+	t     *testing.T
+	e     *env
+	db    *database
+	gc    *graph.Client
+	m     *managerHolder
+	f     *faults
+	seed  uint64
+	first int
+	seq   int64 // the last effect recorded before the round's requests
+	// restore is nil when the round does not restore its database.
+	restore *restoreFault
+}
+
+// setup seeds n runs and records what they hold first.
+func (r *round) setup(ctx context.Context, n int) ([]*runPlan, map[*runPlan]runRecord, error) {
 	plans := make([]*runPlan, n)
 	before := map[*runPlan]runRecord{}
-	for i := range plans {
-		p := newPlan(first+i, seed)
-		plans[i] = p
-		if err := seedRun(ctx, e, conn, gc.Graph(p.GraphKey), p); err != nil {
-			return nil, fmt.Errorf("seed run %d: %w", p.ID, err)
+	err := r.db.do(ctx, func(conn *pgx.Conn) error {
+		r.db.restored = false
+		for i := range plans {
+			p := newPlan(r.first+i, r.seed)
+			plans[i] = p
+			if err := seedRun(ctx, r.e, conn, r.gc.Graph(p.GraphKey), p); err != nil {
+				return fmt.Errorf("seed run %d: %w", p.ID, err)
+			}
+			rec := runRecord{Plan: p}
+			var err error
+			if rec.GraphBefore, err = testenv.GraphElements(ctx, r.gc.Graph(p.GraphKey)); err != nil {
+				return err
+			}
+			ids := append(slices.Clone(p.Own), p.Foreign)
+			if rec.RowsBefore, err = rowsPerSession(ctx, conn, ids); err != nil {
+				return err
+			}
+			if rec.CacheBefore, err = cachePerSession(ctx, conn, ids); err != nil {
+				return err
+			}
+			before[p] = rec
 		}
-		rec := runRecord{Plan: p}
-		var err error
-		if rec.GraphBefore, err = testenv.GraphElements(ctx, gc.Graph(p.GraphKey)); err != nil {
-			return nil, err
-		}
-		if rec.RowsBefore, err = rowsPerSession(ctx, conn, append(slices.Clone(p.Own), p.Foreign)); err != nil {
-			return nil, err
-		}
-		before[p] = rec
-	}
-	seq, err := lastEffect(ctx, conn)
+		return nil
+	})
+	return plans, before, err
+}
+
+// run sets up n runs, starts the recorders, applies the requests, injects
+// faults and re-ingestion attempts until every request is done (and, in a
+// restore round, until the erasures hold again after the restore), and
+// checks each run.
+func (r *round) run(ctx context.Context, n int) ([]string, error) {
+	e, first := r.e, r.first
+	plans, before, err := r.setup(ctx, n)
 	if err != nil {
 		return nil, err
+	}
+	if err := r.db.do(ctx, func(conn *pgx.Conn) error {
+		var err error
+		r.seq, err = lastEffect(ctx, conn)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if r.restore != nil {
+		if err := r.restore.dump(e, r.db); err != nil {
+			return nil, err
+		}
 	}
 	api, err := startAPIRecorder(ctx, e.k8s)
 	if err != nil {
@@ -168,23 +259,27 @@ func runRound(ctx context.Context, t *testing.T, e *env, conn *pgx.Conn, gc *gra
 	}
 	graphs := startGraphRecorder(ctx, e.fdb.Addr())
 
-	roundCtx, stopRound := context.WithCancel(ctx)
-	defer stopRound()
+	// Cancels end with the requests; faults, re-ingestion and Velero go on
+	// through a restore until the erasures hold again.
+	cancelCtx, stopCancels := context.WithCancel(ctx)
+	defer stopCancels()
+	faultCtx, stopFaults := context.WithCancel(ctx)
+	defer stopFaults()
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	wg.Add(1)
-	go func() { defer wg.Done(); playVelero(roundCtx, e) }()
+	go func() { defer wg.Done(); playVelero(faultCtx, e) }()
 	start := time.Now()
 	for _, p := range plans {
 		if err := createRequests(ctx, e, p); err != nil {
 			return nil, err
 		}
-		for _, r := range p.Requests {
-			if r.CancelAfter > 0 {
+		for _, pr := range p.Requests {
+			if pr.CancelAfter > 0 {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					if err := cancelLater(roundCtx, e, p, r, start); err != nil && !errors.Is(err, context.Canceled) {
+					if err := cancelLater(cancelCtx, e, p, pr, start); err != nil && !errors.Is(err, context.Canceled) {
 						errs <- err
 					}
 				}()
@@ -194,51 +289,158 @@ func runRound(ctx context.Context, t *testing.T, e *env, conn *pgx.Conn, gc *gra
 	injected := make(chan struct{})
 	go func() {
 		defer close(injected)
-		injectFaults(roundCtx, t, e, conn, m, graphs, f, rand.New(rand.NewPCG(seed, uint64(first))))
+		injectFaults(faultCtx, r.t, e, r.db, r.m, graphs, r.f, rand.New(rand.NewPCG(r.seed, uint64(first))))
+	}()
+	reingestions := &reingestLog{}
+	reingestRNG := rand.New(rand.NewPCG(r.seed, uint64(first)+reingestStream))
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := reingestAtRandom(faultCtx, r.db, plans, reingestions, r.f, reingestRNG); err != nil {
+			errs <- err
+		}
 	}()
 
-	// Every request must end: BackupsRotated or Cancelled.
-	deadline := time.Now().Add(4 * time.Minute)
-	for {
-		if err := m.alive(); err != nil {
+	stop := func() {
+		stopCancels()
+		stopFaults()
+		<-injected
+		wg.Wait()
+	}
+	if pending, err := r.waitDone(ctx, plans); err != nil || pending != "" {
+		activity := r.activity(ctx)
+		stop()
+		if err != nil {
 			return nil, err
 		}
-		pending := pendingRequests(ctx, e, plans)
-		if pending == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			stopRound()
-			<-injected
-			return []string{fmt.Sprintf("round of runs %d-%d: requests did not complete within 4 minutes: %s", first, first+n-1, pending)}, nil
-		}
-		time.Sleep(200 * time.Millisecond)
+		return []string{fmt.Sprintf("round of runs %d-%d: requests did not complete within 4 minutes: %s; the database's sessions then: %s",
+			first, first+n-1, pending, activity)}, nil
 	}
-	stopRound()
-	<-injected
-	wg.Wait()
+	stopCancels()
+	var heldAt time.Time
+	if r.restore != nil {
+		if heldAt, err = r.restoreAndWait(ctx, plans); err != nil {
+			stop()
+			return nil, err
+		}
+	}
+	stop()
 	close(errs)
 	for err := range errs {
 		return nil, err
 	}
+	if r.restore != nil {
+		if err := r.restore.waitIntact(ctx, e, r.db, plans, heldAt); err != nil {
+			return nil, err
+		}
+	}
+	return r.finish(ctx, plans, before, api, graphs, reingestions, reingestRNG)
+}
 
+// activity describes, for a report, the database's other sessions: who,
+// in what state, waiting on what, for how long, running which statement
+// (its text only: the values are parameters, never in it).
+func (r *round) activity(ctx context.Context) string {
+	var out []string
+	err := r.db.do(ctx, func(conn *pgx.Conn) error {
+		rows, err := conn.Query(ctx, `SELECT format('%s pid %s %s%s, in transaction for %s: %s', usename, pid, state,
+				coalesce(' waiting on ' || wait_event_type || '/' || wait_event, ''),
+				coalesce(date_trunc('second', now() - xact_start)::text, '-'), left(regexp_replace(query, '\s+', ' ', 'g'), 120))
+			FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() ORDER BY xact_start NULLS LAST`)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err != nil {
+		return err.Error()
+	}
+	return strings.Join(out, " | ")
+}
+
+// reingestStream is the random stream, beside the round's seed, of its
+// re-ingestion attempts.
+const reingestStream = 0x5ec0
+
+// waitDone waits until every request is done (BackupsRotated or Cancelled):
+// it names those that were not within 4 minutes ("" when all were).
+func (r *round) waitDone(ctx context.Context, plans []*runPlan) (string, error) {
+	deadline := time.Now().Add(4 * time.Minute)
+	for {
+		if err := r.m.alive(); err != nil {
+			return "", err
+		}
+		pending := pendingRequests(ctx, r.e, plans)
+		if pending == "" {
+			return "", nil
+		}
+		if time.Now().After(deadline) {
+			return pending, nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// restoreAndWait deletes a completed request object (at times), restores
+// the database while the faults go on, and waits until the erasures hold
+// again; it returns when they did (zero: the bound passed).
+func (r *round) restoreAndWait(ctx context.Context, plans []*runPlan) (time.Time, error) {
+	rf := r.restore
+	if rf.deleteOne {
+		if err := rf.deleteCompleted(ctx, r.e, plans); err != nil {
+			return time.Time{}, err
+		}
+	}
+	if err := rf.restore(ctx, r.e, r.db, plans, r.seq); err != nil {
+		return time.Time{}, err
+	}
+	heldAt, err := rf.waitHeld(ctx, r.e, r.db, plans)
+	r.f.mu.Lock()
+	r.f.restores++
+	if rf.deleted != nil {
+		r.f.requestsDeleted++
+	}
+	r.f.mu.Unlock()
+	return heldAt, err
+}
+
+// finish makes the final re-ingestion attempts, reads the end state, stops
+// the recorders, checks every run and removes its requests and store.
+func (r *round) finish(ctx context.Context, plans []*runPlan, before map[*runPlan]runRecord,
+	api *apiRecorder, graphs *graphRecorder, reingestions *reingestLog, rng *rand.Rand) ([]string, error) {
+	e := r.e
 	// The end state, then the recorders (the API watches have seen
 	// everything up to the final reads once they are stopped after them).
 	final := map[*runPlan]map[string]*lethev1.ErasureRequest{}
 	for _, p := range plans {
-		final[p] = map[string]*lethev1.ErasureRequest{}
-		for _, r := range p.Requests {
-			er := &lethev1.ErasureRequest{}
-			if err := e.k8s.Get(ctx, keyOf(p.NS, r.Name), er); err != nil {
-				return nil, err
-			}
-			final[p][r.Name] = er
+		var deleted *lethev1.ErasureRequest
+		if r.restore != nil {
+			deleted = r.restore.deletedObject(p)
 		}
+		states, err := requestStates(ctx, e, p, deleted)
+		if err != nil {
+			return nil, err
+		}
+		final[p] = states
+	}
+	if err := reingestFinal(r.db, plans, final, reingestions, r.f, rng); err != nil {
+		return nil, err
 	}
 	time.Sleep(300 * time.Millisecond)
 	api.stop()
 	writes := graphs.stop()
-	effects, err := effectsSince(ctx, conn, seq)
+	var effects, after []dbEffect
+	err := r.db.do(ctx, func(conn *pgx.Conn) error {
+		var err error
+		if r.restore == nil {
+			effects, err = effectsSince(ctx, conn, r.seq)
+			return err
+		}
+		effects = r.restore.effects
+		after, err = effectsAfter(ctx, conn, r.restore.at)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -246,18 +448,37 @@ func runRound(ctx context.Context, t *testing.T, e *env, conn *pgx.Conn, gc *gra
 	for _, p := range plans {
 		rec := before[p]
 		rec.Effects, rec.Statuses, rec.Backups, rec.DBRs, rec.GraphWrites = effects, api.requests, api.backups, api.dbrs, writes
-		rec.Final = final[p]
-		if rec.GraphAfter, err = testenv.GraphElements(ctx, gc.Graph(p.GraphKey)); err != nil {
+		rec.Final, rec.Reingestions = final[p], reingestions.of(p.ID)
+		if r.restore != nil {
+			rec.Restore = r.restore.record(p, after)
+			if r.restore.detected[p] {
+				r.f.mu.Lock()
+				r.f.restoresDetected++
+				r.f.mu.Unlock()
+			}
+		}
+		var err error
+		if rec.GraphAfter, err = testenv.GraphElements(ctx, r.gc.Graph(p.GraphKey)); err != nil {
 			return nil, err
 		}
-		if rec.RowsAfter, err = rowsPerSession(ctx, conn, append(slices.Clone(p.Own), p.Foreign)); err != nil {
+		ids := append(slices.Clone(p.Own), p.Foreign)
+		if err := r.db.do(ctx, func(conn *pgx.Conn) error {
+			if rec.RowsAfter, err = rowsPerSession(ctx, conn, ids); err != nil {
+				return err
+			}
+			if rec.CacheAfter, err = cachePerSession(ctx, conn, ids); err != nil {
+				return err
+			}
+			rec.TombstonedAfter, rec.InForceAfter, err = leftInForce(ctx, conn, p)
+			return err
+		}); err != nil {
 			return nil, err
 		}
 		violations = append(violations, check(rec)...)
 		// Completed requests would be re-verified every minute from now
 		// on; the run is over, so they go (the manager removes the finalizer).
-		for _, r := range p.Requests {
-			_ = e.k8s.Delete(ctx, rec.Final[r.Name])
+		for _, pr := range p.Requests {
+			_ = client.IgnoreNotFound(e.k8s.Delete(ctx, rec.Final[pr.Name]))
 		}
 		_ = e.k8s.Delete(ctx, &lethev1.MemoryStore{ObjectMeta: metaOf(p.NS, "memory")})
 	}
@@ -283,7 +504,7 @@ func pendingRequests(ctx context.Context, e *env, plans []*runPlan) string {
 
 // injectFaults kills the manager, drops its database connections, or
 // restarts FalkorDB, one at a time at random intervals, until ctx ends.
-func injectFaults(ctx context.Context, t *testing.T, e *env, conn *pgx.Conn, m *managerHolder, graphs *graphRecorder, f *faults, rng *rand.Rand) {
+func injectFaults(ctx context.Context, t *testing.T, e *env, db *database, m *managerHolder, graphs *graphRecorder, f *faults, rng *rand.Rand) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -304,7 +525,10 @@ func injectFaults(ctx context.Context, t *testing.T, e *env, conn *pgx.Conn, m *
 			// Not under ctx: pgx closes a connection whose query's context
 			// is cancelled, and the round needs it afterwards.
 			qctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_, err := conn.Exec(qctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'lethe_manager'`)
+			err := db.do(qctx, func(conn *pgx.Conn) error {
+				_, err := conn.Exec(qctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'lethe_manager'`)
+				return err
+			})
 			cancel()
 			if err != nil {
 				t.Errorf("drop the manager's connections: %v", err)

@@ -2,10 +2,12 @@
 // erase, cancel and wait out grace periods while the manager — the real
 // binary, as its own process — is killed with SIGKILL and restarted, its
 // database connections are terminated, and FalkorDB is restarted, all at
-// random moments. Every effect is recorded as it happens (committed database
-// statements by triggers, status writes and Velero objects by watches, graph
-// writes by FalkorDB's MONITOR), and the recorded history is then checked
-// against the invariants of operator.md.
+// random moments, while the runs' transcripts are ingested again; some
+// rounds then restore the database from a dump taken before their requests.
+// Every effect is recorded as it happens (committed database statements by
+// triggers, status writes and Velero objects by watches, graph writes by
+// FalkorDB's MONITOR), and the recorded history is then checked against the
+// invariants of operator.md.
 //
 // `go test ./test/history` runs the short mode (LETHE_HISTORY_RUNS, default
 // 6); `make history` runs the full mode (1,000 runs).
@@ -17,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -148,13 +151,16 @@ func (e *env) keepLog() string {
 
 func (e *env) logPath() string { return filepath.Join(e.dir, "manager.log") }
 
+// storeRecheck is the stores' audit interval the manager runs with.
+const storeRecheck = 10 * time.Second
+
 // startManager runs the manager binary with settings that make every step
 // take several transactions and batches, so that faults land inside them.
 func (e *env) startManager() (*testenv.ManagerProcess, error) {
 	return testenv.StartManager(e.bin, e.kubeconfig, e.logPath(),
 		"--metrics-bind-address=0", "--health-probe-bind-address=0",
 		"--delete-batch-size=1", "--graph-batch-size=1", "--graph-delete-limit=2",
-		"--backup-recheck-interval=1s", "--error-backoff-max=2s", "--store-recheck-interval=10s", "--probe-timeout=3s",
+		"--backup-recheck-interval=1s", "--error-backoff-max=2s", "--store-recheck-interval="+storeRecheck.String(), "--probe-timeout=3s",
 		"--max-concurrent-reconciles=4", "--postgres-max-conns=4",
 		"--receipt-key-secret="+receiptKeyNS+"/"+receiptKeyName)
 }

@@ -87,10 +87,26 @@ func effectsSince(ctx context.Context, conn *pgx.Conn, seq int64) ([]dbEffect, e
 	if err != nil {
 		return nil, err
 	}
+	return collectEffects(rows)
+}
+
+// effectsAfter reads the effects recorded after the moment at (database
+// clock). A restore takes the effects table back to the dump's, whose rows
+// are all older than the restore, and its sequence with it: what comes
+// after the restore is told by its time, not by its sequence number.
+func effectsAfter(ctx context.Context, conn *pgx.Conn, at time.Time) ([]dbEffect, error) {
+	rows, err := conn.Query(ctx, `SELECT seq, at, txid, tbl, op, old_row, new_row FROM history.effects WHERE at > $1 ORDER BY seq`, at)
+	if err != nil {
+		return nil, err
+	}
+	return collectEffects(rows)
+}
+
+func collectEffects(rows pgx.Rows) ([]dbEffect, error) {
 	var out []dbEffect
 	var e dbEffect
 	var oldRaw, newRaw []byte
-	_, err = pgx.ForEachRow(rows, []any{&e.Seq, &e.At, &e.Txid, &e.Table, &e.Op, &oldRaw, &newRaw}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&e.Seq, &e.At, &e.Txid, &e.Table, &e.Op, &oldRaw, &newRaw}, func() error {
 		e.Old, e.New = nil, nil
 		if oldRaw != nil {
 			if err := json.Unmarshal(oldRaw, &e.Old); err != nil {

@@ -61,6 +61,36 @@ type runRecord struct {
 	GraphAfter  map[string]int
 	RowsBefore  map[string]int64 // rows per session in every table that references it
 	RowsAfter   map[string]int64
+	// CacheBefore and CacheAfter count, per session, the content-keyed
+	// cache entries of its content (the texts name the session).
+	CacheBefore map[string]int64
+	CacheAfter  map[string]int64
+	// TombstonedAfter is, per session still tombstoned at the end, the
+	// request holding the tombstone.
+	TombstonedAfter map[string]string
+	// InForceAfter counts, per request UID, its ledger rows (any scope) not
+	// cancelled at the end.
+	InForceAfter map[string]int64
+	// Reingestions are the run's attempts to ingest its transcripts again.
+	Reingestions []reingestion
+	// Restore is set when the round restored the database.
+	Restore *restoreRecord
+}
+
+// restoreRecord is what a run's round recorded around its restore.
+type restoreRecord struct {
+	// AtRestore is each request as the restore found it (a request
+	// deleted before the restore: its last state before the deletion).
+	AtRestore map[string]*lethev1.ErasureRequest
+	// Deleted names the request whose object was deleted before the
+	// restore ("" when none of this run's was).
+	Deleted string
+	// EffectsAfter are the effects recorded after the restore: the
+	// restored database's effects table is the dump's, and goes on from there.
+	EffectsAfter []dbEffect
+	// Findings are what waiting for the erasures to hold again found
+	// (a bound passed, the store's ErasuresIntact not True).
+	Findings []string
 }
 
 var names = []string{"Ada", "Grace", "Linus", "Ken", "Barbara", "Edsger"}
@@ -241,6 +271,53 @@ func rowsPerSession(ctx context.Context, conn *pgx.Conn, ids []string) (map[stri
 	var n int64
 	_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error { out[id] = n; return nil })
 	return out, err
+}
+
+// cachePerSession counts, per session, the entries of the content-keyed
+// embedding cache whose text is the session's content (the fixture's texts
+// name their session: summaries and rounds).
+func cachePerSession(ctx context.Context, conn *pgx.Conn, ids []string) (map[string]int64, error) {
+	out := map[string]int64{}
+	for _, id := range ids {
+		out[id] = 0
+	}
+	rows, err := conn.Query(ctx, `SELECT s, count(*) FROM unnest($1::text[]) s
+		JOIN memory_derived.embedding_cache c ON strpos(c.text, s) > 0 GROUP BY s`, ids)
+	if err != nil {
+		return nil, err
+	}
+	var id string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error { out[id] = n; return nil })
+	return out, err
+}
+
+// leftInForce reads, at the end of a run, its sessions still tombstoned
+// (by which request) and, per request, its ledger rows not cancelled.
+func leftInForce(ctx context.Context, conn *pgx.Conn, p *runPlan) (map[string]string, map[string]int64, error) {
+	tombstoned := map[string]string{}
+	rows, err := conn.Query(ctx, `SELECT id::text, tombstoned_by FROM memory.sessions WHERE id = ANY($1::uuid[]) AND tombstoned_by IS NOT NULL`,
+		append(slices.Clone(p.Own), p.Foreign))
+	if err != nil {
+		return nil, nil, err
+	}
+	var id, by string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &by}, func() error { tombstoned[id] = by; return nil }); err != nil {
+		return nil, nil, err
+	}
+	uids := make([]string, 0, len(p.Requests))
+	for _, r := range p.Requests {
+		uids = append(uids, r.UID)
+	}
+	inForce := map[string]int64{}
+	rows, err = conn.Query(ctx, `SELECT request_uid, count(*) FROM lethe.erasure_ledger
+		WHERE request_uid = ANY($1::text[]) AND cancelled_at IS NULL GROUP BY 1`, uids)
+	if err != nil {
+		return nil, nil, err
+	}
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error { inForce[id] = n; return nil })
+	return tombstoned, inForce, err
 }
 
 // connect opens a superuser connection with pgvector's types.
