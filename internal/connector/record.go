@@ -53,6 +53,9 @@ func (c *Connector) ReeraseRecorded(ctx context.Context, store *lethev1.MemorySt
 			return res, err
 		}
 	}
+	if err := ledger.RecordErasedElsewhere(ctx, rec.UID, match); err != nil {
+		return res, err
+	}
 	n, err := ledger.RestoreSources(ctx, rec.UID, rec.Sources)
 	if err != nil {
 		return res, err

@@ -335,7 +335,7 @@ func (d *Deletion) Reverify(ctx context.Context, s *Scope) Outcome {
 		return errored(err)
 	}
 	if res.Skipped || res.Sessions == 0 && res.LedgerRowsRestored == 0 && res.DerivedRecords == 0 && res.ContentIndexEntries == 0 {
-		return Outcome{Kind: Done}
+		return d.lostEntry(ctx, s)
 	}
 	ev := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: mtime(res.DeletedAt), Counts: tableCounts(res.Rows),
 		Note: fmt.Sprintf("%d resurrected session(s) erased again; %d ledger row(s) found missing or not erased (a restored database) put back in force; residue removed: %d derived record(s), %d content-keyed entr(ies)",
@@ -358,6 +358,41 @@ type probeSample struct {
 	embeddings []Embedding
 	texts      []TextSample
 	textRows   int64
+}
+
+// lostEntry records a re-erasure whose history entry was lost — its
+// transaction committed (with its receipt) and the status write that
+// followed did not (a crash, a conflict) — from its receipt: each
+// Resurrected receipt has a Resurrected history entry, however late.
+func (d *Deletion) lostEntry(ctx context.Context, s *Scope) Outcome {
+	receipts, err := s.Ledger.Receipts(ctx, s.uid(), StepResurrected)
+	if err != nil {
+		return errored(err)
+	}
+	entries := 0
+	for _, h := range s.Request.Status.History {
+		if h.Event == lethev1.ReasonResurrected {
+			entries++
+		}
+	}
+	if len(receipts) <= entries {
+		return Outcome{Kind: Done}
+	}
+	latest := slices.Max(slices.Collect(maps.Keys(receipts)))
+	r := receipts[latest]
+	ev := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: mtime(s.Clock.Now()), Counts: oneReceiptCounts(r),
+		Note: fmt.Sprintf("a re-erasure (Resurrected receipt %d, %d session(s)) whose history entry was lost, recorded from its receipt", r.Batch, r.Sessions)}
+	return Outcome{Kind: Done, Evidence: &ev,
+		Milestone: &Milestone{Phase: s.Request.Status.Phase, Event: lethev1.ReasonResurrected, At: s.Clock.Now(), Evidence: ev, Note: ev.Note}}
+}
+
+// oneReceiptCounts are a receipt's counts, sorted by table.
+func oneReceiptCounts(r StepReceipt) []lethev1.TableCount {
+	out := make([]lethev1.TableCount, 0, len(r.Counts))
+	for _, k := range slices.Sorted(maps.Keys(r.Counts)) {
+		out = append(out, lethev1.TableCount{Table: k, Rows: r.Counts[k]})
+	}
+	return out
 }
 
 // sample returns the probe sample of this deletion: the one just taken, or

@@ -31,14 +31,15 @@ var (
 )
 
 const (
-	cancelRequestedCall = "Claims.CancelRequested()"
-	claimCall           = "Claims.Claim(Deleted=False/Deleting)"
-	deleteCall          = "Ledger.Delete({req-uid [s1 s2 s3] grace=168h0m0s}, 50, 8)"
-	verifyCall          = "Ledger.Verify({req-uid [s1 s2 s3] grace=0s})"
-	probeCall           = "Ledger.ProbeResidue([[0.1 0.2] [0.3 0.4]], 1e-06)"
-	textProbeCall       = "Ledger.ProbeTextResidue([[text] [text]])"
-	replicaCall         = "Replicas.CaughtUp(0/3000060)"
-	deletedReceiptsCall = "Ledger.Receipts(req-uid, Deleted)"
+	cancelRequestedCall     = "Claims.CancelRequested()"
+	claimCall               = "Claims.Claim(Deleted=False/Deleting)"
+	deleteCall              = "Ledger.Delete({req-uid [s1 s2 s3] grace=168h0m0s}, 50, 8)"
+	verifyCall              = "Ledger.Verify({req-uid [s1 s2 s3] grace=0s})"
+	probeCall               = "Ledger.ProbeResidue([[0.1 0.2] [0.3 0.4]], 1e-06)"
+	textProbeCall           = "Ledger.ProbeTextResidue([[text] [text]])"
+	replicaCall             = "Replicas.CaughtUp(0/3000060)"
+	deletedReceiptsCall     = "Ledger.Receipts(req-uid, Deleted)"
+	resurrectedReceiptsCall = "Ledger.Receipts(req-uid, Resurrected)"
 )
 
 // deletedReceipts are the receipts of deleteResult's batches: batch 1 ran in
@@ -131,8 +132,9 @@ func TestDeletionClaim(t *testing.T) {
 	}
 	runCases(t, runDeletion, map[string]stepCase{
 		"AlreadyDeleted": {reason: "A True condition is done after the re-erasure check (a restore may have brought the sessions back); nothing came back.",
-			er: reached(3), fakes: fakes{ledger: LedgerFns{ReeraseFn: func(context.Context, Request) (BatchResult, error) { return BatchResult{Skipped: true}, nil }}},
-			want: stepWant{out: Outcome{Kind: Done}, status: after(reached(3)), calls: []string{"Ledger.Reerase({req-uid [s1 s2 s3] grace=0s})"}}},
+			er: reached(3), fakes: fakes{ledger: LedgerFns{ReeraseFn: func(context.Context, Request) (BatchResult, error) { return BatchResult{Skipped: true}, nil },
+				ReceiptsFn: func(context.Context, string, string) (map[int]StepReceipt, error) { return nil, nil }}},
+			want: stepWant{out: Outcome{Kind: Done}, status: after(reached(3)), calls: []string{"Ledger.Reerase({req-uid [s1 s2 s3] grace=0s})", resurrectedReceiptsCall}}},
 		"StoreNotSchemaCompliant": {reason: "A store whose schema audit failed could leave rows behind: wait, claim nothing, delete nothing.",
 			er: atDeletion(), store: newStore(notCompliant),
 			want: stepWant{out: Outcome{Kind: Waiting, Condition: notReady, RequeueAfter: testConfig.RetryAfter}, status: after(atDeletion(), withCond(notReady))}},
@@ -357,7 +359,8 @@ func runFakes(t *testing.T, run stepFn, er *lethev1.ErasureRequest, f fakes) ran
 
 func TestDeletionReverify(t *testing.T) {
 	reerase := func(res BatchResult, err error) fakes {
-		return fakes{ledger: LedgerFns{ReeraseFn: func(context.Context, Request) (BatchResult, error) { return res, err }}}
+		return fakes{ledger: LedgerFns{ReeraseFn: func(context.Context, Request) (BatchResult, error) { return res, err },
+			ReceiptsFn: func(context.Context, string, string) (map[int]StepReceipt, error) { return nil, nil }}}
 	}
 	back := BatchResult{Batch: 4, Sessions: 2, Rows: []Count{{Table: "memory.sessions", Rows: 2}, {Table: "memory.messages", Rows: 7}}, DeletedAt: dbNow}
 	ev := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: secs(dbNow),
@@ -377,12 +380,12 @@ func TestDeletionReverify(t *testing.T) {
 		Counts: []lethev1.TableCount{{Table: CountContentIndexEntries, Rows: 2}, {Table: CountDerivedRecords, Rows: 1}, {Table: "erasure ledger rows put back"}}}
 	calls := []string{"Ledger.Reerase({req-uid [s1 s2 s3] grace=0s})"}
 	runCases(t, reverifyDeletion, map[string]stepCase{
-		"NothingBack": {reason: "No erased session came back: done, nothing recorded.",
+		"NothingBack": {reason: "No erased session came back, and every Resurrected receipt has its entry: done, nothing recorded.",
 			er: completed(), fakes: reerase(BatchResult{Skipped: true}, nil),
-			want: stepWant{out: Outcome{Kind: Done}, status: after(completed()), calls: calls}},
+			want: stepWant{out: Outcome{Kind: Done}, status: after(completed()), calls: append(slices.Clone(calls), resurrectedReceiptsCall)}},
 		"NothingErasedAgain": {reason: "A re-erase that erased no session records nothing either.",
 			er: completed(), fakes: reerase(BatchResult{Batch: 4}, nil),
-			want: stepWant{out: Outcome{Kind: Done}, status: after(completed()), calls: calls}},
+			want: stepWant{out: Outcome{Kind: Done}, status: after(completed()), calls: append(slices.Clone(calls), resurrectedReceiptsCall)}},
 		"SessionsBack": {reason: "Sessions restored from a backup are erased again, at once: a Resurrected milestone in the request's phase and a Warning; the condition is not touched.",
 			er: completed(), fakes: reerase(back, nil),
 			want: stepWant{out: Outcome{Kind: Done, Evidence: &ev,
@@ -476,5 +479,25 @@ func TestDeletionRemovesResidue(t *testing.T) {
 	stuck := runFakes(t, runDeletion, atDeletion(), deletionFakes(derivedLeft(BatchResult{Skipped: true}, &n)))
 	if stuck.out.Kind != Stalled || stuck.out.Condition.Reason != lethev1.ReasonVerificationFailed {
 		t.Fatalf("residue that could not be removed: kind %d, condition %+v; want Stalled VerificationFailed", stuck.out.Kind, stuck.out.Condition)
+	}
+}
+
+// TestDeletionReverifyRecordsALostEntry: a re-erasure that committed (its
+// Resurrected receipt exists) and whose status write was lost gets its
+// history entry on a later pass, from the receipt, once.
+func TestDeletionReverifyRecordsALostEntry(t *testing.T) {
+	receipts := map[int]StepReceipt{0: {Batch: 0, Sessions: 2, Counts: map[string]int64{"memory.sessions": 2}}}
+	f := fakes{ledger: LedgerFns{ReeraseFn: func(context.Context, Request) (BatchResult, error) { return BatchResult{Skipped: true}, nil },
+		ReceiptsFn: func(context.Context, string, string) (map[int]StepReceipt, error) { return receipts, nil }}}
+	first := runFakes(t, reverifyDeletion, completed(), f)
+	if first.out.Milestone == nil || first.out.Milestone.Event != lethev1.ReasonResurrected {
+		t.Fatalf("a receipt without its entry: %+v, want a Resurrected milestone", first.out)
+	}
+	if ev := first.out.Evidence; ev == nil || len(ev.Counts) != 1 || ev.Counts[0].Rows != 2 {
+		t.Errorf("evidence %+v, want the receipt's counts", first.out.Evidence)
+	}
+	again := runFakes(t, reverifyDeletion, first.er, f)
+	if again.out.Milestone != nil {
+		t.Errorf("the entry was recorded twice: %+v", again.out)
 	}
 }

@@ -26,6 +26,11 @@ func (t Tombstoning) Run(ctx context.Context, s *Scope) Outcome {
 		return t.plan(ctx, s, req)
 	}
 	if er.Spec.Cancel {
+		// A tombstone may have committed in a pass whose status write was
+		// lost: the cancel lifts it (a no-op with a receipt when there is none).
+		if out, ok := cancel(ctx, s, t.Config); ok {
+			return out
+		}
 		return Outcome{Kind: Ended,
 			Condition: condition(lethev1.ConditionGracePeriodElapsed, false, lethev1.ReasonCancelled, "cancelled before the sessions were tombstoned"),
 			Milestone: &Milestone{Phase: lethev1.PhaseCancelled, At: s.Clock.Now(), Evidence: map[string]int{"tombstonesLifted": 0},

@@ -3,6 +3,7 @@ package erasure
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -63,7 +64,6 @@ func TestTombstoningRun(t *testing.T) {
 	foundNow := tombstoned(nowPlan, foundPlanStatus(), lethev1.ReasonSessionsTombstoned, found.Condition.Message, found.Milestone.Note)
 	failedCond := &Condition{Type: lethev1.ConditionTombstoned, Reason: lethev1.ReasonDatabaseUnavailable, Message: "the tombstone transaction failed; Lethe retries"}
 	configCond := &Condition{Type: lethev1.ConditionTombstoned, Reason: errConfig.Reason, Message: errConfig.Message}
-	cancelCond := &Condition{Type: lethev1.ConditionGracePeriodElapsed, Reason: lethev1.ReasonCancelled, Message: "cancelled before the sessions were tombstoned"}
 	recordedDone := func(o Outcome) recorded {
 		return after(atTombstone(), withCond(o.Condition), withPlan(o.Plan), withGraceEndsAt(*o.GraceEndsAt), withEvidence(*o.Evidence),
 			withEntry(lethev1.PhaseTombstoned, "", dbNow))
@@ -98,11 +98,6 @@ func TestTombstoningRun(t *testing.T) {
 			er: atTombstone(), fakes: fakes{ledger: tombstoneReturns(Plan{}, fmt.Errorf("open primary: %w", errConfig))},
 			want: stepWant{out: Outcome{Kind: Waiting, Condition: configCond, RequeueAfter: testConfig.RetryAfter},
 				status: after(atTombstone(), withCond(configCond)), calls: []string{tombCall}}},
-		"CancelledBeforeTombstone": {reason: "A request cancelled before its first pass ends at once, touching nothing.",
-			er: reached(0, cancelled),
-			want: stepWant{out: Outcome{Kind: Ended, Condition: cancelCond, Milestone: &Milestone{Phase: lethev1.PhaseCancelled, At: now,
-				Evidence: map[string]int{"tombstonesLifted": 0}, Note: "cancelled before tombstoning"}},
-				status: after(atTombstone(), withCond(cancelCond), withEntry(lethev1.PhaseCancelled, "", now))}},
 		"AlreadyTombstoned": {reason: "A step whose condition is True is done without calling any port, even with spec.cancel set (the grace step's business).",
 			er: reached(1, cancelled), want: stepWant{out: Outcome{Kind: Done}, status: after(reached(1))}},
 	})
@@ -210,5 +205,25 @@ func TestTombstoningGraceAndDeadline(t *testing.T) {
 		fakes: fakes{ledger: tombstoneReturns(foundPlan(), nil), replicas: replicasAt(true, nil)}})
 	if out.Warning != nil {
 		t.Errorf("grace and window well before the deadline: warning %+v, want none", out.Warning)
+	}
+}
+
+// TestTombstoningCancelLiftsALostTombstone: a request cancelled before its
+// status says Tombstoned asks the ledger to cancel — a pass may have
+// committed the tombstone and lost its status write — and ends Cancelled
+// with what the cancel lifted (nothing, when there was no tombstone).
+func TestTombstoningCancelLiftsALostTombstone(t *testing.T) {
+	for _, lifted := range []int64{0, 2} {
+		got := runFakes(t, runTombstoning, reached(0, cancelled),
+			fakes{ledger: LedgerFns{CancelFn: cancelReturns(Cancellation{Lifted: lifted, At: dbNow}, nil)}})
+		if got.out.Kind != Ended || got.out.Milestone == nil || got.out.Milestone.Phase != lethev1.PhaseCancelled {
+			t.Fatalf("lifted %d: %+v, want Ended at Cancelled", lifted, got.out)
+		}
+		if !slices.Equal(got.calls, []string{"Ledger.Cancel(req-uid)"}) {
+			t.Errorf("lifted %d: calls %v, want the ledger's cancel", lifted, got.calls)
+		}
+		if ev, _ := got.out.Milestone.Evidence.(map[string]int64); ev["tombstonesLifted"] != lifted {
+			t.Errorf("milestone evidence %v, want %d tombstones lifted", got.out.Milestone.Evidence, lifted)
+		}
 	}
 }

@@ -105,3 +105,37 @@ func (e *Eraser) RestoreSources(ctx context.Context, uid string, hashes []string
 	err := e.Pool.QueryRow(ctx, restoreSourcesSQL, hashes, uid, e.tenant()).Scan(&n)
 	return n, err
 }
+
+// erasedElsewhereSQL lists the sessions some request other than $1 holds
+// erased whose session no longer exists.
+func erasedElsewhereSQL(l Table) string {
+	return `SELECT DISTINCT l.record_id FROM lethe.erasure_ledger l
+		WHERE l.scope = 'session' AND l.erased_at IS NOT NULL AND l.request_uid <> $1
+		  AND NOT EXISTS (SELECT 1 FROM ` + l.Ident() + ` s WHERE s.id = l.record_id::uuid)`
+}
+
+// markErasedForSQL writes erased ledger rows of the request $2 for the sessions $1.
+const markErasedForSQL = `INSERT INTO lethe.erasure_ledger (scope, record_id, request_uid, tenant_id, tombstoned_at, grace_ends_at, erased_at)
+	SELECT 'session', r, $2, $3, now(), now(), now() FROM unnest($1::text[]) AS r ON CONFLICT DO NOTHING`
+
+// RecordErasedElsewhere writes, erased, the ledger rows of the recorded
+// request uid for its sessions (those match accepts) that another request
+// erased again first: overlapping requests share sessions, and the record
+// of a deleted request would otherwise stay short of its rows for ever.
+func (e *Eraser) RecordErasedElsewhere(ctx context.Context, uid string, match func(sessionID string) bool) error {
+	ids, err := collectStrings(ctx, e.Pool, erasedElsewhereSQL(e.sessions()), uid)
+	if err != nil {
+		return fmt.Errorf("list sessions erased by other requests: %w", err)
+	}
+	var mine []string
+	for _, id := range ids {
+		if match(id) {
+			mine = append(mine, id)
+		}
+	}
+	if len(mine) == 0 {
+		return nil
+	}
+	_, err = e.Pool.Exec(ctx, markErasedForSQL, mine, uid, e.tenant())
+	return err
+}

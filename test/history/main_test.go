@@ -162,5 +162,6 @@ func (e *env) startManager() (*testenv.ManagerProcess, error) {
 		"--delete-batch-size=1", "--graph-batch-size=1", "--graph-delete-limit=2",
 		"--backup-recheck-interval=1s", "--error-backoff-max=2s", "--store-recheck-interval="+storeRecheck.String(), "--probe-timeout=3s",
 		"--max-concurrent-reconciles=4", "--postgres-max-conns=4",
-		"--receipt-key-secret="+receiptKeyNS+"/"+receiptKeyName)
+		"--receipt-key-secret="+receiptKeyNS+"/"+receiptKeyName, "--record-key-secret="+receiptKeyNS+"/lethe-erasure-record-key",
+		"--min-grace-period=1ms")
 }

@@ -110,7 +110,9 @@ func newPlan(id int, seed uint64) *runPlan {
 		p.Own = append(p.Own, sessionID(id, k))
 	}
 	grace := func(choices ...int) time.Duration {
-		return time.Duration(choices[rng.IntN(len(choices))]) * time.Second
+		// 0 stands for the shortest grace period admission lets a request
+		// that is not immediate have (0s needs immediate).
+		return max(time.Duration(choices[rng.IntN(len(choices))])*time.Second, time.Millisecond)
 	}
 	cancel := func(prob float64) time.Duration {
 		if rng.Float64() < prob {
