@@ -12,6 +12,7 @@ import (
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/erasure"
 	"github.com/lethe-dev/lethe/internal/metrics"
+	"github.com/lethe-dev/lethe/internal/postgres"
 )
 
 const (
@@ -54,7 +55,7 @@ func (r *MemoryStoreReconciler) reapTombstones(ctx context.Context, store *lethe
 			if live[h.UID] || h.Started && !compliant {
 				continue
 			}
-			if err := r.reap(ctx, store, h); err != nil {
+			if err := r.reap(ctx, store, ledger, h); err != nil {
 				return err
 			}
 		}
@@ -82,11 +83,7 @@ func (r *MemoryStoreReconciler) requestUIDs(ctx context.Context) (map[string]boo
 }
 
 // reap ends one gone request's tombstones.
-func (r *MemoryStoreReconciler) reap(ctx context.Context, store *lethev1.MemoryStore, h erasure.TombstoneHold) error {
-	ledger, err := r.Connector.Ledger(ctx, store)
-	if err != nil {
-		return err
-	}
+func (r *MemoryStoreReconciler) reap(ctx context.Context, store *lethev1.MemoryStore, ledger *postgres.Eraser, h erasure.TombstoneHold) error {
 	if !h.Started {
 		c, err := ledger.Cancel(ctx, h.UID)
 		if err == nil {
