@@ -121,6 +121,8 @@ func TestDeletionClaim(t *testing.T) {
 	notReady := &Condition{Type: lethev1.ConditionDeleted, Reason: lethev1.ReasonStoreNotReady,
 		Message: "the MemoryStore's SchemaCompliant is not True: a deletion could leave rows behind"}
 	claimed := reached(2, withStatusCondition(lethev1.ConditionDeleted, false, lethev1.ReasonDeleting))
+	claimedPaused := &Condition{Type: lethev1.ConditionDeleted, Reason: lethev1.ReasonDeleting,
+		Message: "deletion claimed; StoreNotReady: the MemoryStore's SchemaCompliant is not True: a deletion could leave rows behind"}
 	lifted := Outcome{Kind: Ended, Condition: cancelledCond,
 		Evidence:  &lethev1.StepEvidence{Step: lethev1.ReasonCancelled, CompletedAt: secs(dbNow), Note: "3 tombstone(s) lifted; the ledger marks the request cancelled"},
 		Milestone: &Milestone{Phase: lethev1.PhaseCancelled, At: dbNow, Evidence: map[string]int64{"tombstonesLifted": 3}, Note: "cancelled: tombstones lifted"}}
@@ -138,6 +140,9 @@ func TestDeletionClaim(t *testing.T) {
 		"StoreNotSchemaCompliant": {reason: "A store whose schema audit failed could leave rows behind: wait, claim nothing, delete nothing.",
 			er: atDeletion(), store: newStore(notCompliant),
 			want: stepWant{out: Outcome{Kind: Waiting, Condition: notReady, RequeueAfter: testConfig.RetryAfter}, status: after(atDeletion(), withCond(notReady))}},
+		"ClaimedStoreNotSchemaCompliant": {reason: "A claimed deletion paused for the store keeps a claimed reason: a later pass must not claim again (and honour a cancel that came after the claim).",
+			er: claimed, store: newStore(notCompliant),
+			want: stepWant{out: Outcome{Kind: Waiting, Condition: notReady, RequeueAfter: testConfig.RetryAfter}, status: after(claimed, withCond(claimedPaused))}},
 		"ClaimConflict": {reason: "The request changed since the uncached read: start the pass again in a second; Delete is not called.",
 			er: atDeletion(), fakes: deletionFakes(func(f *fakes) {
 				f.claims.ClaimFn = func(context.Context, metav1.Condition) (bool, error) { return false, nil }

@@ -17,6 +17,7 @@ import (
 func Record(er *lethev1.ErasureRequest, out Outcome, now time.Time) {
 	st := &er.Status
 	if c := out.Condition; c != nil && c.Type != "" {
+		c = keepClaim(st.Conditions, c)
 		status := metav1.ConditionFalse
 		if c.OK {
 			status = metav1.ConditionTrue
@@ -42,6 +43,24 @@ func Record(er *lethev1.ErasureRequest, out Outcome, now time.Time) {
 		}
 		st.History = evidence.Append(st.History, m.Phase, m.Event, m.At, d)
 	}
+}
+
+// keepClaim keeps a claimed deletion claimed: once the Deleted condition
+// carries a claimed reason, a later False condition (the store not ready,
+// the database unreachable, a Secret gone) is written under ReasonDeleting,
+// its own reason in the message. Otherwise the next pass would claim again
+// and could honour a cancel that came after the claim.
+func keepClaim(conds []metav1.Condition, c *Condition) *Condition {
+	if c.Type != lethev1.ConditionDeleted || c.OK || claimedReasons[c.Reason] {
+		return c
+	}
+	prev := meta.FindStatusCondition(conds, lethev1.ConditionDeleted)
+	if prev == nil || prev.Status != metav1.ConditionFalse || !claimedReasons[prev.Reason] {
+		return c
+	}
+	kept := *c
+	kept.Reason, kept.Message = lethev1.ReasonDeleting, "deletion claimed; "+c.Reason+": "+c.Message
+	return &kept
 }
 
 // setEvidence replaces (or appends) the evidence of one step.
