@@ -27,13 +27,16 @@ type veleroEnv struct {
 	app    string
 }
 
-func newVeleroEnv(t *testing.T, prefix string) *veleroEnv {
+func newVeleroEnv(t *testing.T, prefix string, opts ...func(*lethev1.VeleroSpec)) *veleroEnv {
 	t.Helper()
 	ve := &veleroEnv{velero: newNamespace(t, prefix+"-velero")}
 	ve.memoryEnv = newMemoryEnvWith(t, prefix, func(e *memoryEnv) { ve.app = e.ns }, func(s *lethev1.MemoryStore) {
 		s.Spec.Velero = &lethev1.VeleroSpec{Namespace: ve.velero,
 			BackupSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": ve.app}},
 			RotationWindow: &metav1.Duration{Duration: 720 * time.Hour}}
+		for _, o := range opts {
+			o(s.Spec.Velero)
+		}
 	})
 	return ve
 }
@@ -102,16 +105,19 @@ func TestBackupsThatMayHoldErasedDataAreShortenedUntilGone(t *testing.T) {
 	ve.backup(t, "after-deletion", ve.app, time.Now().Add(time.Minute), longLived)
 
 	deadline := ve.deletedAt(t, er).Add(720 * time.Hour).Truncate(time.Second)
-	annotation := backups.AnnotationErasedPrefix + string(er.UID)
+	marked := func(b *velerov1.Backup, deadline string) bool {
+		s := backups.ReadSummary(b.Annotations)
+		return s.Count == 1 && s.EarliestDeadline == deadline && s.RequestsDigest == backups.RequestsDigest([]string{string(er.UID)})
+	}
 	eventually(t, 10*time.Second, func() error {
 		b := ve.get(t, "nightly-1")
-		if !b.Status.Expiration.Time.Equal(deadline) || b.Annotations[annotation] != deadline.UTC().Format(time.RFC3339) || strings.Contains(fmt.Sprint(b.Annotations), "forget") ||
+		if !b.Status.Expiration.Time.Equal(deadline) || !marked(b, deadline.UTC().Format(time.RFC3339)) || strings.Contains(fmt.Sprint(b.Annotations), "forget") ||
 			b.Annotations[backups.AnnotationOriginalExpiration] != longLived.UTC().Format(time.RFC3339) {
 			return fmt.Errorf("nightly-1: expiration %s (want %s), annotations %v", b.Status.Expiration, deadline, b.Annotations)
 		}
 		return nil
 	})
-	if b := ve.get(t, "nightly-2"); !b.Status.Expiration.Time.Equal(soon) || b.Annotations[annotation] == "" {
+	if b := ve.get(t, "nightly-2"); !b.Status.Expiration.Time.Equal(soon) || !marked(b, deadline.UTC().Format(time.RFC3339)) {
 		t.Fatalf("nightly-2 (expires earlier than the window): expiration %s, want %s unchanged; annotations %v", b.Status.Expiration, soon, b.Annotations)
 	}
 	for _, n := range []string{"other-store", "after-deletion"} {
@@ -154,7 +160,7 @@ func TestBackupsThatMayHoldErasedDataAreShortenedUntilGone(t *testing.T) {
 }
 
 func TestImmediateRequestsAskVeleroToDeleteEachBackupOnce(t *testing.T) {
-	ve := newVeleroEnv(t, "immediate-backups")
+	ve := newVeleroEnv(t, "immediate-backups", func(v *lethev1.VeleroSpec) { v.DeleteOnImmediate = true })
 	now := time.Now()
 	for _, n := range []string{"hourly-1", "hourly-2"} {
 		ve.backup(t, n, ve.app, now.Add(-time.Hour), now.Add(30*24*time.Hour))
@@ -164,7 +170,7 @@ func TestImmediateRequestsAskVeleroToDeleteEachBackupOnce(t *testing.T) {
 
 	// A restarted manager (nothing in memory) and several passes: still one
 	// DeleteBackupRequest per Backup.
-	scope := backups.Scope{Namespace: ve.velero, Selector: mustSelector(t, "app="+ve.app)}
+	scope := backups.Scope{Namespace: ve.velero, Selector: mustSelector(t, "app="+ve.app), DeleteOnImmediate: true}
 	req := backups.Request{UID: string(er.UID), Namespace: er.Namespace, Name: er.Name, Immediate: true, DeletedAt: ve.deletedAt(t, er), Window: time.Hour}
 	restarted := backups.Rotator{Client: k8s, Reader: k8s, Concurrency: 4}
 	for i := 0; i < 3; i++ {
@@ -231,5 +237,36 @@ func TestDryRunPlansTheBackupStep(t *testing.T) {
 		if len(b.Annotations) != 0 || !b.Status.Expiration.Time.Equal(now.Add(48*time.Hour).Truncate(time.Second)) {
 			t.Errorf("a dry run changed Backup %s: annotations %v, expiration %s", name, b.Annotations, b.Status.Expiration)
 		}
+	}
+}
+
+// A store that does not allow it (deleteOnImmediate, off by default): an
+// immediate request creates no DeleteBackupRequest — the Backup may hold
+// other tenants' data — and shortens the Backup like any request; the
+// store's retention floor holds it past the deadline, and the request says so.
+func TestImmediateWithoutDeleteOnImmediateOnlyShortens(t *testing.T) {
+	const floor = 1000 * time.Hour
+	ve := newVeleroEnv(t, "immediate-shortens", func(v *lethev1.VeleroSpec) { v.MinRetention = &metav1.Duration{Duration: floor} })
+	now := time.Now().Truncate(time.Second)
+	ve.backup(t, "shared-nightly", ve.app, now.Add(-time.Hour), now.Add(90*24*time.Hour))
+	er := ve.request(t, "forget", nil)
+	if !er.Spec.Immediate {
+		t.Fatal("the request is not immediate")
+	}
+	c := waitStepReason(t, er, lethev1.ConditionBackupsRotated, lethev1.ReasonBackupsExpiring)
+	if !strings.Contains(c.Message, "minRetention") {
+		t.Errorf("the condition does not say the floor keeps the Backup past the deadline: %q", c.Message)
+	}
+	time.Sleep(2 * time.Second) // more of the manager's passes, every second
+	dbrs := &velerov1.DeleteBackupRequestList{}
+	if err := k8s.List(context.Background(), dbrs, client.InNamespace(ve.velero)); err != nil {
+		t.Fatal(err)
+	}
+	if len(dbrs.Items) != 0 {
+		t.Fatalf("%d DeleteBackupRequest(s) created without deleteOnImmediate", len(dbrs.Items))
+	}
+	want := now.Add(-time.Hour).Add(floor)
+	if b := ve.get(t, "shared-nightly"); !b.Status.Expiration.Time.Equal(want) || backups.ReadSummary(b.Annotations).Count != 1 {
+		t.Fatalf("expiration %s, want the floor %s (the deadline is earlier); annotations %v", b.Status.Expiration, want, b.Annotations)
 	}
 }

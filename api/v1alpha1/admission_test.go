@@ -284,6 +284,9 @@ func TestStoreCreationIsValidated(t *testing.T) {
 		"negative rotation window": {func(s *lethev1.MemoryStore) {
 			s.Spec.Velero = &lethev1.VeleroSpec{RotationWindow: &metav1.Duration{Duration: -time.Hour}}
 		}, []string{"rotationWindow must be a non-negative Go duration"}},
+		"negative retention floor": {func(s *lethev1.MemoryStore) {
+			s.Spec.Velero = &lethev1.VeleroSpec{MinRetention: &metav1.Duration{Duration: -time.Hour}}
+		}, []string{"minRetention must be a non-negative Go duration"}},
 		"sweep interval too short": {func(s *lethev1.MemoryStore) {
 			s.Spec.FalkorDB = &lethev1.FalkorDBSpec{URLSecretRef: lethev1.SecretKeyRef{Name: "f", Key: "url"}, SweepInterval: &metav1.Duration{Duration: time.Second}}
 		}, []string{"sweepInterval must be a Go duration of at least 1m"}},

@@ -58,3 +58,11 @@ func (v *VeleroSpec) RotationWindowOrDefault() time.Duration {
 	}
 	return v.RotationWindow.Duration
 }
+
+// MinRetentionOrZero is the store's retention floor for Backups (0: none).
+func (v *VeleroSpec) MinRetentionOrZero() time.Duration {
+	if v == nil || v.MinRetention == nil {
+		return 0
+	}
+	return v.MinRetention.Duration
+}

@@ -141,6 +141,24 @@ type VeleroSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('0s')",message="rotationWindow must be a non-negative Go duration such as 720h"
 	// +optional
 	RotationWindow *metav1.Duration `json:"rotationWindow,omitempty"`
+
+	// deleteOnImmediate lets an immediate request ask Velero to delete the
+	// Backups that may hold its data (a DeleteBackupRequest each). A Backup
+	// of a shared database holds every tenant's data: the platform team that
+	// owns the store decides. Off (the default), an immediate request
+	// shortens the Backups' expiration like any other.
+	// +optional
+	DeleteOnImmediate bool `json:"deleteOnImmediate,omitempty"`
+
+	// minRetention is the shortest a Backup is kept after it started: Lethe
+	// never shortens a Backup's expiration below its start plus minRetention
+	// (a disaster-recovery floor), even when that passes a request's
+	// deadline; the request then says so. Empty: no floor.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('0s')",message="minRetention must be a non-negative Go duration such as 168h"
+	// +optional
+	MinRetention *metav1.Duration `json:"minRetention,omitempty"`
 }
 
 // MemoryStoreSpec describes one memory system and how to reach its layers.

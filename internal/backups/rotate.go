@@ -17,13 +17,8 @@ import (
 	"github.com/lethe-dev/lethe/internal/erasure"
 )
 
-// What Lethe writes on Velero's objects.
+// What Lethe writes on Velero's objects (and AnnotationErasures, summary.go).
 const (
-	// AnnotationErasedPrefix + request UID marks a Backup as holding data a
-	// request erased; the value is the deadline it must be gone by (RFC
-	// 3339). Never the request's name: Backups live in Velero's namespace,
-	// and a name like forget-john-smith must not leave the request's.
-	AnnotationErasedPrefix = "erasure.lethe.dev/erased-"
 	// AnnotationOriginalExpiration keeps the expiration a Backup had before
 	// Lethe first shortened it (RFC 3339), for the evidence.
 	AnnotationOriginalExpiration = "erasure.lethe.dev/original-expiration"
@@ -83,9 +78,10 @@ func (r Rotator) holding(ctx context.Context, sc Scope, req Request) ([]velerov1
 }
 
 // Rotate marks every Backup that may hold the erased data, and shortens its
-// expiration to the deadline (never lengthening it) or, for an immediate
-// request, creates one DeleteBackupRequest for it unless one exists. It is
-// safe to repeat: a second call changes nothing.
+// expiration to the deadline (never lengthening it, never below the scope's
+// MinRetention) or, for an immediate request where the scope allows it,
+// creates one DeleteBackupRequest for it unless one exists. It is safe to
+// repeat: a second call changes nothing.
 func (r Rotator) Rotate(ctx context.Context, sc Scope, req Request) ([]Backup, error) {
 	// Every write is conditional on the Backup's resource version: another
 	// request rotating the same Backup at once (with another deadline) makes
@@ -108,7 +104,7 @@ func (r Rotator) rotate(ctx context.Context, sc Scope, req Request) ([]Backup, e
 	// found it).
 	var dbrs map[string]string
 	var err error
-	if req.Immediate {
+	if sc.DeletesBackups(req) {
 		if dbrs, err = r.deleteRequests(ctx, sc.Namespace); err != nil {
 			return nil, err
 		}
@@ -126,7 +122,7 @@ func (r Rotator) rotate(ctx context.Context, sc Scope, req Request) ([]Backup, e
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			out[i], errs[i] = r.rotateOne(ctx, &holding[i], req, dbrs)
+			out[i], errs[i] = r.rotateOne(ctx, &holding[i], sc, req, dbrs)
 		}()
 	}
 	wg.Wait()
@@ -139,37 +135,46 @@ func (r Rotator) rotate(ctx context.Context, sc Scope, req Request) ([]Backup, e
 }
 
 // rotateOne marks one Backup as holding the request's erased data and either
-// shortens its expiration to the deadline or, for an immediate request, asks
-// Velero to delete it.
-func (r Rotator) rotateOne(ctx context.Context, b *velerov1.Backup, req Request, dbrs map[string]string) (Backup, error) {
+// shortens its expiration to the deadline or, for an immediate request the
+// scope lets delete, asks Velero to delete it.
+func (r Rotator) rotateOne(ctx context.Context, b *velerov1.Backup, sc Scope, req Request, dbrs map[string]string) (Backup, error) {
 	res := Backup{Name: b.Name, UID: string(b.UID), StartedAt: b.Status.StartTimestamp.Time}
 	orig := b.DeepCopy()
 	ann := b.GetAnnotations()
 	if ann == nil {
 		ann = map[string]string{}
 	}
-	ann[AnnotationErasedPrefix+req.UID] = req.Deadline().UTC().Format(time.RFC3339)
+	marked := markErased(ann, req.UID, req.Deadline())
 	readExpirations(b, ann, &res)
-	if !req.Immediate {
-		shortenExpiration(b, ann, req.Deadline(), &res)
+	deletes := sc.DeletesBackups(req)
+	if !deletes {
+		// The floor wins over the deadline: the platform team's policy; the
+		// request reports the Backups it keeps past its deadline.
+		shortenExpiration(b, ann, latest(req.Deadline(), res.StartedAt.Add(sc.MinRetention)), &res)
 	}
 	b.SetAnnotations(ann)
-	if res.Changed || orig.GetAnnotations()[AnnotationErasedPrefix+req.UID] == "" {
+	if res.Changed || marked {
 		// Backup has no status subresource: one merge patch changes both.
 		// Optimistic: an unconditional patch let a pass that listed the
 		// Backup before another request shortened it write its own, later
-		// deadline over it — lengthening the expiration (the history
-		// checker found it).
+		// deadline over it — lengthening the expiration.
 		if err := r.Client.Patch(ctx, b, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 			return res, fmt.Errorf("mark Backup %s/%s: %w", b.Namespace, b.Name, err)
 		}
 	}
-	if req.Immediate {
+	if deletes {
 		if err := r.requestDeletion(ctx, b, req, dbrs, &res); err != nil {
 			return res, err
 		}
 	}
 	return res, nil
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // readExpirations records the Backup's current expiration in res, and its

@@ -48,7 +48,7 @@ func (b BackupRotation) Run(ctx context.Context, s *Scope) Outcome {
 	now := s.Clock.Now()
 	entries := mergeBackups(RecordedBackups(s.Request), found, now)
 	remaining := slices.DeleteFunc(slices.Clone(entries), func(e lethev1.BackupEvidence) bool { return e.GoneAt != nil })
-	ev := backupEvidence(lethev1.ConditionBackupsRotated, entries, req)
+	ev := backupEvidence(lethev1.ConditionBackupsRotated, entries, sc, req)
 	if len(remaining) == 0 {
 		out := done(lethev1.ConditionBackupsRotated, lethev1.ReasonBackupsGone, "no Velero Backup that started before the deletion remains")
 		out.Evidence, out.Work = &ev, Work{Backups: found}
@@ -58,10 +58,13 @@ func (b BackupRotation) Run(ctx context.Context, s *Scope) Outcome {
 	earliest, latest := expirationRange(remaining)
 	msg := fmt.Sprintf("%d Velero Backup(s) that may hold the erased sessions remain", len(remaining))
 	switch {
-	case req.Immediate:
+	case sc.DeletesBackups(req):
 		msg += "; a DeleteBackupRequest was created for each"
 	case earliest != nil:
 		msg += fmt.Sprintf("; they expire between %s and %s", earliest.UTC().Format(time.RFC3339), latest.UTC().Format(time.RFC3339))
+	}
+	if kept := keptPastDeadline(remaining, req.Deadline()); kept > 0 && !sc.DeletesBackups(req) {
+		msg += fmt.Sprintf("; %d kept past the request's deadline %s by the store's velero.minRetention", kept, req.Deadline().UTC().Format(time.RFC3339))
 	}
 	wait := b.Config.BackupRecheck
 	if earliest != nil {
@@ -134,13 +137,25 @@ func (b BackupRotation) Reverify(ctx context.Context, s *Scope) Outcome {
 	if len(changed) == 0 {
 		return Outcome{Kind: Done, Work: Work{Backups: found}}
 	}
-	ev := backupEvidence(lethev1.ReasonResurrected, mergeBackups(nil, changed, s.Clock.Now()), req)
+	ev := backupEvidence(lethev1.ReasonResurrected, mergeBackups(nil, changed, s.Clock.Now()), sc, req)
 	ev.Note = fmt.Sprintf("%d Velero Backup(s) holding erased data reappeared (re-synced from their bucket?) and were made to expire again", len(changed))
 	return Outcome{Kind: Done, Evidence: &ev, Work: Work{Backups: found},
 		Milestone: &Milestone{Phase: s.Request.Status.Phase, Event: lethev1.ReasonResurrected, At: s.Clock.Now(), Evidence: ev, Note: ev.Note},
 		Warning: &Warning{Reason: lethev1.ReasonResurrected, Action: "Rotate",
 			Note: fmt.Sprintf("%d Velero Backup(s) holding erased data reappeared and were made to expire again", len(changed))},
 	}
+}
+
+// keptPastDeadline counts the Backups set to expire after the deadline (a
+// retention floor).
+func keptPastDeadline(entries []lethev1.BackupEvidence, deadline time.Time) int {
+	n := 0
+	for _, e := range entries {
+		if e.Expiration != nil && e.Expiration.After(deadline.Truncate(time.Second)) {
+			n++
+		}
+	}
+	return n
 }
 
 // backupScope is the store's Velero namespace and Backup selector.
@@ -150,7 +165,7 @@ func backupScope(store *lethev1.MemoryStore) (BackupScope, error) {
 	if err != nil {
 		return BackupScope{}, err
 	}
-	return BackupScope{Namespace: v.NamespaceOrDefault(), Selector: sel}, nil
+	return BackupScope{Namespace: v.NamespaceOrDefault(), Selector: sel, DeleteOnImmediate: v.DeleteOnImmediate, MinRetention: v.MinRetentionOrZero()}, nil
 }
 
 // RecordedBackups are the Backups the backup step recorded in the evidence.
@@ -205,7 +220,7 @@ func mergeBackup(e lethev1.BackupEvidence, f Backup) lethev1.BackupEvidence {
 	return e
 }
 
-func backupEvidence(step string, entries []lethev1.BackupEvidence, req BackupRequest) lethev1.StepEvidence {
+func backupEvidence(step string, entries []lethev1.BackupEvidence, sc BackupScope, req BackupRequest) lethev1.StepEvidence {
 	var shortened, deleteRequests, gone int64
 	for _, e := range entries {
 		if e.Expiration != nil && (e.OriginalExpiration == nil || e.Expiration.Before(e.OriginalExpiration)) {
@@ -229,8 +244,14 @@ func backupEvidence(step string, entries []lethev1.BackupEvidence, req BackupReq
 		Note: fmt.Sprintf("%d Backup(s) may hold the erased sessions; each expires by %s at the latest (deletion + rotationWindow %s)",
 			len(entries), req.Deadline().UTC().Format(time.RFC3339), req.Window),
 	}
-	if req.Immediate {
+	switch {
+	case sc.DeletesBackups(req):
 		ev.Note = fmt.Sprintf("%d Backup(s) may hold the erased sessions; immediate: a DeleteBackupRequest asks Velero to delete each now", len(entries))
+	case req.Immediate:
+		ev.Note += "; immediate, but the store's velero.deleteOnImmediate is off: shortened, not deleted"
+	}
+	if sc.MinRetention > 0 {
+		ev.Note += fmt.Sprintf("; never before its start + the store's velero.minRetention %s", sc.MinRetention)
 	}
 	if len(entries) > 1000 {
 		ev.Backups = entries[:1000]

@@ -117,13 +117,31 @@ func TestBackupRotationImmediate(t *testing.T) {
 		"1 Backup(s) may hold the erased sessions; immediate: a DeleteBackupRequest asks Velero to delete each now", entry)
 	cond := expiring("1 Velero Backup(s) that may hold the erased sessions remain; a DeleteBackupRequest was created for each")
 	er := reached(4, immediate)
+	allowed := newStore(withVelero, func(s *lethev1.MemoryStore) { s.Spec.Velero.DeleteOnImmediate = true })
+	// Not allowed: the Backup is shortened to the deadline, and kept past it by a floor.
+	floored := newStore(withVelero, func(s *lethev1.MemoryStore) {
+		s.Spec.Velero.MinRetention = &metav1.Duration{Duration: 30 * 24 * time.Hour}
+	})
+	keptUntil := daily.StartedAt.Add(30 * 24 * time.Hour)
+	kept := Backup{Name: "daily-0109", StartedAt: daily.StartedAt, OriginalExpiration: daily.OriginalExpiration, Expiration: &keptUntil, Changed: true}
+	keptEntry := lethev1.BackupEvidence{Name: "daily-0109", StartedAt: dailyEv.StartedAt, OriginalExpiration: dailyEv.OriginalExpiration, Expiration: secs(keptUntil)}
+	keptEv := rotatedEvidence(lethev1.ConditionBackupsRotated, 1, 0, 0,
+		"1 Backup(s) may hold the erased sessions; each expires by 2030-01-11T09:00:00Z at the latest (deletion + rotationWindow 24h0m0s); immediate, but the store's velero.deleteOnImmediate is off: shortened, not deleted; never before its start + the store's velero.minRetention 720h0m0s", keptEntry)
+	keptCond := expiring("1 Velero Backup(s) that may hold the erased sessions remain; they expire between " + keptUntil.UTC().Format(time.RFC3339) +
+		" and " + keptUntil.UTC().Format(time.RFC3339) + "; 1 kept past the request's deadline 2030-01-11T09:00:00Z by the store's velero.minRetention")
 	runCases(t, runBackupRotation, map[string]stepCase{
-		"Immediate": {reason: "An immediate request asks Velero to delete each Backup and waits for them to go.",
-			er: er, store: newStore(withVelero), fakes: backupFakes([]Backup{deleting}),
+		"Immediate": {reason: "An immediate request, where the store allows it, asks Velero to delete each Backup and waits for them to go.",
+			er: er, store: allowed, fakes: backupFakes([]Backup{deleting}),
 			want: stepWant{out: Outcome{Kind: Waiting, Condition: cond, Evidence: &ev, Work: Work{Backups: []Backup{deleting}}, RequeueAfter: time.Hour},
 				status: after(er, withCond(cond), withEvidence(ev)),
 				calls: []string{installedCall, deletedAtCall,
-					"Backups.Rotate(velero-ns app=memory, {req-uid tenant-a/erase-alice immediate=true deletedAt=2030-01-10T09:00:00.5Z window=24h0m0s})"}}},
+					"Backups.Rotate(velero-ns app=memory deleteOnImmediate, {req-uid tenant-a/erase-alice immediate=true deletedAt=2030-01-10T09:00:00.5Z window=24h0m0s})"}}},
+		"ImmediateNotAllowedFloored": {reason: "Without deleteOnImmediate an immediate request shortens, and says so; a retention floor keeps the Backup past the deadline, and the condition says so.",
+			er: er, store: floored, fakes: backupFakes([]Backup{kept}),
+			want: stepWant{out: Outcome{Kind: Waiting, Condition: keptCond, Evidence: &keptEv, Work: Work{Backups: []Backup{kept}}, RequeueAfter: time.Hour},
+				status: after(er, withCond(keptCond), withEvidence(keptEv)),
+				calls: []string{installedCall, deletedAtCall,
+					"Backups.Rotate(velero-ns app=memory minRetention=720h0m0s, {req-uid tenant-a/erase-alice immediate=true deletedAt=2030-01-10T09:00:00.5Z window=24h0m0s})"}}},
 	})
 }
 

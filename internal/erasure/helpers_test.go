@@ -268,7 +268,14 @@ func render(v any) string {
 	case metav1.Condition:
 		return fmt.Sprintf("%s=%s/%s", x.Type, x.Status, x.Reason)
 	case BackupScope:
-		return x.Namespace + " " + x.Selector.String()
+		out := x.Namespace + " " + x.Selector.String()
+		if x.DeleteOnImmediate {
+			out += " deleteOnImmediate"
+		}
+		if x.MinRetention > 0 {
+			out += " minRetention=" + x.MinRetention.String()
+		}
+		return out
 	case BackupRequest:
 		return fmt.Sprintf("{%s %s/%s immediate=%t deletedAt=%s window=%s}", x.UID, x.Namespace, x.Name, x.Immediate,
 			x.DeletedAt.Format(time.RFC3339Nano), x.Window)

@@ -252,6 +252,19 @@ func (r BackupRequest) Deadline() time.Time { return r.DeletedAt.Add(r.Window) }
 type BackupScope struct {
 	Namespace string
 	Selector  labels.Selector
+	// DeleteOnImmediate: an immediate request may ask Velero to delete the
+	// Backups (the store's spec.velero.deleteOnImmediate); otherwise it
+	// shortens their expiration like any request.
+	DeleteOnImmediate bool
+	// MinRetention is the store's floor: a Backup is never made to expire
+	// before its start plus MinRetention.
+	MinRetention time.Duration
+}
+
+// DeletesBackups says whether the request asks Velero to delete the
+// Backups of the scope rather than shortening their expiration.
+func (sc BackupScope) DeletesBackups(r BackupRequest) bool {
+	return r.Immediate && sc.DeleteOnImmediate
 }
 
 // Backup is one Backup that may hold the erased data, as Lethe left it.

@@ -474,7 +474,15 @@ func (r *round) finish(ctx context.Context, plans []*runPlan, before map[*runPla
 		}); err != nil {
 			return nil, err
 		}
-		violations = append(violations, check(rec)...)
+		found := check(rec)
+		for i, v := range found {
+			for _, s := range ids {
+				if strings.Contains(v, "session "+s+":") && strings.Contains(v, "content-keyed cache entries") {
+					_ = r.db.do(ctx, func(conn *pgx.Conn) error { found[i] += explainCache(ctx, conn, p, s); return nil })
+				}
+			}
+		}
+		violations = append(violations, found...)
 		// Completed requests would be re-verified every minute from now
 		// on; the run is over, so they go (the manager removes the finalizer).
 		for _, pr := range p.Requests {
