@@ -318,6 +318,9 @@ func (c *checker) velero() {
 		if !immediateErased(c.p, c.erased) {
 			c.bad("DeleteBackupRequest %s without an immediate erasure", d.Name)
 		}
+		if !c.p.DeleteOnImmediate {
+			c.bad("DeleteBackupRequest %s though the store's deleteOnImmediate is off", d.Name)
+		}
 	}
 	for uid, n := range perBackup {
 		if n > 1 {

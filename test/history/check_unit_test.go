@@ -16,7 +16,7 @@ import (
 // graph write names own[0] only.
 func cleanRecord() runRecord {
 	p := &runPlan{ID: 1, Tenant: "t", GraphKey: "g", Own: []string{sessionID(1, 0), sessionID(1, 1)}, Foreign: sessionID(1, 90), Unknown: sessionID(1, 99),
-		Backup: "bk", Decoy: "decoy",
+		Backup: "bk", Decoy: "decoy", DeleteOnImmediate: true,
 		Requests: []*plannedRequest{
 			{Name: "a", UID: "uid-a", Sessions: []string{sessionID(1, 0), sessionID(1, 90)}, Immediate: true},
 			{Name: "b", UID: "uid-b", Sessions: []string{sessionID(1, 1)}, Grace: 2 * time.Second, CancelRV: 50},
@@ -169,6 +169,9 @@ func TestCheckerFindsPlantedViolations(t *testing.T) {
 		{"a delete request without an immediate erasure", func(r *runRecord) {
 			r.Plan.Requests[0].Immediate, r.Plan.Requests[0].Grace = false, 0
 		}, "without an immediate erasure"},
+		{"a delete request the store does not allow", func(r *runRecord) {
+			r.Plan.DeleteOnImmediate = false
+		}, "deleteOnImmediate is off"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := cleanRecord()

@@ -46,6 +46,9 @@ type runPlan struct {
 	Requests []*plannedRequest
 	Backup   string // selected by the run's store
 	Decoy    string // another application's Backup
+	// DeleteOnImmediate is the store's spec.velero.deleteOnImmediate: only
+	// then may the immediate request ask Velero to delete the Backup.
+	DeleteOnImmediate bool
 }
 
 // runRecord is everything recorded during a run's round, and the end state.
@@ -131,6 +134,7 @@ func newPlan(id int, seed uint64) *runPlan {
 	case 1:
 		p.Requests[2].Sessions = append(p.Requests[2].Sessions, p.Own[2])
 	}
+	p.DeleteOnImmediate = rng.IntN(2) == 0
 	return p
 }
 
@@ -186,7 +190,7 @@ func seedRun(ctx context.Context, e *env, conn *pgx.Conn, g *graph.Graph, p *run
 			FalkorDB: &lethev1.FalkorDBSpec{URLSecretRef: ref("url"), Graph: p.GraphKey},
 			Velero: &lethev1.VeleroSpec{Namespace: veleroNS,
 				BackupSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": p.NS}},
-				RotationWindow: &metav1.Duration{Duration: time.Second}},
+				RotationWindow: &metav1.Duration{Duration: time.Second}, DeleteOnImmediate: p.DeleteOnImmediate},
 		},
 	})
 }
