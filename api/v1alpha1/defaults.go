@@ -66,3 +66,15 @@ func (v *VeleroSpec) MinRetentionOrZero() time.Duration {
 	}
 	return v.MinRetention.Duration
 }
+
+// DefaultClockSkew is the margin a Backup's start is compared with the
+// deletion's commit by, when the store sets none.
+const DefaultClockSkew = 5 * time.Minute
+
+// ClockSkewOrDefault is the store's clock skew margin for Backup starts.
+func (v *VeleroSpec) ClockSkewOrDefault() time.Duration {
+	if v == nil || v.ClockSkew == nil {
+		return DefaultClockSkew
+	}
+	return v.ClockSkew.Duration
+}

@@ -142,6 +142,17 @@ type VeleroSpec struct {
 	// +optional
 	RotationWindow *metav1.Duration `json:"rotationWindow,omitempty"`
 
+	// clockSkew is the most Velero's clock (which stamps a Backup's start)
+	// may differ from the memory database's (which stamps the deletion's
+	// commit): a Backup that started up to clockSkew after the deletion
+	// committed is taken to hold the erased data too.
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('0s')",message="clockSkew must be a non-negative Go duration such as 5m"
+	// +optional
+	ClockSkew *metav1.Duration `json:"clockSkew,omitempty"`
+
 	// deleteOnImmediate lets an immediate request ask Velero to delete the
 	// Backups that may hold its data (a DeleteBackupRequest each). A Backup
 	// of a shared database holds every tenant's data: the platform team that

@@ -625,6 +625,11 @@ func (in *VeleroSpec) DeepCopyInto(out *VeleroSpec) {
 		*out = new(v1.Duration)
 		**out = **in
 	}
+	if in.ClockSkew != nil {
+		in, out := &in.ClockSkew, &out.ClockSkew
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.MinRetention != nil {
 		in, out := &in.MinRetention, &out.MinRetention
 		*out = new(v1.Duration)

@@ -54,7 +54,8 @@ type Velero struct {
 
 var _ erasure.Backups = Velero{}
 
-// Holding counts the Backups of the scope that started before the deletion.
+// Holding counts the Backups of the scope that started before the deletion
+// committed (give or take the scope's clock skew).
 func (r Rotator) Holding(ctx context.Context, sc Scope, req Request) (int, error) {
 	list, err := r.holding(ctx, sc, req)
 	return len(list), err
@@ -69,7 +70,7 @@ func (r Rotator) holding(ctx context.Context, sc Scope, req Request) ([]velerov1
 	var out []velerov1.Backup
 	for _, b := range list.Items {
 		// A Backup not started yet will read the database after the deletion.
-		if st := b.Status.StartTimestamp; st != nil && st.Time.Before(req.DeletedAt) {
+		if st := b.Status.StartTimestamp; st != nil && sc.MayHold(st.Time, req) {
 			out = append(out, b)
 		}
 	}

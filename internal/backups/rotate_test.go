@@ -129,3 +129,30 @@ func TestConcurrentRotationsNeverLengthen(t *testing.T) {
 		t.Errorf("the Backup's summary does not count both requests: %v", b.Annotations)
 	}
 }
+
+// A Backup that started shortly after the deletion committed, by Velero's
+// clock, may have read the database before the commit by the database's:
+// within the scope's clock skew it counts as holding the data.
+func TestClockSkewMargin(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := velerov1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	started := func(name string, at time.Time) client.Object {
+		return &velerov1.Backup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "velero"},
+			Status: velerov1.BackupStatus{StartTimestamp: &metav1.Time{Time: at}}}
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		started("before", deleted.Add(-time.Second)),
+		started("within-skew", deleted.Add(4*time.Minute)),
+		started("after-skew", deleted.Add(6*time.Minute))).Build()
+	r := backups.Rotator{Client: c, Reader: c}
+	req := backups.Request{UID: "u", DeletedAt: deleted, Window: time.Hour}
+	for skew, want := range map[time.Duration]int{0: 1, 5 * time.Minute: 2, time.Hour: 3} {
+		sc := backups.Scope{Namespace: "velero", Selector: labels.Everything(), ClockSkew: skew}
+		if n, err := r.Holding(context.Background(), sc, req); err != nil || n != want {
+			t.Errorf("skew %s: %d Backups holding (%v), want %d", skew, n, err, want)
+		}
+	}
+}

@@ -165,7 +165,8 @@ func backupScope(store *lethev1.MemoryStore) (BackupScope, error) {
 	if err != nil {
 		return BackupScope{}, err
 	}
-	return BackupScope{Namespace: v.NamespaceOrDefault(), Selector: sel, DeleteOnImmediate: v.DeleteOnImmediate, MinRetention: v.MinRetentionOrZero()}, nil
+	return BackupScope{Namespace: v.NamespaceOrDefault(), Selector: sel, DeleteOnImmediate: v.DeleteOnImmediate,
+		MinRetention: v.MinRetentionOrZero(), ClockSkew: v.ClockSkewOrDefault()}, nil
 }
 
 // RecordedBackups are the Backups the backup step recorded in the evidence.
@@ -241,8 +242,8 @@ func backupEvidence(step string, entries []lethev1.BackupEvidence, sc BackupScop
 			{Table: "Backups gone", Rows: gone},
 		},
 		Verification: []lethev1.Verification{{Check: "Velero Backups that started before the deletion and still exist", Found: int64(len(entries)) - gone}},
-		Note: fmt.Sprintf("%d Backup(s) may hold the erased sessions; each expires by %s at the latest (deletion + rotationWindow %s)",
-			len(entries), req.Deadline().UTC().Format(time.RFC3339), req.Window),
+		Note: fmt.Sprintf("%d Backup(s) may hold the erased sessions (started before the deletion committed, or up to the store's velero.clockSkew %s after); each expires by %s at the latest (deletion + rotationWindow %s)",
+			len(entries), sc.ClockSkew, req.Deadline().UTC().Format(time.RFC3339), req.Window),
 	}
 	switch {
 	case sc.DeletesBackups(req):

@@ -38,7 +38,7 @@ const (
 	installedCall = "Backups.Installed()"
 	deletedAtCall = "Ledger.DeletedAt(req-uid)"
 	rotateCall    = "Backups.Rotate(velero-ns app=memory, {req-uid tenant-a/erase-alice immediate=false deletedAt=2030-01-10T09:00:00.5Z window=24h0m0s})"
-	deadlineNote  = " Backup(s) may hold the erased sessions; each expires by 2030-01-11T09:00:00Z at the latest (deletion + rotationWindow 24h0m0s)"
+	deadlineNote  = " Backup(s) may hold the erased sessions (started before the deletion committed, or up to the store's velero.clockSkew 5m0s after); each expires by 2030-01-11T09:00:00Z at the latest (deletion + rotationWindow 24h0m0s)"
 )
 
 // backupFakes is Velero installed, a deletion committed, and Rotate finding found.
@@ -126,7 +126,7 @@ func TestBackupRotationImmediate(t *testing.T) {
 	kept := Backup{Name: "daily-0109", StartedAt: daily.StartedAt, OriginalExpiration: daily.OriginalExpiration, Expiration: &keptUntil, Changed: true}
 	keptEntry := lethev1.BackupEvidence{Name: "daily-0109", StartedAt: dailyEv.StartedAt, OriginalExpiration: dailyEv.OriginalExpiration, Expiration: secs(keptUntil)}
 	keptEv := rotatedEvidence(lethev1.ConditionBackupsRotated, 1, 0, 0,
-		"1 Backup(s) may hold the erased sessions; each expires by 2030-01-11T09:00:00Z at the latest (deletion + rotationWindow 24h0m0s); immediate, but the store's velero.deleteOnImmediate is off: shortened, not deleted; never before its start + the store's velero.minRetention 720h0m0s", keptEntry)
+		"1 Backup(s) may hold the erased sessions (started before the deletion committed, or up to the store's velero.clockSkew 5m0s after); each expires by 2030-01-11T09:00:00Z at the latest (deletion + rotationWindow 24h0m0s); immediate, but the store's velero.deleteOnImmediate is off: shortened, not deleted; never before its start + the store's velero.minRetention 720h0m0s", keptEntry)
 	keptCond := expiring("1 Velero Backup(s) that may hold the erased sessions remain; they expire between " + keptUntil.UTC().Format(time.RFC3339) +
 		" and " + keptUntil.UTC().Format(time.RFC3339) + "; 1 kept past the request's deadline 2030-01-11T09:00:00Z by the store's velero.minRetention")
 	runCases(t, runBackupRotation, map[string]stepCase{

@@ -260,6 +260,9 @@ func strict(t *testing.T, log *callLog, port string, fns any) {
 	}
 }
 
+// apiDefaultClockSkew is left out of the call log.
+const apiDefaultClockSkew = lethev1.DefaultClockSkew
+
 // render shows an argument in the call log.
 func render(v any) string {
 	switch x := v.(type) {
@@ -274,6 +277,9 @@ func render(v any) string {
 		}
 		if x.MinRetention > 0 {
 			out += " minRetention=" + x.MinRetention.String()
+		}
+		if x.ClockSkew != apiDefaultClockSkew {
+			out += " clockSkew=" + x.ClockSkew.String()
 		}
 		return out
 	case BackupRequest:

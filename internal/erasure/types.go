@@ -237,8 +237,9 @@ type BackupRequest struct {
 	// Immediate requests delete the Backups (DeleteBackupRequest) instead of
 	// shortening their expiration.
 	Immediate bool
-	// DeletedAt is when the deletion committed, by the database's clock.
-	// Backups started before it may hold the erased sessions.
+	// DeletedAt is when the deletion committed, by the database's clock
+	// (read just before the commit). Backups started before it may hold the
+	// erased sessions.
 	DeletedAt time.Time
 	// Window is the store's rotationWindow: such a Backup expires at the
 	// latest at DeletedAt + Window.
@@ -259,6 +260,17 @@ type BackupScope struct {
 	// MinRetention is the store's floor: a Backup is never made to expire
 	// before its start plus MinRetention.
 	MinRetention time.Duration
+	// ClockSkew is the margin between Velero's clock and the database's: a
+	// Backup that started up to ClockSkew after the deletion committed may
+	// hold the erased data.
+	ClockSkew time.Duration
+}
+
+// MayHold says whether a Backup that started at start may hold what the
+// request deleted: it started before the deletion committed, give or take
+// the clocks' skew.
+func (sc BackupScope) MayHold(start time.Time, r BackupRequest) bool {
+	return start.Before(r.DeletedAt.Add(sc.ClockSkew))
 }
 
 // DeletesBackups says whether the request asks Velero to delete the

@@ -316,9 +316,13 @@ func queueSessionDeletes(p *pipeline, l Layout, eligible []string) {
 
 // markErasedSQL marks the sessions $2 of the request $1 erased, by the
 // database's clock.
-const markErasedSQL = `WITH u AS (UPDATE lethe.erasure_ledger SET erased_at = now()
-		WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) RETURNING 1)
-	SELECT now(), count(*) FROM u`
+// markErasedSQL marks the sessions $2 erased by the request $1. It runs last
+// in the batch, after the deletes: erased_at is the wall clock then, just
+// before the commit, not the transaction's start — a Backup that started
+// while a long batch ran reads the sessions, and must count as holding them.
+const markErasedSQL = `WITH u AS (UPDATE lethe.erasure_ledger SET erased_at = clock_timestamp()
+		WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) RETURNING erased_at)
+	SELECT coalesce(max(erased_at), clock_timestamp()), count(*) FROM u`
 
 func queueMarkErased(p *pipeline, uid string, eligible []string, res *erasure.BatchResult) {
 	p.queryRow("mark sessions erased", markErasedSQL, []any{uid, eligible}, func(row pgx.Row) error {
