@@ -101,8 +101,9 @@ func TestBackupsThatMayHoldErasedDataAreShortenedUntilGone(t *testing.T) {
 	if !strings.HasPrefix(c.Message, "2 Velero Backup(s)") {
 		t.Fatalf("condition message %q", c.Message)
 	}
-	// Taken after the deletion: cannot hold the erased sessions.
-	ve.backup(t, "after-deletion", ve.app, time.Now().Add(time.Minute), longLived)
+	// Taken after the deletion, beyond the store's clockSkew (5m by
+	// default): cannot hold the erased sessions.
+	ve.backup(t, "after-deletion", ve.app, time.Now().Add(10*time.Minute), longLived)
 
 	deadline := ve.deletedAt(t, er).Add(720 * time.Hour).Truncate(time.Second)
 	marked := func(b *velerov1.Backup, deadline string) bool {
