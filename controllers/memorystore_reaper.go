@@ -60,11 +60,12 @@ func (r *MemoryStoreReconciler) reapTombstones(ctx context.Context, store *lethe
 			}
 		}
 	}
-	n, err := ledger.TombstonedSessions(ctx)
+	st, err := ledger.Tombstones(ctx)
 	if err != nil {
 		return err
 	}
-	metrics.TombstonedSessions.WithLabelValues(store.Namespace, store.Name).Set(float64(n))
+	metrics.TombstonedSessions.WithLabelValues(store.Namespace, store.Name).Set(float64(st.Sessions))
+	metrics.TombstoneOverdue.WithLabelValues(store.Namespace, store.Name).Set(st.Overdue.Seconds())
 	return nil
 }
 

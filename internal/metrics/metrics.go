@@ -95,6 +95,13 @@ var (
 		Help: "Sessions tombstoned (hidden, not yet deleted) in each MemoryStore's database, for its tenant, at its last audit.",
 	}, []string{"namespace", "store"})
 
+	// TombstoneOverdue is how long the oldest tombstone in force of each
+	// store has outlived its grace period.
+	TombstoneOverdue = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "lethe_tombstone_overdue_seconds",
+		Help: "How long the oldest tombstone still in force (not erased, not cancelled) in each MemoryStore's database has outlived its grace period, at its last audit; 0 when none has.",
+	}, []string{"namespace", "store"})
+
 	// TombstonesReaped counts the tombstones the store's reaper ended
 	// because their request was gone, by how (lifted, deleted).
 	TombstonesReaped = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -113,7 +120,7 @@ var (
 // controller-runtime's registry at start.
 func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{GraphPruned, GraphSweeps, GraphSweepRemoved, GraphSweepLastCompletion, GraphProvenanceless, GraphSweepDuration,
-		StepDuration, RowsDeleted, TombstoneReaper, TombstoneReaperRows, TombstonedSessions, TombstonesReaped, BackupWork, RestoresDetected}
+		StepDuration, RowsDeleted, TombstoneReaper, TombstoneReaperRows, TombstonedSessions, TombstoneOverdue, TombstonesReaped, BackupWork, RestoresDetected}
 }
 
 func init() {

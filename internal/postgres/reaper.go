@@ -42,12 +42,35 @@ func (e *Eraser) HeldTombstones(ctx context.Context, minAge time.Duration) ([]er
 	return out, nil
 }
 
-// TombstonedSessions counts the store's sessions (of its tenant) that are tombstoned.
-func (e *Eraser) TombstonedSessions(ctx context.Context) (int64, error) {
-	var n int64
+// TombstoneStats is what the store's tombstones look like at one audit.
+type TombstoneStats struct {
+	// Sessions is how many of the store's sessions (of its tenant) are tombstoned.
+	Sessions int64
+	// Overdue is how long the oldest tombstone still in force has outlived
+	// its grace period (0: none has): a deletion that should have run.
+	Overdue time.Duration
+}
+
+// tombstoneStatsSQL counts the tombstoned sessions of the tenant $1 and the
+// seconds the oldest ledger row in force (not erased, not cancelled) of
+// such a session is past its grace end.
+func tombstoneStatsSQL(l Layout) string {
+	return `SELECT count(*), coalesce(extract(epoch FROM now() - min(
+			(SELECT min(g.grace_ends_at) FROM lethe.erasure_ledger g WHERE g.scope = 'session' AND g.record_id = s.id::text
+				AND g.erased_at IS NULL AND g.cancelled_at IS NULL AND g.grace_ends_at < now()))), 0)::float8
+		FROM ` + l.Sessions.Ident() + ` s WHERE s.tombstoned_at IS NOT NULL AND ($1::text IS NULL OR s.tenant_id = $1)`
+}
+
+// Tombstones reads the store's TombstoneStats; read only.
+func (e *Eraser) Tombstones(ctx context.Context) (TombstoneStats, error) {
+	var st TombstoneStats
 	err := e.inTx(ctx, readOnly, func(tx pgx.Tx, l Layout) error {
-		return tx.QueryRow(ctx, `SELECT count(*) FROM `+l.Sessions.Ident()+
-			` WHERE tombstoned_at IS NOT NULL AND ($1::text IS NULL OR tenant_id = $1)`, e.tenant()).Scan(&n)
+		var secs float64
+		if err := tx.QueryRow(ctx, tombstoneStatsSQL(l), e.tenant()).Scan(&st.Sessions, &secs); err != nil {
+			return fmt.Errorf("count tombstones: %w", err)
+		}
+		st.Overdue = time.Duration(secs * float64(time.Second))
+		return nil
 	})
-	return n, err
+	return st, err
 }

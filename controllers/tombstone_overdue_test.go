@@ -1,0 +1,73 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+)
+
+// A tombstone whose grace has passed and whose deletion cannot run (here the
+// store's schema stopped being compliant after the request tombstoned)
+// shows in lethe_tombstone_overdue_seconds, which the alert
+// LetheTombstoneOutlivedGrace watches; once the deletion runs it goes to 0.
+func TestOverdueTombstonesShowInTheGauge(t *testing.T) {
+	ctx := context.Background()
+	e := newMemoryEnv(t, "overdue")
+	if _, err := e.conn.Exec(ctx, `CREATE TABLE memory.session_notes (
+		id bigint PRIMARY KEY, session_id uuid NOT NULL REFERENCES memory.sessions (id), note text);
+		GRANT SELECT ON memory.session_notes TO lethe_operator`); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, e.store, lethev1.MemoryStoreSchemaCompliant, metav1.ConditionFalse, lethev1.ReasonViolationsFound)
+	er := e.request(t, "forget", func(er *lethev1.ErasureRequest) {
+		er.Spec.Immediate, er.Spec.Reason = false, ""
+		er.Spec.GracePeriod = &metav1.Duration{Duration: time.Millisecond}
+	})
+	waitStepReason(t, er, lethev1.ConditionDeleted, lethev1.ReasonStoreNotReady)
+	eventually(t, 30*time.Second, func() error {
+		if v := gaugeValue(t, "lethe_tombstone_overdue_seconds", "namespace", e.ns); v <= 0 {
+			return fmt.Errorf("lethe_tombstone_overdue_seconds = %v, want > 0 while the deletion cannot run", v)
+		}
+		return nil
+	})
+	if _, err := e.conn.Exec(ctx, `ALTER TABLE memory.session_notes DROP CONSTRAINT session_notes_session_id_fkey,
+		ADD FOREIGN KEY (session_id) REFERENCES memory.sessions (id) ON DELETE CASCADE`); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, er, lethev1.PhaseBackupsRotated)
+	eventually(t, 30*time.Second, func() error {
+		if v := gaugeValue(t, "lethe_tombstone_overdue_seconds", "namespace", e.ns); v != 0 {
+			return fmt.Errorf("lethe_tombstone_overdue_seconds = %v after the deletion, want 0", v)
+		}
+		return nil
+	})
+}
+
+// gaugeValue reads, from the suite manager's registry, the gauge name's
+// series whose label has value (-1 when there is none).
+func gaugeValue(t *testing.T, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return -1
+}
