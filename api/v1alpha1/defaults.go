@@ -78,3 +78,11 @@ func (v *VeleroSpec) ClockSkewOrDefault() time.Duration {
 	}
 	return v.ClockSkew.Duration
 }
+
+// VacuumOrDefault is how a deletion's tables are vacuumed (Lazy when unset).
+func (p PostgresSpec) VacuumOrDefault() VacuumMode {
+	if p.Vacuum == "" {
+		return VacuumLazy
+	}
+	return p.Vacuum
+}

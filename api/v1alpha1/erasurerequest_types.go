@@ -244,6 +244,11 @@ type StepEvidence struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Note string `json:"note,omitempty"`
+	// vacuumedAt is when the tables the deletion touched were vacuumed
+	// (Deleted step; the database's clock): from then on the erased tuples
+	// are not readable from the data files (see the store's spec.postgres.vacuum).
+	// +optional
+	VacuumedAt *metav1.Time `json:"vacuumedAt,omitempty"`
 }
 
 // BackupEvidence is one Velero Backup that started before the deletion committed

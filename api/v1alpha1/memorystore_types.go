@@ -87,7 +87,31 @@ type PostgresSpec struct {
 	// +listType=set
 	// +optional
 	ResidueProbeExclude []string `json:"residueProbeExclude,omitempty"`
+
+	// vacuum is how the tables a deletion touched are vacuumed once it is
+	// done, so that the erased rows stop being readable from the data
+	// files: Lazy (the default) removes their tuples and index entries
+	// without blocking the application (the pages' free space may keep
+	// their bytes until reused); Full rewrites each table and its indexes
+	// (an exclusive lock on each table while it runs); Off leaves it to
+	// autovacuum. The role needs to own the tables (PostgreSQL 15 and 16)
+	// or hold MAINTAIN on them (17 and later); tables it may not vacuum are
+	// counted in the evidence.
+	// +kubebuilder:validation:Enum=Lazy;Full;Off
+	// +kubebuilder:default=Lazy
+	// +optional
+	Vacuum VacuumMode `json:"vacuum,omitempty"`
 }
+
+// VacuumMode is how a deletion's tables are vacuumed after it.
+type VacuumMode string
+
+// Vacuum modes.
+const (
+	VacuumLazy VacuumMode = "Lazy"
+	VacuumFull VacuumMode = "Full"
+	VacuumOff  VacuumMode = "Off"
+)
 
 // PostgresReplica is one read replica of the memory database.
 type PostgresReplica struct {

@@ -87,6 +87,11 @@ func (d *Deletion) Run(ctx context.Context, s *Scope) Outcome {
 		out.Evidence, out.Work = &ev, work
 		return out
 	}
+	if err := d.vacuum(ctx, s, &ev); err != nil {
+		out := failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonDeleting, "deleted; the vacuum of the tables failed and is retried", err)
+		out.Evidence, out.Work = &ev, work
+		return out
+	}
 	d.forget(s.uid())
 	out := done(lethev1.ConditionDeleted, lethev1.ReasonSessionsDeleted,
 		"the sessions, every row cascading from them, their content-keyed entries and derived records are deleted and verified absent")
@@ -350,6 +355,27 @@ func (d *Deletion) Reverify(ctx context.Context, s *Scope) Outcome {
 			Note: fmt.Sprintf("%d erased session(s) reappeared and were erased again; %d ledger row(s) put back; %d residue record(s) removed",
 				res.Sessions, res.LedgerRowsRestored, res.DerivedRecords+res.ContentIndexEntries)},
 	}
+}
+
+// vacuum vacuums the tables the deletion touched, as the store says, and
+// records it in ev: when, and how many tables it could and could not vacuum.
+func (d *Deletion) vacuum(ctx context.Context, s *Scope, ev *lethev1.StepEvidence) error {
+	mode := s.Store.Spec.Postgres.VacuumOrDefault()
+	if mode == lethev1.VacuumOff {
+		return nil
+	}
+	v, err := s.Ledger.Vacuum(ctx, mode)
+	if err != nil {
+		return err
+	}
+	ev.Counts = append(ev.Counts, lethev1.TableCount{Table: CountTablesVacuumed + " (" + string(mode) + ")", Rows: int64(v.Vacuumed)})
+	if v.NotPermitted > 0 {
+		ev.Counts = append(ev.Counts, lethev1.TableCount{Table: CountTablesNotVacuumed, Rows: int64(v.NotPermitted)})
+	}
+	if v.Vacuumed > 0 {
+		ev.VacuumedAt = mtime(v.At)
+	}
+	return nil
 }
 
 // probeSample is what the deletion sampled for the residue probes, kept

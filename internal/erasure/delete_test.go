@@ -25,6 +25,7 @@ func reverifyDeletion(ctx context.Context, s *Scope) Outcome {
 var (
 	// deletedAt is when the last batch committed, by the database's clock.
 	deletedAt = dbNow.Add(6*time.Minute + 650*time.Millisecond)
+	vacuumedAt = deletedAt.Add(2 * time.Second)
 	sample    = []Embedding{{0.1, 0.2}, {0.3, 0.4}}
 	texts     = []TextSample{"the first erased passage", "the second erased passage"}
 	clean     = []Verification{{Check: "sessions of the request", Found: 0}, {Check: "rows in memory.messages", Found: 0}}
@@ -38,6 +39,7 @@ const (
 	probeCall               = "Ledger.ProbeResidue([[0.1 0.2] [0.3 0.4]], 1e-06)"
 	textProbeCall           = "Ledger.ProbeTextResidue([[text] [text]])"
 	replicaCall             = "Replicas.CaughtUp(0/3000060)"
+	vacuumCall              = "Ledger.Vacuum(Lazy)"
 	deletedReceiptsCall     = "Ledger.Receipts(req-uid, Deleted)"
 	resurrectedReceiptsCall = "Ledger.Receipts(req-uid, Resurrected)"
 )
@@ -74,6 +76,9 @@ func deletionFakes(mods ...func(*fakes)) fakes {
 			VerifyFn:       func(context.Context, Request) ([]Verification, error) { return clean, nil },
 			ReceiptsFn:     func(context.Context, string, string) (map[int]StepReceipt, error) { return deletedReceipts(), nil },
 			DeletedAtFn:    func(context.Context, string) (time.Time, error) { return deletedAt, nil },
+			VacuumFn: func(context.Context, lethev1.VacuumMode) (VacuumResult, error) {
+				return VacuumResult{Vacuumed: 9, At: vacuumedAt}, nil
+			},
 			ProbeResidueFn: func(context.Context, []Embedding, float64) ([]Residue, error) { return nil, nil },
 			ProbeTextResidueFn: func(context.Context, []TextSample) (TextProbe, error) {
 				return TextProbe{Columns: 5}, nil
@@ -98,13 +103,20 @@ func deletedEvidence(checks ...lethev1.Verification) lethev1.StepEvidence {
 			textNote}
 }
 
+// vacuumed is the evidence after the vacuum that ends the step.
+func vacuumed(ev lethev1.StepEvidence) lethev1.StepEvidence {
+	ev.Counts = append(slices.Clone(ev.Counts), lethev1.TableCount{Table: CountTablesVacuumed + " (Lazy)", Rows: 9})
+	ev.VacuumedAt = secs(vacuumedAt)
+	return ev
+}
+
 const textNote = "; text probe: 2 passage(s) of 16+ words sampled from the text of 45 deleted row(s), probed against 5 text column(s) outside the cascade"
 
 var cleanChecks = []lethev1.Verification{{Check: "sessions of the request", Found: 0}, {Check: "rows in memory.messages", Found: 0}}
 
 // deleted is the Done outcome of deleteResult.
 func deleted(mode string) Outcome {
-	ev := deletedEvidence(cleanChecks...)
+	ev := vacuumed(deletedEvidence(cleanChecks...))
 	return Outcome{Kind: Done, Evidence: &ev,
 		Condition: &Condition{Type: lethev1.ConditionDeleted, OK: true, Reason: lethev1.ReasonSessionsDeleted,
 			Message: "the sessions, every row cascading from them, their content-keyed entries and derived records are deleted and verified absent"},
@@ -155,11 +167,11 @@ func TestDeletionClaim(t *testing.T) {
 		"CancelSeenTooLate": {reason: "A cancel seen after the deletion started is ignored: claim and delete.",
 			er: atDeletion(), fakes: deletionFakes(cancelSeen(ErrTooLateToCancel)),
 			want: stepWant{out: deleted("grace"), status: deletedStatus(atDeletion(), deleted("grace")),
-				calls: []string{cancelRequestedCall, "Ledger.Cancel(req-uid)", claimCall, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall}}},
+				calls: []string{cancelRequestedCall, "Ledger.Cancel(req-uid)", claimCall, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall, vacuumCall}}},
 		"AlreadyClaimed": {reason: "A deletion claimed in an earlier pass (reason Deleting) is not claimed again.",
 			er: claimed, fakes: deletionFakes(func(f *fakes) { f.claims = ClaimsFns{} }),
 			want: stepWant{out: deleted("grace"), status: deletedStatus(claimed, deleted("grace")),
-				calls: []string{deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall}}},
+				calls: []string{deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall, vacuumCall}}},
 		"CancelFailsAtClaim": {reason: "A cancel seen at claim time that the database fails to write is an error; GracePeriodElapsed, True already, stays True.",
 			er: atDeletion(), fakes: deletionFakes(cancelSeen(errPort)),
 			want: stepWant{out: Outcome{Kind: Errored}, err: errPort, status: after(atDeletion()),
@@ -188,7 +200,19 @@ func TestDeletionRun(t *testing.T) {
 	textProbeFailed := deleting("deleted; the text residue probe failed and is retried")
 	configCond := &Condition{Type: lethev1.ConditionDeleted, Reason: errConfig.Reason, Message: errConfig.Message}
 	lagging := &Condition{Type: lethev1.ConditionDeleted, Reason: lethev1.ReasonReplicaLagging, Message: "waiting for every replica to replay past the deletion"}
-	deletedEv := deleted("grace").Evidence
+	deletedEv := ptr(deletedEvidence(cleanChecks...)) // before the vacuum: the replicas come first
+	vacuumFailed := &Condition{Type: lethev1.ConditionDeleted, Reason: lethev1.ReasonDeleting, Message: "deleted; the vacuum of the tables failed and is retried"}
+	// deletedWithout is the Done outcome without a vacuum.
+	deletedWithout := func() Outcome {
+		out := deleted("grace")
+		ev := deletedEvidence(cleanChecks...)
+		out.Evidence, out.Milestone.Evidence, out.Milestone.Note = &ev, ev, ev.Note
+		return out
+	}
+	notPermitted := deleted("grace")
+	npEv := vacuumed(deletedEvidence(cleanChecks...))
+	npEv.Counts = append(npEv.Counts, lethev1.TableCount{Table: CountTablesNotVacuumed, Rows: 2})
+	notPermitted.Evidence, notPermitted.Milestone.Evidence = &npEv, npEv
 	replicaDown := &Condition{Type: lethev1.ConditionDeleted, Reason: lethev1.ReasonReplicaLagging,
 		Message: "waiting for every replica to replay past the deletion; a replica could not be asked and is retried"}
 	deleteFails := func(err error) func(*fakes) {
@@ -203,11 +227,11 @@ func TestDeletionRun(t *testing.T) {
 		"Done": {reason: "Deleted, verified absent, no residue, replicas caught up: done, with the batches' counts as evidence and work.",
 			er: atDeletion(), fakes: deletionFakes(),
 			want: stepWant{out: deleted("grace"), status: deletedStatus(atDeletion(), deleted("grace")),
-				calls: append(claims, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall)}},
+				calls: append(claims, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall, vacuumCall)}},
 		"DoneImmediate": {reason: "The work of an immediate request counts as immediate; the ledger is asked for no grace period.",
 			er: reached(2, immediate), fakes: deletionFakes(),
 			want: stepWant{out: deleted("immediate"), status: deletedStatus(atDeletion(), deleted("immediate")),
-				calls: append(claims, "Ledger.Delete({req-uid [s1 s2 s3] grace=0s}, 50, 8)", deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall)}},
+				calls: append(claims, "Ledger.Delete({req-uid [s1 s2 s3] grace=0s}, 50, 8)", deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall, vacuumCall)}},
 		"DeleteError": {reason: "A failed batch is an error for a retry; the condition keeps the claim's reason, so it is not claimed again.",
 			er: atDeletion(), fakes: deletionFakes(deleteFails(errPort)),
 			want: stepWant{out: Outcome{Kind: Errored, Condition: batchFailed}, err: errPort,
@@ -238,6 +262,24 @@ func TestDeletionRun(t *testing.T) {
 			er: atDeletion(), fakes: deletionFakes(caughtUp(false, nil)),
 			want: stepWant{out: Outcome{Kind: Waiting, Condition: lagging, Evidence: deletedEv, Work: deleted("grace").Work, RequeueAfter: testConfig.ReplicaRecheck},
 				status: after(atDeletion(), withCond(lagging), withEvidence(*deletedEv)), calls: append(claims, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall)}},
+		"VacuumError": {reason: "A vacuum that fails (a lock timeout, the connection lost) is an error for a retry; the deletion's evidence is recorded.",
+			er: atDeletion(), fakes: deletionFakes(func(f *fakes) {
+				f.ledger.VacuumFn = func(context.Context, lethev1.VacuumMode) (VacuumResult, error) { return VacuumResult{}, errPort }
+			}),
+			want: stepWant{out: Outcome{Kind: Errored, Condition: vacuumFailed, Evidence: deletedEv, Work: deleted("grace").Work}, err: errPort,
+				status: after(atDeletion(), withCond(vacuumFailed), withEvidence(*deletedEv)), calls: append(claims, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall, vacuumCall)}},
+		"VacuumOff": {reason: "A store with vacuum Off: no vacuum, no vacuumedAt.",
+			er: atDeletion(), store: newStore(func(s *lethev1.MemoryStore) { s.Spec.Postgres.Vacuum = lethev1.VacuumOff }), fakes: deletionFakes(),
+			want: stepWant{out: deletedWithout(), status: deletedStatus(atDeletion(), deletedWithout()),
+				calls: append(claims, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall)}},
+		"VacuumNotPermitted": {reason: "Tables the role may not vacuum are counted in the evidence; the step completes.",
+			er: atDeletion(), fakes: deletionFakes(func(f *fakes) {
+				f.ledger.VacuumFn = func(context.Context, lethev1.VacuumMode) (VacuumResult, error) {
+					return VacuumResult{Vacuumed: 9, NotPermitted: 2, At: vacuumedAt}, nil
+				}
+			}),
+			want: stepWant{out: notPermitted, status: deletedStatus(atDeletion(), notPermitted),
+				calls: append(claims, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall, vacuumCall)}},
 		"ReplicaError": {reason: "A replica that cannot be asked is an error for a retry; the deletion's evidence is recorded.",
 			er: atDeletion(), fakes: deletionFakes(caughtUp(false, errPort)),
 			want: stepWant{out: Outcome{Kind: Errored, Condition: replicaDown, Evidence: deletedEv, Work: deleted("grace").Work}, err: errPort,
@@ -333,7 +375,7 @@ func TestDeletionKeepsProbeSample(t *testing.T) {
 		t.Fatalf("second pass: kind %d, want Done", second.out.Kind)
 	}
 	// The first pass claimed the deletion (ReplicaLagging comes after the claim): the second does not claim again.
-	if diff := cmp.Diff([]string{deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall}, second.calls); diff != "" {
+	if diff := cmp.Diff([]string{deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall, vacuumCall}, second.calls); diff != "" {
 		t.Errorf("second pass: ProbeResidue must receive the first pass's sample: -want, +got:\n%s", diff)
 	}
 	if _, kept := d.probes.Load(uid); kept {

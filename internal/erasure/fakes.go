@@ -6,6 +6,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 )
 
 // Fakes of the ports as structs of function fields, for unit tests of pure
@@ -28,6 +30,7 @@ type LedgerFns struct {
 	ProbeTextResidueFn func(ctx context.Context, sample []TextSample) (TextProbe, error)
 	ReeraseFn          func(ctx context.Context, req Request) (BatchResult, error)
 	RemoveResidueFn    func(ctx context.Context, req Request) (BatchResult, error)
+	VacuumFn           func(ctx context.Context, mode lethev1.VacuumMode) (VacuumResult, error)
 	ErasedSessionsFn   func(ctx context.Context, uid string) ([]string, error)
 	DeletedAtFn        func(ctx context.Context, uid string) (time.Time, error)
 	ReceiptsFn         func(ctx context.Context, uid, step string) (map[int]StepReceipt, error)
@@ -105,6 +108,13 @@ func (f *LedgerFns) RemoveResidue(ctx context.Context, req Request) (BatchResult
 		return BatchResult{}, ErrNotFaked
 	}
 	return f.RemoveResidueFn(ctx, req)
+}
+
+func (f *LedgerFns) Vacuum(ctx context.Context, mode lethev1.VacuumMode) (VacuumResult, error) {
+	if f.VacuumFn == nil {
+		return VacuumResult{}, ErrNotFaked
+	}
+	return f.VacuumFn(ctx, mode)
 }
 
 func (f *LedgerFns) ErasedSessions(ctx context.Context, uid string) ([]string, error) {

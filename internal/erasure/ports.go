@@ -6,6 +6,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 )
 
 // The ports: one small interface per external system the phase machine
@@ -64,6 +66,12 @@ type Ledger interface {
 	// content-keyed entries), with a ResidueRemoved receipt; Skipped when
 	// there was none.
 	RemoveResidue(ctx context.Context, req Request) (BatchResult, error)
+	// Vacuum vacuums, in mode (never Off), the tables a deletion touches
+	// (the sessions table, its cascade, the content indexes, the lineage
+	// and derived tables), so that erased tuples stop being readable from
+	// the data files. Tables the role may not vacuum are counted, not an
+	// error. At is the database's clock after the last one.
+	Vacuum(ctx context.Context, mode lethev1.VacuumMode) (VacuumResult, error)
 	// ErasedSessions lists the sessions the request erased, sorted.
 	ErasedSessions(ctx context.Context, uid string) ([]string, error)
 	// DeletedAt is when the request's deletion last committed; zero when it

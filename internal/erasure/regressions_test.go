@@ -17,8 +17,8 @@ func TestReplicaConfigErrorSaysWhatToFix(t *testing.T) {
 			er: atDeletion(), fakes: deletionFakes(func(f *fakes) {
 				f.replicas = func(context.Context, string) (bool, error) { return false, errConfig }
 			}),
-			want: stepWant{out: Outcome{Kind: Waiting, Condition: configCond, Evidence: deleted("grace").Evidence, Work: deleted("grace").Work, RequeueAfter: testConfig.RetryAfter},
-				status: after(atDeletion(), withCond(configCond), withEvidence(*deleted("grace").Evidence)),
+			want: stepWant{out: Outcome{Kind: Waiting, Condition: configCond, Evidence: ptr(deletedEvidence(cleanChecks...)), Work: deleted("grace").Work, RequeueAfter: testConfig.RetryAfter},
+				status: after(atDeletion(), withCond(configCond), withEvidence(deletedEvidence(cleanChecks...))),
 				calls:  []string{cancelRequestedCall, claimCall, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall}}},
 	})
 }

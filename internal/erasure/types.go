@@ -149,6 +149,12 @@ const (
 	CountDerivedRecords      = "derived records"
 )
 
+// Counts of the Deleted step's evidence on the vacuum after the deletion.
+const (
+	CountTablesVacuumed    = "tables vacuumed"
+	CountTablesNotVacuumed = "tables not vacuumed: the role neither owns them nor holds MAINTAIN"
+)
+
 // Receipt steps, the step column of lethe.erasure_receipts.
 const (
 	StepTombstoned  = "Tombstoned"
@@ -325,3 +331,12 @@ const (
 	CheckPrefixContent = "content-keyed entries in "
 	CheckPrefixDerived = "derived records via "
 )
+
+// VacuumResult is what Ledger.Vacuum did.
+type VacuumResult struct {
+	// Vacuumed and NotPermitted count the tables vacuumed and those the
+	// role may not vacuum (it neither owns them nor holds MAINTAIN).
+	Vacuumed, NotPermitted int
+	// At is the database's clock after the last vacuum.
+	At time.Time
+}

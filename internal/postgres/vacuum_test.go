@@ -1,0 +1,109 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/erasure"
+	"github.com/lethe-dev/lethe/internal/testenv"
+)
+
+const marker = "MARKER-ZEBRA-7731"
+
+// markerIn counts, over every page of memory.rounds, the tuples whose data
+// holds the marker (pageinspect's heap_page_items: every line pointer, dead
+// or alive), and the pages whose raw bytes hold it anywhere (free space too).
+func markerIn(t *testing.T, conn *pgx.Conn) (tuples, pages int64) {
+	t.Helper()
+	pagesSQL := `generate_series(0, (pg_relation_size('memory.rounds') / current_setting('block_size')::int)::int - 1) b`
+	tuples = count(t, conn, `SELECT count(*) FROM `+pagesSQL+`, heap_page_items(get_raw_page('memory.rounds', b))
+		WHERE position($1::bytea IN coalesce(t_data, ''::bytea)) > 0`, []byte(marker))
+	pages = count(t, conn, `SELECT count(*) FROM `+pagesSQL+` WHERE position($1::bytea IN get_raw_page('memory.rounds', b)) > 0`, []byte(marker))
+	return tuples, pages
+}
+
+// erasedWithMarker seeds the tenants, writes the marker into one of the
+// erased session's rounds, and erases the session: its tuples are dead,
+// still in the pages.
+func erasedWithMarker(t *testing.T) (*pgx.Conn, string) {
+	t.Helper()
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	mustExec(t, conn, `CREATE EXTENSION IF NOT EXISTS pageinspect`)
+	mustExec(t, conn, `ALTER TABLE memory.rounds SET (autovacuum_enabled = off)`)
+	seedTenants(t, conn)
+	mustExec(t, conn, `UPDATE memory.rounds SET user_text = $1 || ' said the round' WHERE session_id = $2 AND round_index = 2`, marker, sessA)
+	mustExec(t, conn, `VACUUM memory.rounds`) // the update's old version goes; the marker is in one live tuple
+	if tuples, _ := markerIn(t, conn); tuples != 1 {
+		t.Fatalf("%d tuples hold the marker before the erasure, want 1", tuples)
+	}
+	e := eraser(t, dsn, "t1")
+	req := erasure.Request{UID: "uid-vacuum", SessionIDs: []string{sessA}}
+	if _, err := e.Tombstone(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Delete(ctx, req, 100, 0); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM memory.rounds WHERE user_text LIKE '%' || $1 || '%'`, marker); n != 0 {
+		t.Fatalf("%d rounds with the marker visible after the deletion", n)
+	}
+	if tuples, _ := markerIn(t, conn); tuples != 1 {
+		t.Fatalf("%d tuples hold the marker right after the deletion, want 1 (dead, readable with pageinspect): the test's premise", tuples)
+	}
+	return conn, dsn
+}
+
+// After the deletion the erased round is gone from SQL but its dead tuple
+// is readable with pageinspect; the vacuum step removes it.
+func TestLazyVacuumMakesTheErasedTuplesUnreadable(t *testing.T) {
+	conn, dsn := erasedWithMarker(t)
+	res, err := eraser(t, dsn, "t1").Vacuum(context.Background(), lethev1.VacuumLazy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Vacuumed == 0 || res.NotPermitted != 0 || res.At.IsZero() {
+		t.Fatalf("vacuum result %+v", res)
+	}
+	if tuples, _ := markerIn(t, conn); tuples != 0 {
+		t.Fatalf("%d tuples still hold the erased marker after the vacuum", tuples)
+	}
+}
+
+// Full rewrites the table: not even the pages' free space holds the marker.
+func TestFullVacuumLeavesNoByteOfTheErasedRows(t *testing.T) {
+	conn, dsn := erasedWithMarker(t)
+	if _, pages := markerIn(t, conn); pages == 0 {
+		t.Fatal("no page holds the marker before the vacuum: the test's premise")
+	}
+	if _, err := eraser(t, dsn, "t1").Vacuum(context.Background(), lethev1.VacuumFull); err != nil {
+		t.Fatal(err)
+	}
+	if tuples, pages := markerIn(t, conn); tuples != 0 || pages != 0 {
+		t.Fatalf("after a full vacuum %d tuples and %d pages still hold the marker", tuples, pages)
+	}
+}
+
+// A role that neither owns the tables nor holds MAINTAIN vacuums nothing:
+// the tables are counted, not an error.
+func TestVacuumWithoutPermissionCountsTheTables(t *testing.T) {
+	conn, dsn := erasedWithMarker(t)
+	mdsn, err := testenv.ManagerDSN(context.Background(), dsn, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := eraser(t, mdsn, "t1").Vacuum(context.Background(), lethev1.VacuumLazy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Vacuumed != 0 || res.NotPermitted == 0 {
+		t.Fatalf("vacuum as a role without ownership: %+v, want every table counted as not permitted", res)
+	}
+	if tuples, _ := markerIn(t, conn); tuples != 1 {
+		t.Fatalf("%d tuples hold the marker, want 1: nothing was vacuumed", tuples)
+	}
+}
