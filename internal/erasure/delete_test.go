@@ -24,11 +24,11 @@ func reverifyDeletion(ctx context.Context, s *Scope) Outcome {
 
 var (
 	// deletedAt is when the last batch committed, by the database's clock.
-	deletedAt = dbNow.Add(6*time.Minute + 650*time.Millisecond)
+	deletedAt  = dbNow.Add(6*time.Minute + 650*time.Millisecond)
 	vacuumedAt = deletedAt.Add(2 * time.Second)
-	sample    = []Embedding{{0.1, 0.2}, {0.3, 0.4}}
-	texts     = []TextSample{"the first erased passage", "the second erased passage"}
-	clean     = []Verification{{Check: "sessions of the request", Found: 0}, {Check: "rows in memory.messages", Found: 0}}
+	sample     = []Embedding{{0.1, 0.2}, {0.3, 0.4}}
+	texts      = []TextSample{"the first erased passage", "the second erased passage"}
+	clean      = []Verification{{Check: "sessions of the request", Found: 0}, {Check: "rows in memory.messages", Found: 0}}
 )
 
 const (
@@ -72,10 +72,10 @@ func deletionFakes(mods ...func(*fakes)) fakes {
 		claims: ClaimsFns{CancelRequestedFn: func(context.Context) (bool, error) { return false, nil },
 			ClaimFn: func(context.Context, metav1.Condition) (bool, error) { return true, nil }},
 		ledger: LedgerFns{
-			DeleteFn:       func(context.Context, Request, int, int) (DeleteResult, error) { return deleteResult(), nil },
-			VerifyFn:       func(context.Context, Request) ([]Verification, error) { return clean, nil },
-			ReceiptsFn:     func(context.Context, string, string) (map[int]StepReceipt, error) { return deletedReceipts(), nil },
-			DeletedAtFn:    func(context.Context, string) (time.Time, error) { return deletedAt, nil },
+			DeleteFn:    func(context.Context, Request, int, int) (DeleteResult, error) { return deleteResult(), nil },
+			VerifyFn:    func(context.Context, Request) ([]Verification, error) { return clean, nil },
+			ReceiptsFn:  func(context.Context, string, string) (map[int]StepReceipt, error) { return deletedReceipts(), nil },
+			DeletedAtFn: func(context.Context, string) (time.Time, error) { return deletedAt, nil },
 			VacuumFn: func(context.Context, lethev1.VacuumMode) (VacuumResult, error) {
 				return VacuumResult{Vacuumed: 9, At: vacuumedAt}, nil
 			},
