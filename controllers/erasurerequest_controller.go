@@ -155,14 +155,23 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 			return r.result(ctx, st.Name(), out)
 		}
 	}
-	if err := r.issueReceipt(ctx, er); err != nil {
-		return ctrl.Result{}, fmt.Errorf("issue the receipt: %w", err)
+	if err := r.completed(ctx, sc, er); err != nil {
+		return ctrl.Result{}, err
 	}
 	if !er.DeletionTimestamp.IsZero() {
 		// Finished while being deleted: the next pass releases the finalizer.
 		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 	}
 	return r.reverify(ctx, p, sc)
+}
+
+// completed issues the receipt of a request whose steps are all done and
+// mirrors it, with the history, into the database.
+func (r *ErasureRequestReconciler) completed(ctx context.Context, sc *erasure.Scope, er *lethev1.ErasureRequest) error {
+	if err := r.issueReceipt(ctx, er); err != nil {
+		return fmt.Errorf("issue the receipt: %w", err)
+	}
+	return mirrorProof(ctx, sc, er)
 }
 
 // finishPass writes the pass's status once, unless the pass deleted the

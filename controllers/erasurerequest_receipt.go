@@ -11,6 +11,7 @@ import (
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/connector"
+	"github.com/lethe-dev/lethe/internal/erasure"
 	"github.com/lethe-dev/lethe/internal/evidence"
 )
 
@@ -49,6 +50,24 @@ func (r *ErasureRequestReconciler) issueReceipt(ctx context.Context, er *lethev1
 		r.Recorder.Eventf(er, nil, corev1.EventTypeNormal, "ReceiptUnsigned", "Receipt", "receipt issued over %s, unsigned: no signing key is configured", rc.Digest)
 	} else {
 		r.Recorder.Eventf(er, nil, corev1.EventTypeNormal, "ReceiptSigned", "Receipt", "receipt over %s signed with key %s", rc.Digest, rc.KeyID)
+	}
+	return nil
+}
+
+// mirrorProof writes the completed request's receipt and history into its
+// store's database, so that the proof outlives the request object; every
+// pass writes only what changed (a re-erasure's entries).
+func mirrorProof(ctx context.Context, sc *erasure.Scope, er *lethev1.ErasureRequest) error {
+	rc := er.Status.Receipt
+	if rc == nil {
+		return nil
+	}
+	p := erasure.Proof{UID: string(er.UID), Digest: rc.Digest, Envelope: rc.Envelope, KeyID: rc.KeyID, History: er.Status.History}
+	if rc.IssuedAt != nil {
+		p.IssuedAt = rc.IssuedAt.Time
+	}
+	if err := sc.Ledger.MirrorProof(ctx, p); err != nil {
+		return fmt.Errorf("mirror the proof into the database: %w", err)
 	}
 	return nil
 }

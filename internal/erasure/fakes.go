@@ -31,6 +31,7 @@ type LedgerFns struct {
 	ReeraseFn          func(ctx context.Context, req Request) (BatchResult, error)
 	RemoveResidueFn    func(ctx context.Context, req Request) (BatchResult, error)
 	VacuumFn           func(ctx context.Context, mode lethev1.VacuumMode) (VacuumResult, error)
+	MirrorProofFn      func(ctx context.Context, p Proof) error
 	ErasedSessionsFn   func(ctx context.Context, uid string) ([]string, error)
 	DeletedAtFn        func(ctx context.Context, uid string) (time.Time, error)
 	ReceiptsFn         func(ctx context.Context, uid, step string) (map[int]StepReceipt, error)
@@ -115,6 +116,13 @@ func (f *LedgerFns) Vacuum(ctx context.Context, mode lethev1.VacuumMode) (Vacuum
 		return VacuumResult{}, ErrNotFaked
 	}
 	return f.VacuumFn(ctx, mode)
+}
+
+func (f *LedgerFns) MirrorProof(ctx context.Context, p Proof) error {
+	if f.MirrorProofFn == nil {
+		return ErrNotFaked
+	}
+	return f.MirrorProofFn(ctx, p)
 }
 
 func (f *LedgerFns) ErasedSessions(ctx context.Context, uid string) ([]string, error) {

@@ -72,6 +72,10 @@ type Ledger interface {
 	// the data files. Tables the role may not vacuum are counted, not an
 	// error. At is the database's clock after the last one.
 	Vacuum(ctx context.Context, mode lethev1.VacuumMode) (VacuumResult, error)
+	// MirrorProof writes a completed request's receipt and history into
+	// the database; a repeat changes nothing unless the history grew or
+	// the receipt changed.
+	MirrorProof(ctx context.Context, p Proof) error
 	// ErasedSessions lists the sessions the request erased, sorted.
 	ErasedSessions(ctx context.Context, uid string) ([]string, error)
 	// DeletedAt is when the request's deletion last committed; zero when it

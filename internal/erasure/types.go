@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 )
 
 // Request identifies an erasure request to the ledger.
@@ -339,4 +341,14 @@ type VacuumResult struct {
 	Vacuumed, NotPermitted int
 	// At is the database's clock after the last vacuum.
 	At time.Time
+}
+
+// Proof is a completed request's receipt and history, as mirrored into the
+// memory database (Ledger.MirrorProof) so that it outlives the request.
+type Proof struct {
+	UID             string
+	Digest          string
+	Envelope, KeyID string
+	IssuedAt        time.Time
+	History         []lethev1.HistoryEntry
 }

@@ -1,0 +1,61 @@
+package controllers_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/controllers"
+	"github.com/lethe-dev/lethe/internal/evidence"
+)
+
+// A completed request's signed receipt and history are mirrored into the
+// database it erased from: after the request object is deleted, an auditor
+// reads them there and verifies them with the published key, and an edited
+// history fails.
+func TestProofOutlivesTheRequestObject(t *testing.T) {
+	ctx := context.Background()
+	e := newMemoryEnv(t, "proof")
+	er := e.request(t, "forget", nil)
+	waitPhase(t, er, lethev1.PhaseBackupsRotated)
+	assertSignedReceipt(t, er)
+	deleteAndWaitGone(t, er)
+
+	var digest, envelope, keyID string
+	var raw []byte
+	if err := e.conn.QueryRow(ctx, `SELECT digest, envelope, key_id, history FROM lethe.erasure_proofs WHERE request_uid = $1`, string(er.UID)).
+		Scan(&digest, &envelope, &keyID, &raw); err != nil {
+		t.Fatalf("no proof of the deleted request in the database: %v", err)
+	}
+	var history []lethev1.HistoryEntry
+	if err := json.Unmarshal(raw, &history); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(er.Status.History, history); diff != "" {
+		t.Fatalf("mirrored history differs from the request's (-request +database):\n%s", diff)
+	}
+	// The auditor has the database's row and the published key, not the object.
+	fromDB := &lethev1.ErasureRequest{ObjectMeta: metav1.ObjectMeta{Namespace: er.Namespace, Name: er.Name, UID: er.UID},
+		Status: lethev1.ErasureRequestStatus{History: history, Receipt: &lethev1.Receipt{Digest: digest, Envelope: envelope, KeyID: keyID}}}
+	cm := &corev1.ConfigMap{}
+	if err := k8s.Get(ctx, receiptKeySecret, cm); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := evidence.ParsePublicKey([]byte(cm.Data[controllers.ReceiptPublicKey]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := evidence.VerifyReceipt(ctx, fromDB, pub); err != nil {
+		t.Fatalf("the proof read from the database does not verify: %v", err)
+	}
+	fromDB.Status.History[len(history)-1].Time = metav1.NewTime(history[len(history)-1].Time.Add(time.Hour))
+	if err := evidence.VerifyReceipt(ctx, fromDB, pub); err == nil {
+		t.Fatal("an edited history from the database verifies")
+	}
+}
