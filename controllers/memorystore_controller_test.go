@@ -179,9 +179,16 @@ func TestBrokenSchemaMakesSchemaCompliantFalseNamingTheTable(t *testing.T) {
 		t.Errorf("violations = %+v", v)
 	}
 
-	// Fixing the schema is picked up by the periodic re-audit.
+	// Fixing the schema is picked up by the periodic re-audit: the key
+	// cascades, and the table, now holding a session's rows, hides a
+	// tombstoned one as the reference tables do (forced row-level security,
+	// the application's policy and Lethe's).
 	if _, err := conn.Exec(ctx, `ALTER TABLE memory.session_notes DROP CONSTRAINT session_notes_session_id_fkey,
-		ADD FOREIGN KEY (session_id) REFERENCES memory.sessions (id) ON DELETE CASCADE`); err != nil {
+		ADD FOREIGN KEY (session_id) REFERENCES memory.sessions (id) ON DELETE CASCADE,
+		ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
+		CREATE POLICY app_live_session_rows ON memory.session_notes TO memory_app, memory_owner
+			USING (EXISTS (SELECT 1 FROM memory.sessions s WHERE s.id = session_id));
+		CREATE POLICY lethe_operator_all ON memory.session_notes TO lethe_operator USING (true) WITH CHECK (true)`); err != nil {
 		t.Fatal(err)
 	}
 	waitCondition(t, store, lethev1.MemoryStoreSchemaCompliant, metav1.ConditionTrue, lethev1.ReasonCompliant)

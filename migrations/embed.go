@@ -3,7 +3,8 @@
 // database (00002), the wiring of the two (00003), the operator's role (00004),
 // erased sources (00005) and their wiring (00006), late derivations (00007)
 // and their wiring (00008), keyed content hashes and tenant-scoped content
-// erasure with its reference wiring (00009).
+// erasure with its reference wiring (00009), and the reference tables' own
+// role with row-level security forced on them (00010).
 package migrations
 
 import "embed"

@@ -52,6 +52,26 @@ const (
 	RuleNoCascade = "NoCascade"
 	// RuleVectorOffCascade: a vector column sits on a table that does not cascade from sessions.
 	RuleVectorOffCascade = "VectorOffCascade"
+	// RuleNonCascadingKey: a foreign key (any schema, any column) to sessions, or to a table that
+	// cascades from it, deletes with another action than CASCADE: the referencing row outlives the session.
+	RuleNonCascadingKey = "NonCascadingKey"
+	// RuleRowSecurityDisabled: sessions, a table cascading from it, a derived table or a content
+	// index has row-level security off: a raw query reads tombstoned sessions.
+	RuleRowSecurityDisabled = "RowSecurityDisabled"
+	// RuleRowSecurityNotForced: such a table's row-level security is not forced: its owner reads
+	// tombstoned sessions.
+	RuleRowSecurityNotForced = "RowSecurityNotForced"
+	// RuleMissingPolicy: such a table has row-level security on and no permissive policy.
+	RuleMissingPolicy = "MissingPolicy"
+	// RuleMissingLineageGuard: a registered lineage table has no enabled lethe.refuse_erased_lineage
+	// trigger on its source column: a derivation from an erased session is not refused.
+	RuleMissingLineageGuard = "MissingLineageGuard"
+	// RuleMissingLineageRequirement: a registered derived table has no enabled lethe.require_lineage
+	// trigger: a derived record without lineage escapes the guard and the deletion.
+	RuleMissingLineageRequirement = "MissingLineageRequirement"
+	// RuleEmptyRegistry: lethe.content_indexes or lethe.lineage_tables has no row (or does not exist):
+	// Lethe cleans only the content-keyed and derived tables registered there.
+	RuleEmptyRegistry = "EmptyRegistry"
 )
 
 // PostgresSpec says how to reach the memory database.
@@ -221,7 +241,9 @@ type MemoryStoreSpec struct {
 
 // SchemaViolation is one finding of the schema audit.
 type SchemaViolation struct {
-	// rule that was broken (MissingTable, NoCascade, VectorOffCascade).
+	// rule that was broken (MissingTable, NoCascade, VectorOffCascade, NonCascadingKey,
+	// RowSecurityDisabled, RowSecurityNotForced, MissingPolicy, MissingLineageGuard,
+	// MissingLineageRequirement, EmptyRegistry).
 	// +kubebuilder:validation:MaxLength=64
 	Rule string `json:"rule"`
 	// table the finding is about (schema-qualified).

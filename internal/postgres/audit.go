@@ -36,6 +36,18 @@ type Catalog struct {
 	CascadeEdges [][2]string
 	// VectorColumns are pgvector columns of the schema.
 	VectorColumns []Column
+	// NonCascadingKeys are the foreign keys to <schema>.sessions or to a
+	// table with a cascading key of its own that do not cascade on delete.
+	NonCascadingKeys []ForeignKey
+	// RowSecurity of every qualified table that has any; a table missing
+	// here has row-level security off and no policy.
+	RowSecurity map[string]RowSecurity
+	// RegistryMissing is true when Lethe's registry tables do not exist.
+	RegistryMissing bool
+	// ContentIndexes are the qualified tables registered in lethe.content_indexes.
+	ContentIndexes []string
+	// Lineages are the tables registered in lethe.lineage_tables, with their triggers.
+	Lineages []GuardedLineage
 }
 
 // Column is a qualified table and one of its columns.
@@ -67,12 +79,23 @@ type SchemaReport struct {
 // Compliant reports whether the audit found nothing wrong.
 func (r SchemaReport) Compliant() bool { return len(r.Violations) == 0 }
 
-// AuditCatalog runs the decision record's three validation rules over a
-// catalog. It is pure: the same catalog always gives the same report.
+// AuditCatalog runs the erasure rules over a catalog. It is pure: the same
+// catalog always gives the same report. The decision record's three
+// validation rules:
 //
 //  1. every table with a session_id column has an ON DELETE CASCADE foreign key to sessions;
 //  2. every vector column lives on a table that a session's deletion removes rows from;
-//  3. the expected tables exist in the schema.
+//  3. the expected tables exist in the schema;
+//
+// and what makes them hold for every reader and every derivation:
+//
+//  4. every foreign key (any schema, any column) to sessions or to a table
+//     cascading from it cascades on delete;
+//  5. sessions, the tables cascading from it, the registered derived tables
+//     and content indexes have row-level security on, forced, with a policy;
+//  6. every registered lineage table has its guard trigger, every derived
+//     table its lineage requirement;
+//  7. the registries of content indexes and lineage tables are not empty.
 func AuditCatalog(cat Catalog) SchemaReport {
 	reach := cascadeReach(cat)
 	var rep SchemaReport
@@ -84,10 +107,15 @@ func AuditCatalog(cat Catalog) SchemaReport {
 	}
 	slices.Sort(rep.CascadingTables)
 	rep.Violations = append(rep.Violations, missingTables(cat)...)
-	rep.Violations = append(rep.Violations, uncascaded(cat)...)
+	noCascade := uncascaded(cat)
+	rep.Violations = append(rep.Violations, noCascade...)
 	var offCascade []Violation
 	rep.VectorColumns, offCascade = vectorsOffCascade(cat, reach)
 	rep.Violations = append(rep.Violations, offCascade...)
+	rep.Violations = append(rep.Violations, nonCascadingKeys(cat, reach, noCascade)...)
+	rep.Violations = append(rep.Violations, rowSecurityOff(cat, reach)...)
+	rep.Violations = append(rep.Violations, lineageUnguarded(cat)...)
+	rep.Violations = append(rep.Violations, emptyRegistries(cat)...)
 	return rep
 }
 
@@ -199,7 +227,8 @@ const (
 		ORDER BY 1, 2`
 )
 
-// ReadCatalog reads the audit's facts for schema from the database catalog.
+// ReadCatalog reads the audit's facts for schema from the database catalog
+// and Lethe's registry.
 func ReadCatalog(ctx context.Context, q Querier, schema string) (Catalog, error) {
 	cat := Catalog{Schema: schema}
 	var err error
@@ -225,7 +254,7 @@ func ReadCatalog(ctx context.Context, q Querier, schema string) (Catalog, error)
 	for _, v := range vecs {
 		cat.VectorColumns = append(cat.VectorColumns, Column{Table: v[0], Column: v[1]})
 	}
-	return cat, nil
+	return cat, readGuards(ctx, q, &cat)
 }
 
 // collectPairs runs a query of two text columns and returns its rows.
@@ -252,10 +281,13 @@ func AuditSchema(ctx context.Context, q Querier, schema string) (SchemaReport, e
 	return AuditCatalog(cat), nil
 }
 
-// guardSchema audits the schema as the caller's transaction sees it: a
-// deletion that goes ahead on a table added since the store's last audit
-// (a session_id without a cascading key) would leave that table's rows of
-// the session behind and still report it clean. It returns a
+// guardSchema audits the schema as the caller's transaction sees it, by the
+// same rules as the store's audit: a deletion that goes ahead on a table
+// added since the store's last audit (a session_id without a cascading key)
+// would leave that table's rows of the session behind and still report it
+// clean; one that goes ahead after a guard was dropped (row-level security,
+// a lineage trigger, a registry row) would report an erasure that readers
+// or derivations may still undo. It returns a
 // *erasure.ConfigError naming the tables when the schema breaks the rules.
 func guardSchema(ctx context.Context, q Querier, schema string) error {
 	rep, err := AuditSchema(ctx, q, schema)
