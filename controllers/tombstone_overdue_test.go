@@ -36,8 +36,14 @@ func TestOverdueTombstonesShowInTheGauge(t *testing.T) {
 		}
 		return nil
 	})
+	// Fixed as the reference tables are wired: a cascading key, forced
+	// row-level security, the application's policy and Lethe's.
 	if _, err := e.conn.Exec(ctx, `ALTER TABLE memory.session_notes DROP CONSTRAINT session_notes_session_id_fkey,
-		ADD FOREIGN KEY (session_id) REFERENCES memory.sessions (id) ON DELETE CASCADE`); err != nil {
+		ADD FOREIGN KEY (session_id) REFERENCES memory.sessions (id) ON DELETE CASCADE,
+		ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
+		CREATE POLICY app_live_session_rows ON memory.session_notes TO memory_app, memory_owner
+			USING (EXISTS (SELECT 1 FROM memory.sessions s WHERE s.id = session_id));
+		CREATE POLICY lethe_operator_all ON memory.session_notes TO lethe_operator USING (true) WITH CHECK (true)`); err != nil {
 		t.Fatal(err)
 	}
 	waitPhase(t, er, lethev1.PhaseBackupsRotated)
