@@ -238,6 +238,11 @@ func (e *Eraser) Cancel(ctx context.Context, uid string) (erasure.Cancellation, 
 		if done, err := previousCancel(ctx, tx, uid, &c); err != nil || done {
 			return err
 		}
+		// Every statement after this sees what a cancel, tombstone or
+		// deletion of an overlapping request committed while it waited.
+		if _, err := tx.Exec(ctx, lockLedgerSessionsSQL, uid); err != nil {
+			return fmt.Errorf("lock the request's sessions: %w", err)
+		}
 		if err := lockUnerased(ctx, tx, uid); err != nil {
 			return err
 		}
@@ -253,6 +258,15 @@ func (e *Eraser) Cancel(ctx context.Context, uid string) (erasure.Cancellation, 
 	})
 	return c, err
 }
+
+// lockLedgerSessionsSQL takes, in a fixed order, the sessions' exclusive
+// locks (those of lockSessionsSQL) for every session the request $1 holds
+// in the ledger. Two overlapping requests cancelled at once then run one
+// after the other: otherwise each could hand the shared tombstone to the
+// other, still active in its snapshot, and both commit, leaving it held by
+// a cancelled request for ever.
+const lockLedgerSessionsSQL = `SELECT count(pg_advisory_xact_lock(hashtext('lethe.session'), hashtext(record_id)))
+	FROM (SELECT record_id FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'session' ORDER BY record_id) s`
 
 // cancelReceiptSQL reads the Cancelled receipt of a request.
 const cancelReceiptSQL = `SELECT sessions, recorded_at FROM lethe.erasure_receipts
