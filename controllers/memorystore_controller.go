@@ -88,6 +88,9 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 		return ctrl.Result{}, err
 	}
+	if res, done, err := r.holdStore(ctx, store); done || err != nil {
+		return res, err
+	}
 
 	facts := r.observe(ctx, store)
 
