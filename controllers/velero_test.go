@@ -271,3 +271,47 @@ func TestImmediateWithoutDeleteOnImmediateOnlyShortens(t *testing.T) {
 		t.Fatalf("expiration %s, want the floor %s (the deadline is earlier); annotations %v", b.Status.Expiration, want, b.Annotations)
 	}
 }
+
+// 5,000 requests rotating one Backup on a real API server: its annotations
+// stay one bounded summary that counts each request once.
+func TestFiveThousandRequestsKeepABackupsAnnotationsBounded(t *testing.T) {
+	const requests = 5000
+	ctx := context.Background()
+	ns := newNamespace(t, "many-requests-velero")
+	started := time.Now().Add(-time.Hour).Truncate(time.Second)
+	b := &velerov1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "shared-nightly", Namespace: ns, Labels: map[string]string{"app": "memory"}},
+		Status: velerov1.BackupStatus{Phase: velerov1.BackupPhaseCompleted, StartTimestamp: &metav1.Time{Time: started},
+			Expiration: &metav1.Time{Time: started.Add(90 * 24 * time.Hour)}}}
+	if err := k8s.Create(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	r := backups.Rotator{Client: k8s, Reader: k8s, Concurrency: 1}
+	sc := backups.Scope{Namespace: ns, Selector: mustSelector(t, "app=memory")}
+	uids := make([]string, requests)
+	for i := range requests {
+		uids[i] = fmt.Sprintf("00000000-0000-4000-8000-%012d", i)
+		req := backups.Request{UID: uids[i], Namespace: "team", Name: fmt.Sprintf("forget-person-%d", i), DeletedAt: time.Now(), Window: 720 * time.Hour}
+		if _, err := r.Rotate(ctx, sc, req); err != nil {
+			t.Fatalf("rotation %d: %v", i, err)
+		}
+	}
+	got := getBackup(t, ns, "shared-nightly")
+	size := 0
+	for k, v := range got.Annotations {
+		size += len(k) + len(v)
+	}
+	s := backups.ReadSummary(got.Annotations)
+	if size > 4096 || s.Count != requests || s.RequestsDigest != backups.RequestsDigest(uids) {
+		t.Fatalf("after %d requests: annotations of %d bytes, summary count %d, digest matches %v", requests, size, s.Count, s.RequestsDigest == backups.RequestsDigest(uids))
+	}
+	t.Logf("%d requests: the Backup's annotations take %d bytes", requests, size)
+}
+
+func getBackup(t *testing.T, ns, name string) *velerov1.Backup {
+	t.Helper()
+	b := &velerov1.Backup{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
