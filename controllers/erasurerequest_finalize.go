@@ -24,10 +24,13 @@ func (r *ErasureRequestReconciler) finalize(ctx context.Context, er *lethev1.Era
 	}
 	tombstoned := meta.IsStatusConditionTrue(er.Status.Conditions, lethev1.ConditionTombstoned)
 	deleted := meta.IsStatusConditionTrue(er.Status.Conditions, lethev1.ConditionDeleted)
-	if tombstoned && !deleted {
+	switch {
+	case tombstoned && !deleted:
 		if err := r.withdraw(ctx, er); err != nil {
 			return ctrl.Result{}, err
 		}
+	case !deleted:
+		r.withdrawIfHeld(ctx, er)
 	}
 	if deleted {
 		// The store's record keeps what was erased once the object is gone,
@@ -68,6 +71,28 @@ func (r *ErasureRequestReconciler) finishesFirst(ctx context.Context, er *lethev
 			"deleted after its deletion was claimed: the finalizer holds until the graph and the backups are done too")
 	}
 	return true
+}
+
+// withdrawIfHeld withdraws a request whose status does not say Tombstoned
+// but whose ledger rows do (a manager that died right after the tombstone's
+// commit). Best effort: when the database cannot be asked, the request is
+// released and the store's reaper ends its tombstones later.
+func (r *ErasureRequestReconciler) withdrawIfHeld(ctx context.Context, er *lethev1.ErasureRequest) {
+	log := ctrl.LoggerFrom(ctx)
+	store := &lethev1.MemoryStore{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: er.Namespace, Name: er.Spec.StoreRef.Name}, store); err != nil {
+		return
+	}
+	ports, err := r.Connector.Ports(ctx, store)
+	if err == nil {
+		var held int64
+		if held, err = ports.Ledger.HeldBy(ctx, string(er.UID)); err == nil && held > 0 {
+			err = r.withdraw(ctx, er)
+		}
+	}
+	if err != nil {
+		log.Info("released without asking the ledger; the store's reaper ends any tombstone left", "error", err.Error())
+	}
 }
 
 // withdraw lifts the tombstones of a request deleted during its grace

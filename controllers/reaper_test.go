@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -19,10 +20,10 @@ import (
 )
 
 // A manager that dies right after the tombstone's commit, every time, never
-// records Tombstoned; the request is then deleted, and the finalizer, which
-// trusts the status, lifts nothing. The store's reaper finds the tombstones
-// whose request is gone and lifts them (the deletion never started), with a
-// Cancelled receipt, an event and its counter.
+// records Tombstoned; the request is then deleted with its finalizer
+// removed by hand, so nothing withdraws it. The store's reaper finds the
+// tombstones whose request is gone and lifts them (the deletion never
+// started), with a Cancelled receipt, an event and its counter.
 func TestReaperLiftsTheTombstonesOfAGoneRequest(t *testing.T) {
 	e := newMemoryEnv(t, "reap-lift")
 	restore := setCrashHook(func(ns, point string) bool { return ns == e.ns && point == "after-tombstone-commit" })
@@ -37,7 +38,7 @@ func TestReaperLiftsTheTombstonesOfAGoneRequest(t *testing.T) {
 		}
 		return nil
 	})
-	deleteAndWaitGone(t, er)
+	removeFinalizerAndDelete(t, er)
 	if n := e.count(t, `SELECT count(*) FROM memory.sessions WHERE tombstoned_at IS NOT NULL`); n != 2 {
 		t.Fatalf("%d sessions tombstoned right after the request went, want 2: the case this test is about did not happen", n)
 	}
@@ -85,15 +86,7 @@ func TestReaperFinishesTheDeletionOfAGoneRequest(t *testing.T) {
 	if _, err := first.Delete(ctx, erasure.Request{UID: string(er.UID), SessionIDs: firstBatch}, 2, 0); err != nil {
 		t.Fatal(err)
 	}
-	// Someone removes the finalizer and deletes the request.
-	if err := k8s.Get(ctx, client.ObjectKeyFromObject(er), er); err != nil {
-		t.Fatal(err)
-	}
-	er.Finalizers = nil
-	if err := k8s.Update(ctx, er); err != nil {
-		t.Fatal(err)
-	}
-	deleteAndWaitGone(t, er)
+	removeFinalizerAndDelete(t, er)
 	eventually(t, 30*time.Second, func() error {
 		if n := e.count(t, `SELECT count(*) FROM memory.sessions WHERE tombstoned_at IS NOT NULL`); n != 0 {
 			return fmt.Errorf("%d sessions still tombstoned though their request is gone", n)
@@ -150,4 +143,47 @@ func deleteAndWaitGone(t *testing.T, er *lethev1.ErasureRequest) {
 			return client.IgnoreNotFound(err)
 		}
 	})
+}
+
+// removeFinalizerAndDelete does what someone clearing a stuck request by
+// hand does: removes its finalizer, then deletes it.
+func removeFinalizerAndDelete(t *testing.T, er *lethev1.ErasureRequest) {
+	t.Helper()
+	ctx := context.Background()
+	eventually(t, 10*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(er), er); err != nil {
+			return err
+		}
+		er.Finalizers = nil
+		return k8s.Update(ctx, er)
+	})
+	deleteAndWaitGone(t, er)
+}
+
+// The same crash, and the request deleted the usual way: its finalizer asks
+// the ledger, not the status, and lifts the tombstones at once.
+func TestFinalizerDecidesFromTheLedger(t *testing.T) {
+	e := newMemoryEnv(t, "final-ledger")
+	restore := setCrashHook(func(ns, point string) bool { return ns == e.ns && point == "after-tombstone-commit" })
+	t.Cleanup(restore)
+	er := e.request(t, "typo", func(er *lethev1.ErasureRequest) {
+		er.Spec.Immediate, er.Spec.Reason = false, ""
+		er.Spec.GracePeriod = &metav1.Duration{Duration: time.Hour}
+	})
+	eventually(t, 20*time.Second, func() error {
+		if n := e.count(t, `SELECT count(*) FROM memory.sessions WHERE tombstoned_at IS NOT NULL`); n != 2 {
+			return fmt.Errorf("%d sessions tombstoned, want 2", n)
+		}
+		return nil
+	})
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(er), er); err != nil {
+		t.Fatal(err)
+	}
+	if meta.IsStatusConditionTrue(er.Status.Conditions, lethev1.ConditionTombstoned) {
+		t.Fatal("the status says Tombstoned: the crash this test is about did not happen")
+	}
+	deleteAndWaitGone(t, er)
+	if n := e.count(t, `SELECT count(*) FROM memory.sessions WHERE tombstoned_at IS NOT NULL`); n != 0 {
+		t.Fatalf("%d sessions still tombstoned right after the request went: the finalizer trusted the status", n)
+	}
 }

@@ -32,6 +32,7 @@ type LedgerFns struct {
 	RemoveResidueFn    func(ctx context.Context, req Request) (BatchResult, error)
 	VacuumFn           func(ctx context.Context, mode lethev1.VacuumMode) (VacuumResult, error)
 	MirrorProofFn      func(ctx context.Context, p Proof) error
+	HeldByFn           func(ctx context.Context, uid string) (int64, error)
 	ErasedSessionsFn   func(ctx context.Context, uid string) ([]string, error)
 	DeletedAtFn        func(ctx context.Context, uid string) (time.Time, error)
 	ReceiptsFn         func(ctx context.Context, uid, step string) (map[int]StepReceipt, error)
@@ -116,6 +117,13 @@ func (f *LedgerFns) Vacuum(ctx context.Context, mode lethev1.VacuumMode) (Vacuum
 		return VacuumResult{}, ErrNotFaked
 	}
 	return f.VacuumFn(ctx, mode)
+}
+
+func (f *LedgerFns) HeldBy(ctx context.Context, uid string) (int64, error) {
+	if f.HeldByFn == nil {
+		return 0, ErrNotFaked
+	}
+	return f.HeldByFn(ctx, uid)
 }
 
 func (f *LedgerFns) MirrorProof(ctx context.Context, p Proof) error {

@@ -72,6 +72,9 @@ type Ledger interface {
 	// the data files. Tables the role may not vacuum are counted, not an
 	// error. At is the database's clock after the last one.
 	Vacuum(ctx context.Context, mode lethev1.VacuumMode) (VacuumResult, error)
+	// HeldBy counts the sessions the request holds in the ledger, neither
+	// erased nor cancelled (its tombstones in force).
+	HeldBy(ctx context.Context, uid string) (int64, error)
 	// MirrorProof writes a completed request's receipt and history into
 	// the database; a repeat changes nothing unless the history grew or
 	// the receipt changed.

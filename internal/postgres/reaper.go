@@ -42,6 +42,23 @@ func (e *Eraser) HeldTombstones(ctx context.Context, minAge time.Duration) ([]er
 	return out, nil
 }
 
+// heldBySQL counts the ledger rows in force (not erased, not cancelled) of
+// the request $1.
+const heldBySQL = `SELECT count(*) FROM lethe.erasure_ledger
+	WHERE request_uid = $1 AND scope = 'session' AND erased_at IS NULL AND cancelled_at IS NULL`
+
+// HeldBy counts the sessions the request uid holds in the ledger, neither
+// erased nor cancelled: a finalizer asks the ledger, not the request's
+// status, which a crash right after the tombstone's commit leaves without
+// Tombstoned. Read only.
+func (e *Eraser) HeldBy(ctx context.Context, uid string) (int64, error) {
+	var n int64
+	if err := e.Pool.QueryRow(ctx, heldBySQL, uid).Scan(&n); err != nil {
+		return 0, fmt.Errorf("read the request's ledger rows: %w", err)
+	}
+	return n, nil
+}
+
 // TombstoneStats is what the store's tombstones look like at one audit.
 type TombstoneStats struct {
 	// Sessions is how many of the store's sessions (of its tenant) are tombstoned.
