@@ -47,6 +47,13 @@ func (r *ErasureRequestReconciler) scope(ctx context.Context, p *pass) (*erasure
 		}
 		return nil, &out
 	}
+	if !store.DeletionTimestamp.IsZero() && !meta.IsStatusConditionTrue(er.Status.Conditions, lethev1.ConditionTombstoned) {
+		// A store being deleted takes no new tombstone: it goes once its
+		// requests are done, and one tombstoning now could outlive it.
+		return nil, &erasure.Outcome{Kind: erasure.Stalled, RequeueAfter: r.RetryAfter,
+			Condition: &erasure.Condition{Type: lethev1.ConditionTombstoned, Reason: lethev1.ReasonStoreNotFound,
+				Message: fmt.Sprintf("MemoryStore %q is being deleted: it takes no new request", key.Name)}}
+	}
 	ports, err := r.Connector.Ports(ctx, store)
 	if err != nil {
 		return nil, r.unreachable(er, err)

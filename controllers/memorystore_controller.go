@@ -88,8 +88,8 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 		return ctrl.Result{}, err
 	}
-	if res, done, err := r.holdStore(ctx, store); done || err != nil {
-		return res, err
+	if err := r.ensureFinalizer(ctx, store); err != nil {
+		return requeueOnConflict(err)
 	}
 
 	facts := r.observe(ctx, store)
@@ -109,6 +109,9 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 
 	ready := meta.FindStatusCondition(store.Status.Conditions, lethev1.MemoryStoreReady)
 	r.reportReadiness(ctx, store, ready, wasReady, before.Status.ObservedGeneration == 0)
+	if !store.DeletionTimestamp.IsZero() {
+		return r.release(ctx, store)
+	}
 
 	if ready.Status != metav1.ConditionTrue {
 		return ctrl.Result{RequeueAfter: r.NotReadyRetry}, nil

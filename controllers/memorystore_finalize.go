@@ -27,45 +27,42 @@ const (
 	ReasonWaitingForRequests = "WaitingForRequests"
 )
 
-// holdStore puts the store's finalizer on; on a store being deleted it
-// releases the finalizer once no unfinished request references it, ending
-// the tombstones of requests already gone first. done is true when the
-// store is being deleted (the pass ends with res).
-func (r *MemoryStoreReconciler) holdStore(ctx context.Context, store *lethev1.MemoryStore) (res ctrl.Result, done bool, err error) {
-	if store.DeletionTimestamp.IsZero() {
-		if controllerutil.ContainsFinalizer(store, StoreFinalizer) {
-			return ctrl.Result{}, false, nil
-		}
-		controllerutil.AddFinalizer(store, StoreFinalizer)
-		if err := patchFinalizers(ctx, r.Client, store); err != nil {
-			res, err := requeueOnConflict(err)
-			return res, true, err
-		}
-		return ctrl.Result{}, false, nil
+// ensureFinalizer puts the store's finalizer on a store not being deleted.
+func (r *MemoryStoreReconciler) ensureFinalizer(ctx context.Context, store *lethev1.MemoryStore) error {
+	if !store.DeletionTimestamp.IsZero() || controllerutil.ContainsFinalizer(store, StoreFinalizer) {
+		return nil
 	}
+	controllerutil.AddFinalizer(store, StoreFinalizer)
+	return patchFinalizers(ctx, r.Client, store)
+}
+
+// release lets a store being deleted go once no unfinished request
+// references it, ending first the tombstones of requests already gone. The
+// store is audited as usual meanwhile: its requests need a current
+// SchemaCompliant to finish.
+func (r *MemoryStoreReconciler) release(ctx context.Context, store *lethev1.MemoryStore) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(store, StoreFinalizer) {
-		return ctrl.Result{}, true, nil
+		return ctrl.Result{}, nil
 	}
 	pending, err := r.unfinishedRequests(ctx, store)
 	if err != nil {
-		return ctrl.Result{}, true, err
+		return ctrl.Result{}, err
 	}
 	if pending > 0 {
 		r.Recorder.Eventf(store, nil, corev1.EventTypeNormal, ReasonWaitingForRequests, "Finalize",
 			"deleted while %d unfinished ErasureRequest(s) reference it: held until they are done, cancelled or gone", pending)
-		return ctrl.Result{RequeueAfter: r.NotReadyRetry}, true, nil
+		return ctrl.Result{RequeueAfter: r.NotReadyRetry}, nil
 	}
 	// Tombstones of requests deleted before (without a status that said
 	// so) end now: nothing would reap them once the store is gone.
 	if err := r.reapTombstones(ctx, store, true); err != nil {
-		ctrl.LoggerFrom(ctx).Info("the store is released without a last reap of its tombstones", "error", err.Error())
+		return ctrl.Result{}, fmt.Errorf("a last reap of the store's tombstones before it goes: %w", err)
 	}
 	controllerutil.RemoveFinalizer(store, StoreFinalizer)
 	if err := patchFinalizers(ctx, r.Client, store); err != nil && !apierrors.IsNotFound(err) {
-		res, err := requeueOnConflict(err)
-		return res, true, err
+		return requeueOnConflict(err)
 	}
-	return ctrl.Result{}, true, nil
+	return ctrl.Result{}, nil
 }
 
 // unfinishedRequests counts the store's requests that are neither done
