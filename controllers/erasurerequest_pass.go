@@ -136,6 +136,10 @@ type claims struct {
 	r      *ErasureRequestReconciler
 	p      *pass
 	latest *lethev1.ErasureRequest
+	// stale: the pass started from an older version than the latest. It
+	// may not see a claim another pass wrote since, so it neither cancels
+	// nor claims: the pass starts again from the latest version.
+	stale bool
 }
 
 func (c *claims) CancelRequested(ctx context.Context) (bool, error) {
@@ -144,12 +148,16 @@ func (c *claims) CancelRequested(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	c.latest = latest
-	return latest.Spec.Cancel, nil
+	c.stale = latest.ResourceVersion != c.p.before.ResourceVersion
+	return latest.Spec.Cancel && !c.stale, nil
 }
 
 func (c *claims) Claim(ctx context.Context, claim metav1.Condition) (bool, error) {
 	if c.latest == nil {
 		return false, errors.New("claim before reading the latest request")
+	}
+	if c.stale {
+		return false, nil
 	}
 	c.r.record(c.p, erasure.Outcome{Condition: &erasure.Condition{Type: claim.Type, OK: claim.Status == metav1.ConditionTrue,
 		Reason: claim.Reason, Message: claim.Message}})
