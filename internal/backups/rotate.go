@@ -145,7 +145,7 @@ func (r Rotator) rotateOne(ctx context.Context, b *velerov1.Backup, sc Scope, re
 	if ann == nil {
 		ann = map[string]string{}
 	}
-	marked := markErased(ann, req.UID, req.Deadline())
+	marked := markErased(ann, req.UID, req.Deadline(), req.Recorded[b.Name])
 	readExpirations(b, ann, &res)
 	deletes := sc.DeletesBackups(req)
 	if !deletes {

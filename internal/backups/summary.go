@@ -115,10 +115,11 @@ func ReadSummary(ann map[string]string) Summary {
 	return s
 }
 
-// markErased counts the request in the annotations' summary, folding in
-// (and removing) the per-request annotations of earlier releases; it
+// markErased counts the request in the annotations' summary (unless
+// counted is set: the request's evidence lists the Backup already), folding
+// in (and removing) the per-request annotations of earlier releases; it
 // reports whether the annotations changed.
-func markErased(ann map[string]string, uid string, deadline time.Time) bool {
+func markErased(ann map[string]string, uid string, deadline time.Time, counted bool) bool {
 	s := ReadSummary(ann)
 	changed := false
 	keys := make([]string, 0)
@@ -135,7 +136,7 @@ func markErased(ann map[string]string, uid string, deadline time.Time) bool {
 		delete(ann, k)
 		changed = true
 	}
-	if s.add(uid, deadline) {
+	if !counted && s.add(uid, deadline) {
 		changed = true
 	}
 	if !changed {

@@ -177,3 +177,27 @@ func TestSummaryFormat(t *testing.T) {
 		}
 	}
 }
+
+// A request rotates its Backups on every pass until they expire. Once its
+// evidence lists a Backup, a later pass does not count it again — also
+// after more requests than the summary remembers marked the Backup since.
+func TestSummaryCountsARequestOnceAcrossPasses(t *testing.T) {
+	f := newFixture(t, nightly(nil, started.Add(365*24*time.Hour)))
+	first := backups.Request{UID: "first", DeletedAt: started.Add(time.Hour), Window: time.Hour}
+	if _, err := f.r.Rotate(context.Background(), f.sc, first); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		req := backups.Request{UID: fmt.Sprintf("other-%d", i), DeletedAt: started.Add(2 * time.Hour), Window: time.Hour}
+		if _, err := f.r.Rotate(context.Background(), f.sc, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first.Recorded = map[string]bool{"nightly": true}
+	if _, err := f.r.Rotate(context.Background(), f.sc, first); err != nil {
+		t.Fatal(err)
+	}
+	if s := backups.ReadSummary(f.backup(t).Annotations); s.Count != 41 {
+		t.Fatalf("summary counts %d requests after a later pass of the first, want 41", s.Count)
+	}
+}

@@ -102,8 +102,12 @@ func (b BackupRotation) scope(ctx context.Context, s *Scope) (BackupScope, Backu
 		return BackupScope{}, BackupRequest{}, &out
 	}
 	er := s.Request
+	recorded := map[string]bool{}
+	for _, b := range RecordedBackups(er) {
+		recorded[b.Name] = true
+	}
 	return sc, BackupRequest{UID: string(er.UID), Namespace: er.Namespace, Name: er.Name, Immediate: er.Spec.Immediate,
-		DeletedAt: deletedAt, Window: s.Store.Spec.Velero.RotationWindowOrDefault()}, nil
+		DeletedAt: deletedAt, Window: s.Store.Spec.Velero.RotationWindowOrDefault(), Recorded: recorded}, nil
 }
 
 // Reverify catches a Backup that came back (re-synced from its bucket with

@@ -252,6 +252,10 @@ type BackupRequest struct {
 	// Window is the store's rotationWindow: such a Backup expires at the
 	// latest at DeletedAt + Window.
 	Window time.Duration
+	// Recorded names the Backups the request's evidence lists already:
+	// the request is counted in their annotation summary once, not on
+	// every pass.
+	Recorded map[string]bool
 }
 
 // Deadline is the latest expiration a Backup holding the data may keep.
