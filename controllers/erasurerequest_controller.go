@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
@@ -166,13 +167,24 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 }
 
 // completed issues the receipt of a request whose steps are all done and
-// mirrors it, with the history, into the database.
+// mirrors it, with the history, into the database. A mirror that fails (a
+// database not yet migrated to 00011) is reported, and stops nothing: the
+// re-verification that follows matters more, and the next pass mirrors.
 func (r *ErasureRequestReconciler) completed(ctx context.Context, sc *erasure.Scope, er *lethev1.ErasureRequest) error {
 	if err := r.issueReceipt(ctx, er); err != nil {
 		return fmt.Errorf("issue the receipt: %w", err)
 	}
-	return mirrorProof(ctx, sc, er)
+	if err := mirrorProof(ctx, sc, er); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "the proof is not in the database yet; the next pass tries again")
+		r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, ReasonProofNotMirrored, "Mirror",
+			"the receipt and history could not be written to lethe.erasure_proofs (are Lethe's migrations applied?); retried on the next pass")
+	}
+	return nil
 }
+
+// ReasonProofNotMirrored is the request's event when its proof could not
+// be written to the database.
+const ReasonProofNotMirrored = "ProofNotMirrored"
 
 // finishPass writes the pass's status once, unless the pass deleted the
 // request. A conflict is a quick, silent retry, unless a step failed: its

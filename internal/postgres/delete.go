@@ -42,6 +42,11 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 		if err != nil {
 			return out, fmt.Errorf("batch %d: %w", b, err)
 		}
+		if len(sample.erased) > 0 {
+			if err := e.afterCommit(ctx, req.UID, sample.erased); err != nil {
+				return out, fmt.Errorf("batch %d: %w", b, err)
+			}
+		}
 		out.Batches = append(out.Batches, res)
 		out.Probe = append(out.Probe, sample.embeddings...)
 		out.TextRows += sample.textRows
@@ -57,6 +62,21 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 		return out, fmt.Errorf("read WAL position: %w", err)
 	}
 	return out, nil
+}
+
+// afterCommitSQL moves the erased_at of the sessions $2 of the request $1
+// to now, once their batch committed: a synchronous commit can wait on a
+// standby after the batch's last statement, and a backup that started
+// meanwhile still read the sessions. Later is the safe direction.
+const afterCommitSQL = `UPDATE lethe.erasure_ledger SET erased_at = greatest(erased_at, clock_timestamp())
+	WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) AND erased_at IS NOT NULL`
+
+// afterCommit dates the sessions a batch erased by the end of its commit.
+func (e *Eraser) afterCommit(ctx context.Context, uid string, erased []string) error {
+	if _, err := e.Pool.Exec(ctx, afterCommitSQL, uid, erased); err != nil {
+		return fmt.Errorf("date the deletion by its commit: %w", err)
+	}
+	return nil
 }
 
 // eligibleSQL is the guard: of the sessions $2, those the request $1 holds
@@ -80,7 +100,7 @@ func eligibleSQL(l Layout) string {
 // markGoneSQL marks erased the request $1's eligible ledger rows of the
 // sessions $2 whose session no longer exists.
 func markGoneSQL(l Layout) string {
-	return `UPDATE lethe.erasure_ledger l SET erased_at = now()
+	return `UPDATE lethe.erasure_ledger l SET erased_at = clock_timestamp()
 		WHERE l.request_uid = $1 AND l.scope = 'session' AND l.record_id = ANY($2::text[])
 		  AND l.cancelled_at IS NULL AND l.erased_at IS NULL AND l.grace_ends_at <= now()
 		  AND NOT EXISTS (SELECT 1 FROM ` + l.Sessions.Ident() + ` s WHERE s.id = l.record_id::uuid)`
@@ -92,6 +112,8 @@ type sampleBudget struct{ embeddings, texts int }
 // batchSample is what a batch sampled for the residue probes, before its
 // deletes, kept in memory only.
 type batchSample struct {
+	// erased are the sessions the batch erased (not sampled: its result).
+	erased     []string
 	embeddings []erasure.Embedding
 	texts      []erasure.TextSample
 	textRows   int64
@@ -121,6 +143,7 @@ func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []s
 		if sample, err = eraseLocked(ctx, tx, l, uid, eligible, e.tenant(), budget, &res); err != nil {
 			return err
 		}
+		sample.erased = eligible
 		// The receipt counts what the evidence reports, so a pass after a
 		// restart reports the batches done before it from the receipts.
 		counts := append(slices.Clone(res.Rows),

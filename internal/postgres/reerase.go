@@ -30,7 +30,7 @@ const (
 		WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) AND erased_at IS NULL AND cancelled_at IS NULL`
 	// markGoneErasedSQL marks erased the request's session rows for $2
 	// whose session does not exist (they were erased before the restore).
-	markGoneErasedSQL = `UPDATE lethe.erasure_ledger SET erased_at = now()
+	markGoneErasedSQL = `UPDATE lethe.erasure_ledger SET erased_at = clock_timestamp()
 		WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) AND erased_at IS NULL AND cancelled_at IS NULL`
 )
 
