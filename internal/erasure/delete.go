@@ -87,17 +87,13 @@ func (d *Deletion) Run(ctx context.Context, s *Scope) Outcome {
 		out.Evidence, out.Work = &ev, work
 		return out
 	}
-	if err := d.vacuum(ctx, s, &ev); err != nil {
-		out := failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonDeleting, "deleted; the vacuum of the tables failed and is retried", err)
-		out.Evidence, out.Work = &ev, work
-		return out
-	}
+	warning := d.vacuum(ctx, s, &ev)
 	d.forget(s.uid())
 	out := done(lethev1.ConditionDeleted, lethev1.ReasonSessionsDeleted,
 		"the sessions, every row cascading from them, their content-keyed entries and derived records are deleted and verified absent")
 	out.Evidence = &ev
 	out.Milestone = &Milestone{Phase: lethev1.PhaseDeleted, At: ev.CompletedAt.Time, Evidence: ev, Note: ev.Note}
-	out.Work = work
+	out.Work, out.Warning = work, warning
 	return out
 }
 
@@ -358,25 +354,36 @@ func (d *Deletion) Reverify(ctx context.Context, s *Scope) Outcome {
 }
 
 // vacuum vacuums the tables the deletion touched, as the store says, and
-// records it in ev: when, and how many tables it could and could not vacuum.
-func (d *Deletion) vacuum(ctx context.Context, s *Scope, ev *lethev1.StepEvidence) error {
+// records it in ev: when, and how many tables it could and could not
+// vacuum. A vacuum that fails or may not run is a warning, not a stop: the
+// graph and the backups still hold the erased data and come next;
+// autovacuum removes the tuples later.
+func (d *Deletion) vacuum(ctx context.Context, s *Scope, ev *lethev1.StepEvidence) *Warning {
 	mode := s.Store.Spec.Postgres.VacuumOrDefault()
 	if mode == lethev1.VacuumOff {
 		return nil
 	}
 	v, err := s.Ledger.Vacuum(ctx, mode)
 	if err != nil {
-		return err
+		ev.Counts = append(ev.Counts, lethev1.TableCount{Table: CountTablesVacuumed + " (" + string(mode) + ", failed)", Rows: int64(v.Vacuumed)})
+		return &Warning{Reason: ReasonVacuumIncomplete, Action: "Vacuum",
+			Note: fmt.Sprintf("the vacuum after the deletion failed after %d table(s); the erased tuples stay in the data files until autovacuum removes them", v.Vacuumed)}
 	}
 	ev.Counts = append(ev.Counts, lethev1.TableCount{Table: CountTablesVacuumed + " (" + string(mode) + ")", Rows: int64(v.Vacuumed)})
-	if v.NotPermitted > 0 {
-		ev.Counts = append(ev.Counts, lethev1.TableCount{Table: CountTablesNotVacuumed, Rows: int64(v.NotPermitted)})
-	}
 	if v.Vacuumed > 0 {
 		ev.VacuumedAt = mtime(v.At)
 	}
-	return nil
+	if v.NotPermitted == 0 {
+		return nil
+	}
+	ev.Counts = append(ev.Counts, lethev1.TableCount{Table: CountTablesNotVacuumed, Rows: int64(v.NotPermitted)})
+	return &Warning{Reason: ReasonVacuumIncomplete, Action: "Vacuum",
+		Note: fmt.Sprintf("%d table(s) not vacuumed: the manager's role neither owns them nor holds MAINTAIN; the erased tuples stay in their data files until autovacuum removes them", v.NotPermitted)}
 }
+
+// ReasonVacuumIncomplete is the Warning when the vacuum after a deletion
+// failed or could not vacuum every table.
+const ReasonVacuumIncomplete = "VacuumIncomplete"
 
 // probeSample is what the deletion sampled for the residue probes, kept
 // in memory only.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/erasure"
@@ -77,17 +78,43 @@ func (e *Eraser) Vacuum(ctx context.Context, mode lethev1.VacuumMode) (erasure.V
 	if err != nil {
 		return res, err
 	}
-	options := "(TRUNCATE false)"
+	// INDEX_CLEANUP ON: by default a vacuum skips the indexes when few
+	// pages have dead tuples, which one erased session in a large table is,
+	// and the index entries (an HNSW index holds the embeddings) would stay.
+	options := "(INDEX_CLEANUP ON, TRUNCATE false)"
 	if mode == lethev1.VacuumFull {
 		options = "(FULL)"
 	}
+	var conn DB = e.Pool
+	if pool, ok := e.Pool.(acquirer); ok {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return res, err
+		}
+		defer c.Release()
+		// A vacuum waiting for its lock would queue the application's
+		// statements behind it (Full takes an exclusive lock).
+		if _, err := c.Exec(ctx, vacuumLockTimeoutSQL, pgx.QueryExecModeSimpleProtocol); err != nil {
+			return res, err
+		}
+		defer func() { _, _ = c.Exec(context.WithoutCancel(ctx), `RESET lock_timeout`, pgx.QueryExecModeSimpleProtocol) }()
+		conn = c
+	}
 	for _, t := range permitted {
-		// VACUUM cannot run in a transaction block: one simple-protocol
-		// statement on a pooled connection.
-		if _, err := e.Pool.Exec(ctx, "VACUUM "+options+" "+t.Ident(), pgx.QueryExecModeSimpleProtocol); err != nil {
+		// VACUUM cannot run in a transaction block: one simple-protocol statement.
+		if _, err := conn.Exec(ctx, "VACUUM "+options+" "+t.Ident(), pgx.QueryExecModeSimpleProtocol); err != nil {
 			return res, fmt.Errorf("vacuum %s: %w", t, err)
 		}
 		res.Vacuumed++
 	}
-	return res, e.Pool.QueryRow(ctx, nowSQL).Scan(&res.At)
+	return res, conn.QueryRow(ctx, nowSQL).Scan(&res.At)
 }
+
+// acquirer is a pool that lends one connection (pgxpool.Pool): the lock
+// timeout and the vacuums must run on the same one.
+type acquirer interface {
+	Acquire(ctx context.Context) (*pgxpool.Conn, error)
+}
+
+// vacuumLockTimeoutSQL bounds how long a vacuum waits for its table's lock.
+const vacuumLockTimeoutSQL = `SET lock_timeout = '10s'`

@@ -107,3 +107,44 @@ func TestVacuumWithoutPermissionCountsTheTables(t *testing.T) {
 		t.Fatalf("%d tuples hold the marker, want 1: nothing was vacuumed", tuples)
 	}
 }
+
+// One erased session in a large table: a vacuum left to its defaults skips
+// the index when few pages hold dead tuples, and the erased text stays in
+// the index's pages. The step's vacuum cleans the indexes always.
+func TestLazyVacuumRemovesTheErasedIndexEntriesOfALargeTable(t *testing.T) {
+	ctx := context.Background()
+	conn, dsn := erasedWithMarker(t)
+	// Make the table large, and index its text, as an adopter's own index
+	// on a memory table would.
+	mustExec(t, conn, `INSERT INTO memory.rounds (session_id, round_index, user_text)
+		SELECT $1, 100 + g, 'filler round ' || g || ' ' || repeat('x', 200) FROM generate_series(1, 20000) g`, sessB)
+	mustExec(t, conn, `CREATE INDEX rounds_user_text ON memory.rounds (user_text)`)
+	if pages := count(t, conn, `SELECT pg_relation_size('memory.rounds') / current_setting('block_size')::int`); pages < 200 {
+		t.Fatalf("memory.rounds has %d pages: too small for the case", pages)
+	}
+	// A session with the marker, indexed, then erased by a second request.
+	mustExec(t, conn, `INSERT INTO memory.sessions (id, tenant_id, summary) VALUES ('00000000-0000-4000-8000-0000000000dd', 't1', 's')`)
+	mustExec(t, conn, `INSERT INTO memory.rounds (session_id, round_index, user_text) VALUES ('00000000-0000-4000-8000-0000000000dd', 0, $1 || ' second')`, marker)
+	e := eraser(t, dsn, "t1")
+	req := erasure.Request{UID: "uid-index", SessionIDs: []string{"00000000-0000-4000-8000-0000000000dd"}}
+	if _, err := e.Tombstone(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Delete(ctx, req, 100, 0); err != nil {
+		t.Fatal(err)
+	}
+	inIndex := func() int64 {
+		return count(t, conn, `SELECT count(*) FROM generate_series(1, (pg_relation_size('memory.rounds_user_text') / current_setting('block_size')::int)::int - 1) b,
+			bt_page_items('memory.rounds_user_text', b) i
+			WHERE i.data LIKE '%' || regexp_replace(encode($1::bytea, 'hex'), '(..)(?!$)', '\1 ', 'g') || '%'`, []byte(marker[:7]))
+	}
+	if n := inIndex(); n == 0 {
+		t.Fatal("the erased round's text is not in the index after the deletion: the test's premise")
+	}
+	if _, err := e.Vacuum(ctx, lethev1.VacuumLazy); err != nil {
+		t.Fatal(err)
+	}
+	if n := inIndex(); n != 0 {
+		t.Fatalf("%d index entries still hold the erased text after the vacuum", n)
+	}
+}
