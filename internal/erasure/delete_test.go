@@ -271,7 +271,9 @@ func TestDeletionRun(t *testing.T) {
 				status: after(atDeletion(), withCond(lagging), withEvidence(*deletedEv)), calls: append(claims, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall)}},
 		"VacuumError": {reason: "A vacuum that fails (a lock timeout, the connection lost) is a warning: the step completes (the graph and the backups come next) and the evidence says it failed.",
 			er: atDeletion(), fakes: deletionFakes(func(f *fakes) {
-				f.ledger.VacuumFn = func(context.Context, lethev1.VacuumMode) (VacuumResult, error) { return VacuumResult{Vacuumed: 2}, errPort }
+				f.ledger.VacuumFn = func(context.Context, lethev1.VacuumMode) (VacuumResult, error) {
+					return VacuumResult{Vacuumed: 2}, errPort
+				}
 			}),
 			want: stepWant{out: vacuumFailed, status: deletedStatus(atDeletion(), vacuumFailed),
 				calls: append(claims, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall, vacuumCall)}},

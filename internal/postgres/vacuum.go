@@ -45,8 +45,37 @@ func vacuumTables(l Layout) []Table {
 // Full rewrites each table under an exclusive lock.
 func (e *Eraser) Vacuum(ctx context.Context, mode lethev1.VacuumMode) (erasure.VacuumResult, error) {
 	var res erasure.VacuumResult
-	var permitted []Table
-	err := e.inTx(ctx, readOnly, func(tx pgx.Tx, l Layout) error {
+	permitted, denied, err := e.vacuumable(ctx)
+	res.NotPermitted = denied
+	if err != nil {
+		return res, err
+	}
+	// INDEX_CLEANUP ON: by default a vacuum skips the indexes when few
+	// pages have dead tuples, which one erased session in a large table is,
+	// and the index entries (an HNSW index holds the embeddings) would stay.
+	options := "(INDEX_CLEANUP ON, TRUNCATE false)"
+	if mode == lethev1.VacuumFull {
+		options = "(FULL)"
+	}
+	conn, release, err := e.vacuumConn(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer release()
+	for _, t := range permitted {
+		// VACUUM cannot run in a transaction block: one simple-protocol statement.
+		if _, err := conn.Exec(ctx, "VACUUM "+options+" "+t.Ident(), pgx.QueryExecModeSimpleProtocol); err != nil {
+			return res, fmt.Errorf("vacuum %s: %w", t, err)
+		}
+		res.Vacuumed++
+	}
+	return res, conn.QueryRow(ctx, nowSQL).Scan(&res.At)
+}
+
+// vacuumable splits the tables a deletion touches into those the role may
+// vacuum and the count of those it may not.
+func (e *Eraser) vacuumable(ctx context.Context) (permitted []Table, denied int, err error) {
+	err = e.inTx(ctx, readOnly, func(tx pgx.Tx, l Layout) error {
 		var version int
 		if err := tx.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
 			return err
@@ -70,44 +99,34 @@ func (e *Eraser) Vacuum(ctx context.Context, mode lethev1.VacuumMode) (erasure.V
 			if allowed[t.Ident()] {
 				permitted = append(permitted, t)
 			} else {
-				res.NotPermitted++
+				denied++
 			}
 		}
 		return nil
 	})
+	return permitted, denied, err
+}
+
+// vacuumConn is the connection the vacuums run on, with a lock timeout: a
+// vacuum waiting for its lock would queue the application's statements
+// behind it (Full takes an exclusive lock).
+func (e *Eraser) vacuumConn(ctx context.Context) (DB, func(), error) {
+	pool, ok := e.Pool.(acquirer)
+	if !ok {
+		return e.Pool, func() {}, nil
+	}
+	c, err := pool.Acquire(ctx)
 	if err != nil {
-		return res, err
+		return nil, nil, err
 	}
-	// INDEX_CLEANUP ON: by default a vacuum skips the indexes when few
-	// pages have dead tuples, which one erased session in a large table is,
-	// and the index entries (an HNSW index holds the embeddings) would stay.
-	options := "(INDEX_CLEANUP ON, TRUNCATE false)"
-	if mode == lethev1.VacuumFull {
-		options = "(FULL)"
+	if _, err := c.Exec(ctx, vacuumLockTimeoutSQL, pgx.QueryExecModeSimpleProtocol); err != nil {
+		c.Release()
+		return nil, nil, err
 	}
-	var conn DB = e.Pool
-	if pool, ok := e.Pool.(acquirer); ok {
-		c, err := pool.Acquire(ctx)
-		if err != nil {
-			return res, err
-		}
-		defer c.Release()
-		// A vacuum waiting for its lock would queue the application's
-		// statements behind it (Full takes an exclusive lock).
-		if _, err := c.Exec(ctx, vacuumLockTimeoutSQL, pgx.QueryExecModeSimpleProtocol); err != nil {
-			return res, err
-		}
-		defer func() { _, _ = c.Exec(context.WithoutCancel(ctx), `RESET lock_timeout`, pgx.QueryExecModeSimpleProtocol) }()
-		conn = c
-	}
-	for _, t := range permitted {
-		// VACUUM cannot run in a transaction block: one simple-protocol statement.
-		if _, err := conn.Exec(ctx, "VACUUM "+options+" "+t.Ident(), pgx.QueryExecModeSimpleProtocol); err != nil {
-			return res, fmt.Errorf("vacuum %s: %w", t, err)
-		}
-		res.Vacuumed++
-	}
-	return res, conn.QueryRow(ctx, nowSQL).Scan(&res.At)
+	return c, func() {
+		_, _ = c.Exec(context.WithoutCancel(ctx), `RESET lock_timeout`, pgx.QueryExecModeSimpleProtocol)
+		c.Release()
+	}, nil
 }
 
 // acquirer is a pool that lends one connection (pgxpool.Pool): the lock
