@@ -72,12 +72,14 @@ func (e *Eraser) writeContent(ctx context.Context, tx pgx.Tx, l Layout, req eras
 func (e *Eraser) Tombstone(ctx context.Context, req erasure.Request) (erasure.Plan, error) {
 	var plan erasure.Plan
 	err := e.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx, l Layout) error {
+		// The sessions' locks before their rows, in the order a cancel takes
+		// them: the other order deadlocked with an overlapping cancel.
+		if _, err := tx.Exec(ctx, lockSessionsSQL, req.SessionIDs); err != nil {
+			return fmt.Errorf("wait for derivations in flight: %w", err)
+		}
 		var err error
 		if plan, err = e.takePlan(ctx, tx, l, req, true); err != nil {
 			return err
-		}
-		if _, err := tx.Exec(ctx, lockSessionsSQL, plan.Found); err != nil {
-			return fmt.Errorf("wait for derivations in flight: %w", err)
 		}
 		if _, err := tx.Exec(ctx, tombstoneSQL(l), plan.Found, req.UID); err != nil {
 			return fmt.Errorf("tombstone sessions: %w", err)
