@@ -227,7 +227,10 @@ func failureOf(err error) *failure {
 // elements without provenance, which would otherwise be reported for good.
 func (r *MemoryStoreReconciler) forget(key types.NamespacedName) {
 	r.Connector.Forget(key)
-	metrics.GraphProvenanceless.DeletePartialMatch(prometheus.Labels{"namespace": key.Namespace, "store": key.Name})
+	labels := prometheus.Labels{"namespace": key.Namespace, "store": key.Name}
+	metrics.GraphProvenanceless.DeletePartialMatch(labels)
+	metrics.TombstonedSessions.Delete(labels)
+	metrics.TombstoneOverdue.Delete(labels)
 }
 
 func sameSchema(a, b *lethev1.SchemaStatus) bool {

@@ -42,6 +42,10 @@ func (r *MemoryStoreReconciler) reapTombstones(ctx context.Context, store *lethe
 	if minAge <= 0 {
 		minAge = DefaultReapMinAge
 	}
+	// The gauges first: a reap that fails must not leave them stale.
+	if err := setTombstoneGauges(ctx, store, ledger); err != nil {
+		return err
+	}
 	holds, err := ledger.HeldTombstones(ctx, minAge)
 	if err != nil {
 		return err
@@ -60,6 +64,11 @@ func (r *MemoryStoreReconciler) reapTombstones(ctx context.Context, store *lethe
 			}
 		}
 	}
+	return setTombstoneGauges(ctx, store, ledger)
+}
+
+// setTombstoneGauges reads the store's tombstones into its gauges.
+func setTombstoneGauges(ctx context.Context, store *lethev1.MemoryStore, ledger *postgres.Eraser) error {
 	st, err := ledger.Tombstones(ctx)
 	if err != nil {
 		return err

@@ -63,19 +63,23 @@ func (e *Eraser) HeldBy(ctx context.Context, uid string) (int64, error) {
 type TombstoneStats struct {
 	// Sessions is how many of the store's sessions (of its tenant) are tombstoned.
 	Sessions int64
-	// Overdue is how long the oldest tombstone still in force has outlived
-	// its grace period (0: none has): a deletion that should have run.
+	// Overdue is how long the most overdue tombstone has outlived its grace
+	// period, or, held by no ledger row in force, its tombstone (0: none
+	// is): a deletion that should have run, or a tombstone nothing ends.
 	Overdue time.Duration
 }
 
 // tombstoneStatsSQL counts the tombstoned sessions of the tenant $1 and the
-// seconds the oldest ledger row in force (not erased, not cancelled) of
-// such a session is past its grace end.
+// seconds the most overdue of them is past due: its earliest grace end
+// among the ledger rows in force (not erased, not cancelled), or, with no
+// row in force (a tombstone nothing will lift or erase), its tombstone.
 func tombstoneStatsSQL(l Layout) string {
-	return `SELECT count(*), coalesce(extract(epoch FROM now() - min(
-			(SELECT min(g.grace_ends_at) FROM lethe.erasure_ledger g WHERE g.scope = 'session' AND g.record_id = s.id::text
-				AND g.erased_at IS NULL AND g.cancelled_at IS NULL AND g.grace_ends_at < now()))), 0)::float8
-		FROM ` + l.Sessions.Ident() + ` s WHERE s.tombstoned_at IS NOT NULL AND ($1::text IS NULL OR s.tenant_id = $1)`
+	return `SELECT count(*), coalesce(extract(epoch FROM now() - min(coalesce(f.ends, s.tombstoned_at))
+			FILTER (WHERE coalesce(f.ends, s.tombstoned_at) < now())), 0)::float8
+		FROM ` + l.Sessions.Ident() + ` s
+		LEFT JOIN LATERAL (SELECT min(g.grace_ends_at) AS ends FROM lethe.erasure_ledger g
+			WHERE g.scope = 'session' AND g.record_id = s.id::text AND g.erased_at IS NULL AND g.cancelled_at IS NULL) f ON true
+		WHERE s.tombstoned_at IS NOT NULL AND ($1::text IS NULL OR s.tenant_id = $1)`
 }
 
 // Tombstones reads the store's TombstoneStats; read only.
