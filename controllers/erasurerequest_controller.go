@@ -61,6 +61,9 @@ type ErasureRequestReconciler struct {
 	// finishing holds the UIDs of deleted requests finishing their steps
 	// whose event was recorded (once per process).
 	finishing sync.Map
+	// mirrored holds, per request UID, the history length last mirrored
+	// into the database by this process.
+	mirrored sync.Map
 
 	// ReverifyInterval is how often a completed request is checked for
 	// resurrected sessions.
@@ -174,7 +177,7 @@ func (r *ErasureRequestReconciler) completed(ctx context.Context, sc *erasure.Sc
 	if err := r.issueReceipt(ctx, er); err != nil {
 		return fmt.Errorf("issue the receipt: %w", err)
 	}
-	if err := mirrorProof(ctx, sc, er); err != nil {
+	if err := r.mirrorProof(ctx, sc, er); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "the proof is not in the database yet; the next pass tries again")
 		r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, ReasonProofNotMirrored, "Mirror",
 			"the receipt and history could not be written to lethe.erasure_proofs (are Lethe's migrations applied?); retried on the next pass")

@@ -55,20 +55,36 @@ func (r *ErasureRequestReconciler) issueReceipt(ctx context.Context, er *lethev1
 }
 
 // mirrorProof writes the completed request's receipt and history into its
-// store's database, so that the proof outlives the request object; every
-// pass writes only what changed (a re-erasure's entries).
-func mirrorProof(ctx context.Context, sc *erasure.Scope, er *lethev1.ErasureRequest) error {
-	rc := er.Status.Receipt
-	if rc == nil {
+// store's database, so that the proof outlives the request object. The
+// receipt there is anonymous (signed over the same history, naming the
+// request by UID only): the database is outside the request's namespace,
+// and a name like forget-john-smith must not leave it. It is written once
+// per history length in this process.
+func (r *ErasureRequestReconciler) mirrorProof(ctx context.Context, sc *erasure.Scope, er *lethev1.ErasureRequest) error {
+	if er.Status.Receipt == nil {
 		return nil
 	}
-	p := erasure.Proof{UID: string(er.UID), Digest: rc.Digest, Envelope: rc.Envelope, KeyID: rc.KeyID, History: er.Status.History}
-	if rc.IssuedAt != nil {
-		p.IssuedAt = rc.IssuedAt.Time
+	if n, ok := r.mirrored.Load(er.UID); ok && n.(int) == len(er.Status.History) {
+		return nil
 	}
+	var key *evidence.Key
+	if r.ReceiptKeySecret.Name != "" {
+		var err error
+		if key, err = r.receiptKey(ctx); err != nil {
+			return err
+		}
+	}
+	anon := er.DeepCopy()
+	anon.Name, anon.Namespace = "", ""
+	rc, err := evidence.Issue(ctx, anon, key, r.Clock.Now())
+	if err != nil {
+		return err
+	}
+	p := erasure.Proof{UID: string(er.UID), Digest: rc.Digest, Envelope: rc.Envelope, KeyID: rc.KeyID, History: er.Status.History, IssuedAt: rc.IssuedAt.Time}
 	if err := sc.Ledger.MirrorProof(ctx, p); err != nil {
 		return fmt.Errorf("mirror the proof into the database: %w", err)
 	}
+	r.mirrored.Store(er.UID, len(er.Status.History))
 	return nil
 }
 

@@ -2,7 +2,9 @@ package controllers_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,8 +42,21 @@ func TestProofOutlivesTheRequestObject(t *testing.T) {
 	if diff := cmp.Diff(er.Status.History, history); diff != "" {
 		t.Fatalf("mirrored history differs from the request's (-request +database):\n%s", diff)
 	}
+	// The database is outside the request's namespace: its receipt names
+	// the request by UID only.
+	var env struct{ Payload string }
+	if err := json.Unmarshal([]byte(envelope), &env); err != nil {
+		t.Fatal(err)
+	}
+	payload, err := base64.StdEncoding.DecodeString(env.Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(payload), string(er.UID)) || strings.Contains(string(payload), er.Name) || strings.Contains(string(payload), er.Namespace) {
+		t.Fatalf("the mirrored statement does not name the request by UID only: %s", payload)
+	}
 	// The auditor has the database's row and the published key, not the object.
-	fromDB := &lethev1.ErasureRequest{ObjectMeta: metav1.ObjectMeta{Namespace: er.Namespace, Name: er.Name, UID: er.UID},
+	fromDB := &lethev1.ErasureRequest{ObjectMeta: metav1.ObjectMeta{UID: er.UID},
 		Status: lethev1.ErasureRequestStatus{History: history, Receipt: &lethev1.Receipt{Digest: digest, Envelope: envelope, KeyID: keyID}}}
 	cm := &corev1.ConfigMap{}
 	if err := k8s.Get(ctx, receiptKeySecret, cm); err != nil {

@@ -9,8 +9,10 @@
 --                          envelope and signing key ID (empty when unsigned),
 --                          when it was issued, and the history as JSON.
 --
--- The envelope's statement names the request (namespace/name/UID): only
--- lethe_operator reads the table. A restore of the database takes the rows
+-- The receipt mirrored here is anonymous: signed over the same history, its
+-- statement names the request by UID only (a request's name, such as
+-- forget-john-smith, stays in its namespace). Only lethe_operator reads the
+-- table. A restore of the database takes the rows
 -- back with it; the requests write theirs again (a request already deleted
 -- does not: its proof is then only in backups of the database).
 

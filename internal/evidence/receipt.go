@@ -133,8 +133,15 @@ func statement(er *lethev1.ErasureRequest, head string, length int) (*ita1.State
 			steps = append(steps, map[string]any{"step": st.Step, "counts": counts})
 		}
 	}
+	request, subject := map[string]any{"namespace": er.Namespace, "name": er.Name, "uid": string(er.UID)},
+		"erasurerequest/"+er.Namespace+"/"+er.Name+"/"+string(er.UID)
+	if er.Name == "" {
+		// Anonymous: the receipt mirrored outside the request's namespace
+		// names the request by UID only.
+		request, subject = map[string]any{"uid": string(er.UID)}, "erasurerequest/"+string(er.UID)
+	}
 	pred, err := structpb.NewStruct(map[string]any{
-		"request":       map[string]any{"namespace": er.Namespace, "name": er.Name, "uid": string(er.UID)},
+		"request":       request,
 		"store":         er.Spec.StoreRef.Name,
 		"phase":         string(er.Status.Phase),
 		"sessions":      float64(len(er.Spec.SessionIDs)),
@@ -148,7 +155,7 @@ func statement(er *lethev1.ErasureRequest, head string, length int) (*ita1.State
 	return &ita1.Statement{
 		Type: ita1.StatementTypeUri,
 		Subject: []*ita1.ResourceDescriptor{{
-			Name:   "erasurerequest/" + er.Namespace + "/" + er.Name + "/" + string(er.UID),
+			Name:   subject,
 			Digest: map[string]string{"sha256": hexDigest},
 		}},
 		PredicateType: PredicateType,
@@ -157,7 +164,9 @@ func statement(er *lethev1.ErasureRequest, head string, length int) (*ita1.State
 }
 
 // Issue makes the receipt of a completed request over its current history
-// head: signed when key is not nil, unsigned (digest only) otherwise.
+// head: signed when key is not nil, unsigned (digest only) otherwise. A
+// request without a name (a copy with its name and namespace cleared) gets
+// an anonymous receipt, naming it by UID only.
 func Issue(ctx context.Context, er *lethev1.ErasureRequest, key *Key, now time.Time) (*lethev1.Receipt, error) {
 	head := Head(er.Status.History)
 	r := &lethev1.Receipt{Digest: head, IssuedAt: &metav1.Time{Time: now}}
