@@ -30,7 +30,8 @@ var errBadURL = errors.New("invalid FalkorDB URL: want falkor://[user:password@]
 
 // Client talks to one FalkorDB server.
 type Client struct {
-	db *falkordb.FalkorDB
+	db   *falkordb.FalkorDB
+	host string // host:port, naming the server's graphs for pruneLock
 	// indexed remembers the provenance indexes known to exist.
 	indexed sync.Map
 }
@@ -64,7 +65,7 @@ func Open(rawURL string) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open FalkorDB client: %w", err)
 	}
-	return &Client{db: db}, nil
+	return &Client{db: db, host: u.Host}, nil
 }
 
 // Ping checks that the server answers and has the graph module loaded.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"sync"
 
 	"github.com/FalkorDB/falkordb-go/v2"
 
@@ -55,6 +56,11 @@ func (g *Graph) Prune(ctx context.Context, ids []string, limit int) (Counts, err
 	if err := checkSessionIDs(ids); err != nil || len(ids) == 0 {
 		return removed, err
 	}
+	unlock, err := g.lockPrune(ctx)
+	if err != nil {
+		return removed, err
+	}
+	defer unlock()
 	if limit < 1 {
 		limit = 1000
 	}
@@ -101,6 +107,25 @@ func (g *Graph) Prune(ctx context.Context, ids []string, limit int) (Counts, err
 	}
 	dropZeros(removed)
 	return removed, nil
+}
+
+// pruneLocks holds one lock per graph (server and name): prunes of one
+// graph run one at a time. Two at once, of requests whose sessions share an
+// entity, each kept it for the other's relationship, then deleted their
+// own; an interruption before the last check left it with none, and the
+// retry no longer reached it.
+var pruneLocks sync.Map
+
+// lockPrune takes the graph's prune lock, or gives up when ctx ends.
+func (g *Graph) lockPrune(ctx context.Context) (func(), error) {
+	v, _ := pruneLocks.LoadOrStore(g.c.host+"/"+g.name, make(chan struct{}, 1))
+	sem := v.(chan struct{})
+	select {
+	case sem <- struct{}{}:
+		return func() { <-sem }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // countRelationships adds to removed, by type, the relationships whose
