@@ -34,12 +34,9 @@ func (r *ErasureRequestReconciler) issueReceipt(ctx context.Context, er *lethev1
 	if er.Status.Receipt != nil {
 		return nil
 	}
-	var key *evidence.Key
-	if r.ReceiptKeySecret.Name != "" {
-		var err error
-		if key, err = r.receiptKey(ctx); err != nil {
-			return err
-		}
+	key, err := r.signingKey(ctx)
+	if err != nil {
+		return err
 	}
 	rc, err := evidence.Issue(ctx, er, key, r.Clock.Now())
 	if err != nil {
@@ -67,12 +64,9 @@ func (r *ErasureRequestReconciler) mirrorProof(ctx context.Context, sc *erasure.
 	if n, ok := r.mirrored.Load(er.UID); ok && n.(int) == len(er.Status.History) {
 		return nil
 	}
-	var key *evidence.Key
-	if r.ReceiptKeySecret.Name != "" {
-		var err error
-		if key, err = r.receiptKey(ctx); err != nil {
-			return err
-		}
+	key, err := r.signingKey(ctx)
+	if err != nil {
+		return err
 	}
 	anon := er.DeepCopy()
 	anon.Name, anon.Namespace = "", ""
@@ -86,6 +80,14 @@ func (r *ErasureRequestReconciler) mirrorProof(ctx context.Context, sc *erasure.
 	}
 	r.mirrored.Store(er.UID, len(er.Status.History))
 	return nil
+}
+
+// signingKey is the receipt signing key, nil when none is configured.
+func (r *ErasureRequestReconciler) signingKey(ctx context.Context) (*evidence.Key, error) {
+	if r.ReceiptKeySecret.Name == "" {
+		return nil, nil
+	}
+	return r.receiptKey(ctx)
 }
 
 // receiptKey reads the signing key from its Secret and publishes the public

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -304,6 +305,22 @@ func sweepCount(t *testing.T, result string) float64 {
 // counterValue reads, from the suite manager's registry, the counter name's
 // series whose label has value; found is false when there is none.
 func counterValue(t *testing.T, name, label, value string) (v float64, found bool) {
+	m := metricWith(t, name, label, value)
+	return m.GetCounter().GetValue(), m != nil
+}
+
+// gaugeValue reads the gauge name's series whose label has value (-1 when
+// there is none).
+func gaugeValue(t *testing.T, name, label, value string) float64 {
+	if m := metricWith(t, name, label, value); m != nil {
+		return m.GetGauge().GetValue()
+	}
+	return -1
+}
+
+// metricWith is the series of metric name whose label has value, nil when
+// there is none.
+func metricWith(t *testing.T, name, label, value string) *dto.Metric {
 	t.Helper()
 	mfs, err := crmetrics.Registry.Gather()
 	if err != nil {
@@ -316,12 +333,12 @@ func counterValue(t *testing.T, name, label, value string) (v float64, found boo
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
 				if l.GetName() == label && l.GetValue() == value {
-					return m.GetCounter().GetValue(), true
+					return m
 				}
 			}
 		}
 	}
-	return 0, false
+	return nil
 }
 
 func stepEvidence(t *testing.T, er *lethev1.ErasureRequest, step string) lethev1.StepEvidence {

@@ -26,18 +26,7 @@ import (
 // started), with a Cancelled receipt, an event and its counter.
 func TestReaperLiftsTheTombstonesOfAGoneRequest(t *testing.T) {
 	e := newMemoryEnv(t, "reap-lift")
-	restore := setCrashHook(func(ns, point string) bool { return ns == e.ns && point == "after-tombstone-commit" })
-	t.Cleanup(restore)
-	er := e.request(t, "typo", func(er *lethev1.ErasureRequest) {
-		er.Spec.Immediate, er.Spec.Reason = false, ""
-		er.Spec.GracePeriod = &metav1.Duration{Duration: time.Hour}
-	})
-	eventually(t, 20*time.Second, func() error {
-		if n := e.count(t, `SELECT count(*) FROM memory.sessions WHERE tombstoned_at IS NOT NULL`); n != 2 {
-			return fmt.Errorf("%d sessions tombstoned, want 2", n)
-		}
-		return nil
-	})
+	er := tombstonedByACrashingManager(t, e)
 	removeFinalizerAndDelete(t, er)
 	if n := e.count(t, `SELECT count(*) FROM memory.sessions WHERE tombstoned_at IS NOT NULL`); n != 2 {
 		t.Fatalf("%d sessions tombstoned right after the request went, want 2: the case this test is about did not happen", n)
@@ -164,6 +153,24 @@ func removeFinalizerAndDelete(t *testing.T, er *lethev1.ErasureRequest) {
 // the ledger, not the status, and lifts the tombstones at once.
 func TestFinalizerDecidesFromTheLedger(t *testing.T) {
 	e := newMemoryEnv(t, "final-ledger")
+	er := tombstonedByACrashingManager(t, e)
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(er), er); err != nil {
+		t.Fatal(err)
+	}
+	if meta.IsStatusConditionTrue(er.Status.Conditions, lethev1.ConditionTombstoned) {
+		t.Fatal("the status says Tombstoned: the crash this test is about did not happen")
+	}
+	deleteAndWaitGone(t, er)
+	if n := e.count(t, `SELECT count(*) FROM memory.sessions WHERE tombstoned_at IS NOT NULL`); n != 0 {
+		t.Fatalf("%d sessions still tombstoned right after the request went: the finalizer trusted the status", n)
+	}
+}
+
+// tombstonedByACrashingManager makes a request (grace one hour) whose
+// manager dies right after each tombstone's commit: the sessions are
+// tombstoned and the status never says so.
+func tombstonedByACrashingManager(t *testing.T, e *memoryEnv) *lethev1.ErasureRequest {
+	t.Helper()
 	restore := setCrashHook(func(ns, point string) bool { return ns == e.ns && point == "after-tombstone-commit" })
 	t.Cleanup(restore)
 	er := e.request(t, "typo", func(er *lethev1.ErasureRequest) {
@@ -176,14 +183,5 @@ func TestFinalizerDecidesFromTheLedger(t *testing.T) {
 		}
 		return nil
 	})
-	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(er), er); err != nil {
-		t.Fatal(err)
-	}
-	if meta.IsStatusConditionTrue(er.Status.Conditions, lethev1.ConditionTombstoned) {
-		t.Fatal("the status says Tombstoned: the crash this test is about did not happen")
-	}
-	deleteAndWaitGone(t, er)
-	if n := e.count(t, `SELECT count(*) FROM memory.sessions WHERE tombstoned_at IS NOT NULL`); n != 0 {
-		t.Fatalf("%d sessions still tombstoned right after the request went: the finalizer trusted the status", n)
-	}
+	return er
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 )
@@ -53,27 +52,4 @@ func TestOverdueTombstonesShowInTheGauge(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-// gaugeValue reads, from the suite manager's registry, the gauge name's
-// series whose label has value (-1 when there is none).
-func gaugeValue(t *testing.T, name, label, value string) float64 {
-	t.Helper()
-	mfs, err := crmetrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	return -1
 }
