@@ -244,12 +244,30 @@ func TestHistoryIsAppendOnly(t *testing.T) {
 		"replace entries": func(r *lethev1.ErasureRequest) {
 			r.Status.History = []lethev1.HistoryEntry{historyEntry(7), historyEntry(8)}
 		},
+		"reorder entries": func(r *lethev1.ErasureRequest) {
+			r.Status.History[0], r.Status.History[1] = r.Status.History[1], r.Status.History[0]
+		},
+		"insert an entry mid-list": func(r *lethev1.ErasureRequest) {
+			h := r.Status.History
+			r.Status.History = []lethev1.HistoryEntry{h[0], historyEntry(9), h[1]}
+		},
+		"insert an entry first": func(r *lethev1.ErasureRequest) {
+			r.Status.History = append([]lethev1.HistoryEntry{historyEntry(9)}, r.Status.History...)
+		},
+		"reorder while appending": func(r *lethev1.ErasureRequest) {
+			h := r.Status.History
+			r.Status.History = []lethev1.HistoryEntry{h[1], h[0], historyEntry(3)}
+		},
+		"insert a duplicate of the first entry": func(r *lethev1.ErasureRequest) {
+			h := r.Status.History
+			r.Status.History = []lethev1.HistoryEntry{h[0], h[0], h[1]}
+		},
 	}
 	for name, tamper := range tampering {
 		t.Run(name, func(t *testing.T) {
 			r := newWithHistory(t)
 			tamper(r)
-			refused(t, k8s.Status().Update(ctx, r), "status.history is append-only")
+			refused(t, k8s.Status().Update(ctx, r), "status.history is append-only: the old history must stay an exact prefix")
 		})
 	}
 	t.Run("drop the status through the main resource", func(t *testing.T) {

@@ -385,14 +385,16 @@ type ErasureRequestStatus struct {
 // ErasureRequest asks Lethe to erase a set of sessions from a MemoryStore:
 // tombstone, wait out the grace period, delete, prune the graph, rotate backups.
 //
-// The root rule keeps status.history append-only. It sits on the root, not on
+// The root rule keeps status.history append-only: the old history must be
+// an exact prefix of the new one, entry by entry, so edits, removals,
+// reorderings and insertions are all refused. It sits on the root, not on
 // the list or on status, because a rule there is bypassed by removing the
 // field or the whole status.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=erasure;er,categories=lethe
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.history) || (has(self.status) && has(self.status.history) && self.status.history.size() >= oldSelf.status.history.size() && oldSelf.status.history.all(e, e in self.status.history))",message="status.history is append-only: entries may not be edited or removed"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.history) || (has(self.status) && has(self.status.history) && self.status.history.size() >= oldSelf.status.history.size() && oldSelf.status.history.all(i, e, self.status.history[i] == e))",message="status.history is append-only: the old history must stay an exact prefix of the new one (no entry edited, removed, reordered or inserted)"
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Sessions",type=integer,JSONPath=`.status.sessions`
