@@ -34,6 +34,7 @@ export LETHE_PROMTOOL := $(LOCALBIN)/promtool
 export KUBEBUILDER_ASSETS      := $(LOCALBIN)/k8s
 export LETHE_PG_BIN            := /usr/lib/postgresql/$(PG_MAJOR)/bin
 export LETHE_FALKORDB_MODULE   := $(LOCALBIN)/falkordb.so
+export LETHE_CHROMIUM          := /usr/bin/chromium
 
 # -shuffle on: no test may depend on the order the tests run in (go test prints
 # the seed to replay a failing order with -shuffle N).
@@ -83,7 +84,7 @@ lint: golangci-lint ## Run golangci-lint.
 dev-deps: envtest-assets postgres falkordb ## Install and cache the services the dev stack and the demo start.
 
 .PHONY: test-deps
-test-deps: dev-deps helm promtool cyclonedx-gomod ## Install and cache every service and tool the tests start.
+test-deps: dev-deps helm promtool cyclonedx-gomod chromium ## Install and cache every service and tool the tests start.
 
 .PHONY: test
 test: test-deps manifests generate ## Install what the tests need, then run every test against real services, then a short fuzz run.
@@ -176,6 +177,10 @@ postgres: ## Install PostgreSQL and build pgvector (needs root for apt).
 .PHONY: falkordb
 falkordb: ## Install Valkey and the FalkorDB module.
 	@hack/install-falkordb.sh
+
+.PHONY: chromium
+chromium: ## Install headless Chromium (the certificate's screenshot test; needs root for apt).
+	@hack/install-chromium.sh >/dev/null
 
 .PHONY: controller-gen
 controller-gen: $(CONTROLLER_GEN)

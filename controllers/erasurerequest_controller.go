@@ -64,6 +64,8 @@ type ErasureRequestReconciler struct {
 	// mirrored holds, per request UID, the history length last mirrored
 	// into the database by this process.
 	mirrored sync.Map
+	// keys caches the signing key for keyTTL.
+	keys keyCache
 
 	// ReverifyInterval is how often a completed request is checked for
 	// resurrected sessions.
@@ -97,6 +99,9 @@ type ErasureRequestReconciler struct {
 	// ReceiptKeySecret names the Secret with the receipt signing key; empty:
 	// receipts are unsigned.
 	ReceiptKeySecret types.NamespacedName
+	// KeyCacheTTL is how long the signing key read from the Secret is
+	// reused (default one minute): a replaced key signs from then on.
+	KeyCacheTTL time.Duration
 	// Reverify, when set, brings requests to a pass at once (the MemoryStore
 	// audit sends those whose erasures a restore took back).
 	Reverify <-chan event.TypedGenericEvent[client.Object]
@@ -127,7 +132,10 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		return r.finalize(ctx, er)
 	}
 
-	p := &pass{req: er, before: er.DeepCopy()}
+	p, err := r.newPass(ctx, er)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	defer r.finishPass(ctx, p, &res, &retErr)
 	initStatus(er)
 	// Planned and Cancelled are final: nothing, not even an unreachable
@@ -147,6 +155,13 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 			return ctrl.Result{RequeueAfter: time.Second}, err
 		}
 	}
+	return r.runSteps(ctx, p)
+}
+
+// runSteps runs the steps in order until one is not done, then completes
+// the request and re-verifies it.
+func (r *ErasureRequestReconciler) runSteps(ctx context.Context, p *pass) (ctrl.Result, error) {
+	er := p.req
 	sc, blocked := r.scope(ctx, p)
 	if blocked != nil {
 		r.record(p, *blocked)
@@ -169,9 +184,20 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	return r.reverify(ctx, p, sc)
 }
 
+// newPass starts a pass with the key that signs its history entries:
+// without the key (configured but unreadable) the pass waits, as the
+// receipt would; never an unsigned entry in a signed history.
+func (r *ErasureRequestReconciler) newPass(ctx context.Context, er *lethev1.ErasureRequest) (*pass, error) {
+	key, err := r.signingKey(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the receipt signing key signs every history entry: %w", err)
+	}
+	return &pass{req: er, before: er.DeepCopy(), key: key}, nil
+}
+
 // completed issues the receipt of a request whose steps are all done and
 // mirrors it, with the history, into the database. A mirror that fails (a
-// database not yet migrated to 00011) is reported, and stops nothing: the
+// database not yet migrated to 00012) is reported, and stops nothing: the
 // re-verification that follows matters more, and the next pass mirrors.
 func (r *ErasureRequestReconciler) completed(ctx context.Context, sc *erasure.Scope, er *lethev1.ErasureRequest) error {
 	if err := r.issueReceipt(ctx, er); err != nil {

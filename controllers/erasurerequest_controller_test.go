@@ -225,17 +225,12 @@ func TestImmediateRequestErasesEveryLayerAndOnlyThat(t *testing.T) {
 	if got := historyPhases(er); !slices.Equal(got, want) {
 		t.Errorf("history %v, want %v", got, want)
 	}
-	if err := evidence.Verify(er.Status.History); err != nil {
-		t.Errorf("history chain: %v", err)
+	if err := evidence.VerifyChain(evidence.ChainOf(er)); err != nil || er.Status.EvidenceFormat != evidence.Format {
+		t.Errorf("history chain (format %q): %v", er.Status.EvidenceFormat, err)
 	}
-	// The Tombstoned receipt in the database digests what the history entry digests.
-	var receipt string
-	if err := e.conn.QueryRow(context.Background(), `SELECT digest FROM lethe.erasure_receipts WHERE request_uid = $1 AND step = 'Tombstoned'`,
-		string(er.UID)).Scan(&receipt); err != nil {
-		t.Fatal(err)
-	}
-	if h := er.Status.History[0]; h.EvidenceDigest != receipt {
-		t.Errorf("Tombstoned receipt digest %s, history entry's evidence digest %s", receipt, h.EvidenceDigest)
+	// The last entry digests the request's evidence as it stands.
+	if d, err := evidence.CanonicalDigest(evidence.DocumentOf(er)); err != nil || d != er.Status.History[len(er.Status.History)-1].EvidenceDigest {
+		t.Errorf("the evidence document's digest %s is not the last entry's: %v", d, err)
 	}
 	if er.Status.Deadline == nil || !er.Status.Deadline.Time.Equal(er.CreationTimestamp.AddDate(0, 1, 0)) {
 		t.Errorf("deadline %v, want one month after creation %v", er.Status.Deadline, er.CreationTimestamp)
@@ -562,20 +557,32 @@ func assertSignedReceipt(t *testing.T, er *lethev1.ErasureRequest) {
 		}
 		return nil
 	})
-	cm := &corev1.ConfigMap{}
-	if err := k8s.Get(ctx, receiptKeySecret, cm); err != nil {
-		t.Fatalf("the public key is not published: %v", err)
+	ks := publishedKeySet(t)
+	if _, err := evidence.VerifyRequest(ctx, er, evidence.Options{KeySet: ks}); err != nil {
+		t.Fatalf("the request does not verify: %v", err)
 	}
-	pub, err := evidence.ParsePublicKey([]byte(cm.Data[controllers.ReceiptPublicKey]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := evidence.VerifyReceipt(ctx, er, pub); err != nil {
-		t.Fatalf("the receipt does not verify: %v", err)
+	for i, h := range er.Status.History {
+		if h.Signature == "" || len(ks.Lookup(h.KeyID)) == 0 {
+			t.Fatalf("history entry %d is not signed by a published key: %+v", i, h)
+		}
 	}
 	tampered := er.DeepCopy()
 	tampered.Status.History[0].Time = metav1.NewTime(tampered.Status.History[0].Time.Add(time.Hour))
-	if err := evidence.VerifyReceipt(ctx, tampered, pub); err == nil {
+	if _, err := evidence.VerifyRequest(ctx, tampered, evidence.Options{KeySet: ks}); err == nil {
 		t.Fatal("a history with an edited entry verifies")
 	}
+}
+
+// publishedKeySet reads the key set the manager publishes.
+func publishedKeySet(t *testing.T) evidence.KeySet {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	if err := k8s.Get(context.Background(), receiptKeySecret, cm); err != nil {
+		t.Fatalf("the key set is not published: %v", err)
+	}
+	ks, err := evidence.ParseKeySet([]byte(cm.Data[controllers.ReceiptKeySet]))
+	if err != nil || len(ks.Keys) == 0 {
+		t.Fatalf("the published key set: %v (%d keys)", err, len(ks.Keys))
+	}
+	return ks
 }

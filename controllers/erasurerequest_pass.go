@@ -17,6 +17,7 @@ import (
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/erasure"
+	"github.com/lethe-dev/lethe/internal/evidence"
 	"github.com/lethe-dev/lethe/internal/metrics"
 )
 
@@ -27,6 +28,8 @@ type pass struct {
 	req, before *lethev1.ErasureRequest
 	// gone: the pass deleted the request, so there is no status to write.
 	gone bool
+	// key signs the history entries the pass appends (nil: unsigned).
+	key *evidence.Key
 }
 
 // scope resolves the request's store and opens its ports; when that is not
@@ -94,7 +97,7 @@ func (r *ErasureRequestReconciler) record(p *pass, out erasure.Outcome) {
 			metrics.StepDuration.WithLabelValues(string(m.Phase)).Observe(max(0, m.At.Sub(h[len(h)-1].Time.Time).Seconds()))
 		}
 	}
-	erasure.Record(er, out, r.Clock.Now())
+	erasure.Record(er, out, r.Clock.Now(), p.key)
 	if w := out.Warning; w != nil {
 		r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, w.Reason, w.Action, "%s", w.Note)
 	}

@@ -2,7 +2,10 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,6 +16,7 @@ import (
 	"github.com/lethe-dev/lethe/internal/connector"
 	"github.com/lethe-dev/lethe/internal/erasure"
 	"github.com/lethe-dev/lethe/internal/evidence"
+	"github.com/lethe-dev/lethe/internal/receiptlog"
 )
 
 // Where the receipt keys live.
@@ -23,6 +27,9 @@ const (
 	// Secret, in its namespace) where the manager publishes the public key
 	// for `kubectl erasure verify`.
 	ReceiptPublicKey = "public-key.pem"
+	// ReceiptKeySet is the ConfigMap key of the key set (evidence.KeySet
+	// JSON): every key that signed, with when it was current.
+	ReceiptKeySet = "keyset.json"
 )
 
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;update
@@ -51,9 +58,12 @@ func (r *ErasureRequestReconciler) issueReceipt(ctx context.Context, er *lethev1
 	return nil
 }
 
-// mirrorProof writes the completed request's receipt and history into its
-// store's database, so that the proof outlives the request object. The
-// receipt there is anonymous (signed over the same history, naming the
+// mirrorProof writes the completed request's receipt, history and
+// evidence document into its store's database (through lethe.record_proof,
+// which checks the chain and appends the proof to the store's receipt log),
+// so that the proof outlives the request object; then it signs the log's
+// new checkpoint and records the receipt's inclusion proof in the status.
+// The receipt there is anonymous (signed over the same history, naming the
 // request by UID only): the database is outside the request's namespace,
 // and a name like forget-john-smith must not leave it. It is written once
 // per history length in this process.
@@ -74,12 +84,57 @@ func (r *ErasureRequestReconciler) mirrorProof(ctx context.Context, sc *erasure.
 	if err != nil {
 		return err
 	}
-	p := erasure.Proof{UID: string(er.UID), Digest: rc.Digest, Envelope: rc.Envelope, KeyID: rc.KeyID, History: er.Status.History, IssuedAt: rc.IssuedAt.Time}
-	if err := sc.Ledger.MirrorProof(ctx, p); err != nil {
+	p := erasure.Proof{UID: string(er.UID), Digest: rc.Digest, Envelope: rc.Envelope, KeyID: rc.KeyID, History: er.Status.History,
+		IssuedAt: rc.IssuedAt.Time, Format: er.Status.EvidenceFormat, Document: evidence.DocumentOf(er)}
+	idx, err := sc.Ledger.MirrorProof(ctx, p)
+	if err != nil {
 		return fmt.Errorf("mirror the proof into the database: %w", err)
+	}
+	if key != nil && idx >= 0 && er.Status.EvidenceFormat != "" {
+		if err := r.logInclusion(ctx, sc, er, idx, key); err != nil {
+			return err
+		}
 	}
 	r.mirrored.Store(er.UID, len(er.Status.History))
 	return nil
+}
+
+// logInclusion signs the store's receipt log checkpoint at its current
+// size, records it, and puts the receipt's inclusion proof in the status.
+func (r *ErasureRequestReconciler) logInclusion(ctx context.Context, sc *erasure.Scope, er *lethev1.ErasureRequest, idx int64, key *evidence.Key) error {
+	leaves, err := sc.Ledger.ReceiptLog(ctx)
+	if err != nil {
+		return err
+	}
+	n := len(er.Status.History)
+	incl, err := evidence.Include(leaves, idx, string(er.UID), evidence.Head(er.Status.History), n, receiptlog.Origin(string(sc.Store.UID)), key)
+	if err != nil {
+		return err
+	}
+	if err := sc.Ledger.WriteCheckpoint(ctx, int64(len(leaves)), incl.Checkpoint); err != nil {
+		return err
+	}
+	er.Status.Receipt.Log = incl
+	return nil
+}
+
+// keyTTL is how long a pass reuses the signing key it read: a replaced
+// key is picked up within it (evidence.RetirementSkew allows for it).
+const keyTTL = time.Minute
+
+// keyTTL is the configured KeyCacheTTL, keyTTL when unset.
+func (r *ErasureRequestReconciler) keyTTL() time.Duration {
+	if r.KeyCacheTTL > 0 {
+		return r.KeyCacheTTL
+	}
+	return keyTTL
+}
+
+// keyCache holds the signing key last read.
+type keyCache struct {
+	mu    sync.Mutex
+	key   *evidence.Key
+	until time.Time
 }
 
 // signingKey is the receipt signing key, nil when none is configured.
@@ -87,11 +142,22 @@ func (r *ErasureRequestReconciler) signingKey(ctx context.Context) (*evidence.Ke
 	if r.ReceiptKeySecret.Name == "" {
 		return nil, nil
 	}
-	return r.receiptKey(ctx)
+	r.keys.mu.Lock()
+	defer r.keys.mu.Unlock()
+	// Wall time, not the injected clock: this is freshness, not evidence.
+	if r.keys.key != nil && time.Now().Before(r.keys.until) {
+		return r.keys.key, nil
+	}
+	key, err := r.receiptKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.keys.key, r.keys.until = key, time.Now().Add(r.keyTTL())
+	return key, nil
 }
 
-// receiptKey reads the signing key from its Secret and publishes the public
-// key in a ConfigMap of the same name.
+// receiptKey reads the signing key from its Secret and publishes its
+// public key in the key set of the ConfigMap of the same name.
 func (r *ErasureRequestReconciler) receiptKey(ctx context.Context) (*evidence.Key, error) {
 	ref := lethev1.SecretKeyRef{Name: r.ReceiptKeySecret.Name, Key: ReceiptPrivateKey}
 	pemKey, err := (&connector.Connector{Secrets: r.SecretReader}).ReadSecretKey(ctx, r.ReceiptKeySecret.Namespace, ref)
@@ -102,30 +168,73 @@ func (r *ErasureRequestReconciler) receiptKey(ctx context.Context) (*evidence.Ke
 	if err != nil {
 		return nil, err
 	}
+	return key, r.publishKey(ctx, key)
+}
+
+// publishKey makes key the current key of the published key set (retiring
+// the one before it, never removing it) and its public key the ConfigMap's
+// public-key.pem.
+func (r *ErasureRequestReconciler) publishKey(ctx context.Context, key *evidence.Key) error {
 	pub, err := key.PublicKeyPEM()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cm := &corev1.ConfigMap{}
 	nn := types.NamespacedName{Namespace: r.ReceiptKeySecret.Namespace, Name: r.ReceiptKeySecret.Name}
+	found := true
 	switch err := r.APIReader.Get(ctx, nn, cm); {
 	case apierrors.IsNotFound(err):
+		found = false
 		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: nn.Namespace, Name: nn.Name,
-			Labels: map[string]string{"app.kubernetes.io/part-of": "lethe"}},
-			Data: map[string]string{ReceiptPublicKey: string(pub), "key-id": key.ID()}}
-		if err := r.Client.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("publish the receipt public key: %w", err)
-		}
+			Labels: map[string]string{"app.kubernetes.io/part-of": "lethe"}}}
 	case err != nil:
-		return nil, err
-	case cm.Data[ReceiptPublicKey] != string(pub):
-		if cm.Data == nil {
-			cm.Data = map[string]string{}
-		}
-		cm.Data[ReceiptPublicKey], cm.Data["key-id"] = string(pub), key.ID()
-		if err := r.Client.Update(ctx, cm); err != nil {
-			return nil, fmt.Errorf("publish the receipt public key: %w", err)
-		}
+		return err
 	}
-	return key, nil
+	ks, err := keySetOf(cm)
+	if err != nil {
+		return fmt.Errorf("the published key set in ConfigMap %s: %w", nn, err)
+	}
+	ks, changed, err := ks.WithCurrent(key, r.Clock.Now())
+	if err != nil {
+		return err
+	}
+	if !changed && found && cm.Data[ReceiptPublicKey] == string(pub) {
+		return nil
+	}
+	raw, err := json.MarshalIndent(ks, "", "  ")
+	if err != nil {
+		return err
+	}
+	if cm.Data == nil {
+		cm.Data = map[string]string{}
+	}
+	cm.Data[ReceiptPublicKey], cm.Data["key-id"], cm.Data[ReceiptKeySet] = string(pub), key.ID(), string(raw)
+	if !found {
+		if err := r.Client.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("publish the receipt public key: %w", err)
+		}
+		return nil
+	}
+	if err := r.Client.Update(ctx, cm); err != nil {
+		return fmt.Errorf("publish the receipt public key: %w", err)
+	}
+	return nil
+}
+
+// keySetOf reads the ConfigMap's key set. A ConfigMap published before key
+// sets existed holds only public-key.pem: that key is taken as current
+// since the epoch (it signed what came before the key set).
+func keySetOf(cm *corev1.ConfigMap) (evidence.KeySet, error) {
+	if raw, ok := cm.Data[ReceiptKeySet]; ok {
+		return evidence.ParseKeySet([]byte(raw))
+	}
+	old, ok := cm.Data[ReceiptPublicKey]
+	if !ok {
+		return evidence.KeySet{}, nil
+	}
+	k, err := evidence.ParsePublicKey([]byte(old))
+	if err != nil {
+		return evidence.KeySet{}, err
+	}
+	return evidence.KeySet{Keys: []evidence.PublishedKey{{KeyID: k.ID(), PublicKey: old, ValidFrom: time.Unix(0, 0).UTC()}}}, nil
 }

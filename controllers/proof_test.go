@@ -9,11 +9,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
-	"github.com/lethe-dev/lethe/controllers"
 	"github.com/lethe-dev/lethe/internal/evidence"
 )
 
@@ -29,10 +27,10 @@ func TestProofOutlivesTheRequestObject(t *testing.T) {
 	assertSignedReceipt(t, er)
 	deleteAndWaitGone(t, er)
 
-	var digest, envelope, keyID string
-	var raw []byte
-	if err := e.conn.QueryRow(ctx, `SELECT digest, envelope, key_id, history FROM lethe.erasure_proofs WHERE request_uid = $1`, string(er.UID)).
-		Scan(&digest, &envelope, &keyID, &raw); err != nil {
+	var digest, envelope, keyID, format string
+	var raw, doc []byte
+	if err := e.conn.QueryRow(ctx, `SELECT digest, envelope, key_id, history, evidence_format, document FROM lethe.erasure_proofs WHERE request_uid = $1`, string(er.UID)).
+		Scan(&digest, &envelope, &keyID, &raw, &format, &doc); err != nil {
 		t.Fatalf("no proof of the deleted request in the database: %v", err)
 	}
 	var history []lethev1.HistoryEntry
@@ -55,22 +53,32 @@ func TestProofOutlivesTheRequestObject(t *testing.T) {
 	if !strings.Contains(string(payload), string(er.UID)) || strings.Contains(string(payload), er.Name) || strings.Contains(string(payload), er.Namespace) {
 		t.Fatalf("the mirrored statement does not name the request by UID only: %s", payload)
 	}
-	// The auditor has the database's row and the published key, not the object.
-	fromDB := &lethev1.ErasureRequest{ObjectMeta: metav1.ObjectMeta{UID: er.UID},
-		Status: lethev1.ErasureRequestStatus{History: history, Receipt: &lethev1.Receipt{Digest: digest, Envelope: envelope, KeyID: keyID}}}
-	cm := &corev1.ConfigMap{}
-	if err := k8s.Get(ctx, receiptKeySecret, cm); err != nil {
-		t.Fatal(err)
-	}
-	pub, err := evidence.ParsePublicKey([]byte(cm.Data[controllers.ReceiptPublicKey]))
+	// The auditor has the database's row and the published key set, not
+	// the object: the chain, signatures, receipt and evidence all verify.
+	receipt := &lethev1.Receipt{Digest: digest, Envelope: envelope, KeyID: keyID}
+	fromDB, err := evidence.RequestFromProof(string(er.UID), format, history, receipt, doc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := evidence.VerifyReceipt(ctx, fromDB, pub); err != nil {
+	ks := publishedKeySet(t)
+	rep, err := evidence.VerifyRequest(ctx, fromDB, evidence.Options{KeySet: ks})
+	if err != nil {
 		t.Fatalf("the proof read from the database does not verify: %v", err)
 	}
+	if rep.Receipt == nil || !rep.Receipt.Signed || rep.Receipt.Covers != len(history) {
+		t.Fatalf("the database's receipt: %+v", rep.Receipt)
+	}
+	edited := fromDB.DeepCopy()
+	for i := range edited.Status.Evidence.Steps {
+		if st := &edited.Status.Evidence.Steps[i]; st.Step == lethev1.ConditionDeleted {
+			st.Counts[0].Rows++
+		}
+	}
+	if _, err := evidence.VerifyRequest(ctx, edited, evidence.Options{KeySet: ks}); err == nil || !strings.Contains(err.Error(), "was edited") {
+		t.Fatalf("an edited count in the database's evidence: %v", err)
+	}
 	fromDB.Status.History[len(history)-1].Time = metav1.NewTime(history[len(history)-1].Time.Add(time.Hour))
-	if err := evidence.VerifyReceipt(ctx, fromDB, pub); err == nil {
+	if _, err := evidence.VerifyRequest(ctx, fromDB, evidence.Options{KeySet: ks}); err == nil {
 		t.Fatal("an edited history from the database verifies")
 	}
 }

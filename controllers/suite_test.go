@@ -171,6 +171,7 @@ func startManager(cfg *rest.Config, pools *postgres.Pools, another bool) (stop f
 		BackoffMax:       time.Second,
 		BackupRecheck:    time.Second,
 		ReceiptKeySecret: receiptKeySecret,
+		KeyCacheTTL:      time.Second,
 		GraphBatch:       1,
 		GraphDeleteLimit: 2,
 		GraphTimeout:     3 * time.Second,

@@ -294,7 +294,10 @@ type ErasureEvidence struct {
 }
 
 // HistoryEntry is one transition of the request. Entries form a hash chain:
-// digest = sha256(previousDigest, phase, event, time, evidenceDigest).
+// under status.evidenceFormat lethe.dev/evidence/v1 the digest is sha256 of
+// the canonical JSON (RFC 8785) of the entry's fields, the request's UID and
+// the format, and the signature is the manager's ed25519 signature of it
+// (docs/evidence-format.md).
 type HistoryEntry struct {
 	// phase reached.
 	Phase Phase `json:"phase"`
@@ -314,6 +317,14 @@ type HistoryEntry struct {
 	// digest of this entry.
 	// +kubebuilder:validation:MaxLength=71
 	Digest string `json:"digest"`
+	// keyID of the key that signed the entry (covered by the digest); empty when unsigned.
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	KeyID string `json:"keyID,omitempty"`
+	// signature is the base64 ed25519 signature of the entry's digest.
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	Signature string `json:"signature,omitempty"`
 }
 
 // Receipt is the signed statement over the final history digest.
@@ -332,6 +343,27 @@ type Receipt struct {
 	// issuedAt is when the receipt was made.
 	// +optional
 	IssuedAt *metav1.Time `json:"issuedAt,omitempty"`
+	// log is the receipt's place in its store's append-only receipt log.
+	// +optional
+	Log *LogInclusion `json:"log,omitempty"`
+}
+
+// LogInclusion proves that the store's receipt log holds this request's
+// receipt: the leaf at index, under a signed checkpoint (C2SP
+// tlog-checkpoint) of the log at a size that includes it.
+type LogInclusion struct {
+	// index of the receipt's leaf in the log.
+	Index int64 `json:"index"`
+	// historyLength is the length of the history whose head the leaf records.
+	HistoryLength int32 `json:"historyLength"`
+	// checkpoint is the signed note of the log at a size past index.
+	// +kubebuilder:validation:MaxLength=2048
+	Checkpoint string `json:"checkpoint"`
+	// inclusionProof is the RFC 6962 audit path, base64 hashes.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	InclusionProof []string `json:"inclusionProof,omitempty"`
 }
 
 // ErasureRequestStatus is what Lethe did and found. history is append-only.
@@ -371,6 +403,12 @@ type ErasureRequestStatus struct {
 	// +optional
 	Evidence *ErasureEvidence `json:"evidence,omitempty"`
 
+	// evidenceFormat is the format of the history's digests and signatures,
+	// set with the first entry and never changed; empty: the legacy chain.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	EvidenceFormat string `json:"evidenceFormat,omitempty"`
+
 	// history is the append-only hash chain of transitions.
 	// +kubebuilder:validation:MaxItems=64
 	// +listType=atomic
@@ -395,6 +433,7 @@ type ErasureRequestStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=erasure;er,categories=lethe
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.history) || (has(self.status) && has(self.status.history) && self.status.history.size() >= oldSelf.status.history.size() && oldSelf.status.history.all(i, e, self.status.history[i] == e))",message="status.history is append-only: the old history must stay an exact prefix of the new one (no entry edited, removed, reordered or inserted)"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.evidenceFormat) || (has(self.status) && has(self.status.evidenceFormat) && self.status.evidenceFormat == oldSelf.status.evidenceFormat)",message="status.evidenceFormat may not change once set"
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Sessions",type=integer,JSONPath=`.status.sessions`

@@ -31,7 +31,9 @@ type LedgerFns struct {
 	ReeraseFn          func(ctx context.Context, req Request) (BatchResult, error)
 	RemoveResidueFn    func(ctx context.Context, req Request) (BatchResult, error)
 	VacuumFn           func(ctx context.Context, mode lethev1.VacuumMode) (VacuumResult, error)
-	MirrorProofFn      func(ctx context.Context, p Proof) error
+	MirrorProofFn      func(ctx context.Context, p Proof) (int64, error)
+	ReceiptLogFn       func(ctx context.Context) ([][32]byte, error)
+	WriteCheckpointFn  func(ctx context.Context, size int64, checkpoint string) error
 	HeldByFn           func(ctx context.Context, uid string) (int64, error)
 	ErasedSessionsFn   func(ctx context.Context, uid string) ([]string, error)
 	DeletedAtFn        func(ctx context.Context, uid string) (time.Time, error)
@@ -126,11 +128,25 @@ func (f *LedgerFns) HeldBy(ctx context.Context, uid string) (int64, error) {
 	return f.HeldByFn(ctx, uid)
 }
 
-func (f *LedgerFns) MirrorProof(ctx context.Context, p Proof) error {
+func (f *LedgerFns) MirrorProof(ctx context.Context, p Proof) (int64, error) {
 	if f.MirrorProofFn == nil {
-		return ErrNotFaked
+		return 0, nil
 	}
 	return f.MirrorProofFn(ctx, p)
+}
+
+func (f *LedgerFns) ReceiptLog(ctx context.Context) ([][32]byte, error) {
+	if f.ReceiptLogFn == nil {
+		return nil, nil
+	}
+	return f.ReceiptLogFn(ctx)
+}
+
+func (f *LedgerFns) WriteCheckpoint(ctx context.Context, size int64, checkpoint string) error {
+	if f.WriteCheckpointFn == nil {
+		return nil
+	}
+	return f.WriteCheckpointFn(ctx, size, checkpoint)
 }
 
 func (f *LedgerFns) ErasedSessions(ctx context.Context, uid string) ([]string, error) {

@@ -443,7 +443,7 @@ func runCase(t *testing.T, run stepFn, tc stepCase) (Outcome, *lethev1.ErasureRe
 	if diff := cmp.Diff(tc.er, er); diff != "" {
 		t.Errorf("%s\nthe step changed the request it may only read: -before, +after:\n%s", tc.reason, diff)
 	}
-	Record(er, got, now)
+	Record(er, got, now, nil)
 	return got, er, log.list()
 }
 

@@ -76,9 +76,16 @@ type Ledger interface {
 	// erased nor cancelled (its tombstones in force).
 	HeldBy(ctx context.Context, uid string) (int64, error)
 	// MirrorProof writes a completed request's receipt and history into
-	// the database; a repeat changes nothing unless the history grew or
-	// the receipt changed.
-	MirrorProof(ctx context.Context, p Proof) error
+	// the database (through lethe.record_proof, which checks the chain);
+	// a repeat changes nothing unless the history grew or the receipt
+	// changed. It returns the index of the proof's leaf in the store's
+	// receipt log (-1: a stale, shorter history that has none).
+	MirrorProof(ctx context.Context, p Proof) (int64, error)
+	// ReceiptLog returns the leaf hashes of the store's receipt log, by index.
+	ReceiptLog(ctx context.Context) ([][32]byte, error)
+	// WriteCheckpoint records the signed checkpoint of the log at size
+	// (once per size: a repeat keeps the first).
+	WriteCheckpoint(ctx context.Context, size int64, checkpoint string) error
 	// ErasedSessions lists the sessions the request erased, sorted.
 	ErasedSessions(ctx context.Context, uid string) ([]string, error)
 	// DeletedAt is when the request's deletion last committed; zero when it

@@ -12,9 +12,9 @@ import (
 
 // Record writes an outcome into the request's status: its condition (the
 // transition time from now, the manager's injected clock), plan, grace
-// end, evidence and history entry. It is pure; events and metrics are the
-// controller's.
-func Record(er *lethev1.ErasureRequest, out Outcome, now time.Time) {
+// end, evidence and history entry, signed by key when it is not nil. It is
+// pure; events and metrics are the controller's.
+func Record(er *lethev1.ErasureRequest, out Outcome, now time.Time, key *evidence.Key) {
 	st := &er.Status
 	if c := out.Condition; c != nil && c.Type != "" {
 		c = keepClaim(st.Conditions, c)
@@ -37,12 +37,31 @@ func Record(er *lethev1.ErasureRequest, out Outcome, now time.Time) {
 		setEvidence(st, *out.Evidence)
 	}
 	if m := out.Milestone; m != nil {
-		d, err := evidence.Digest(m.Evidence)
-		if err != nil {
-			d = "sha256:unavailable"
-		}
-		st.History = evidence.Append(st.History, m.Phase, m.Event, m.At, d)
+		appendEntry(er, m, key)
 	}
+}
+
+// appendEntry appends the milestone's history entry. A history begun under
+// the evidence format digests the request's whole evidence document (what
+// an auditor recomputes); a legacy history goes on as it began.
+func appendEntry(er *lethev1.ErasureRequest, m *Milestone, key *evidence.Key) {
+	st := &er.Status
+	if len(st.History) == 0 {
+		st.EvidenceFormat = evidence.Format
+	}
+	var d string
+	var err error
+	if st.EvidenceFormat == "" {
+		d, err = evidence.Digest(m.Evidence)
+	} else {
+		d, err = evidence.CanonicalDigest(evidence.DocumentOf(er))
+	}
+	if err != nil {
+		d = "sha256:unavailable"
+	}
+	c := evidence.ChainOf(er)
+	c.Append(m.Phase, m.Event, m.At, d, key)
+	st.History = c.History
 }
 
 // keepClaim keeps a claimed deletion claimed: once the Deleted condition

@@ -52,7 +52,7 @@ func TestRecordCondition(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			er := newRequest(func(er *lethev1.ErasureRequest) { er.Generation, er.Status.Conditions = gen, tc.conds })
-			Record(er, tc.out, now)
+			Record(er, tc.out, now, nil)
 			if diff := cmp.Diff(tc.want, er.Status.Conditions, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("%s\nconditions: -want, +got:\n%s", tc.reason, diff)
 			}
@@ -94,7 +94,7 @@ func TestRecordPlanGraceEvidence(t *testing.T) {
 			if tc.steps != nil {
 				er.Status.Evidence = &lethev1.ErasureEvidence{Steps: tc.steps}
 			}
-			Record(er, tc.out, now)
+			Record(er, tc.out, now, nil)
 			if diff := cmp.Diff(tc.want, recordedOf(er), statusOpts); diff != "" {
 				t.Errorf("%s\nstatus: -want, +got:\n%s", tc.reason, diff)
 			}
@@ -107,7 +107,7 @@ func TestRecordHistory(t *testing.T) {
 	ev := map[string]string{"graceEndsAt": "2030-01-17T11:00:00Z"}
 	entry := func(prev string, phase lethev1.Phase, event string, at time.Time, evDigest string) lethev1.HistoryEntry {
 		e := lethev1.HistoryEntry{Phase: phase, Event: event, Time: *secs(at), EvidenceDigest: evDigest, PreviousDigest: prev}
-		e.Digest = evidence.EntryDigest(e)
+		e.Digest = evidence.LegacyEntryDigest(e)
 		return e
 	}
 	evDigest, err := evidence.Digest(ev)
@@ -140,7 +140,7 @@ func TestRecordHistory(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			er := newRequest(func(er *lethev1.ErasureRequest) { er.Status.History = tc.history })
 			for _, out := range tc.outs {
-				Record(er, out, now)
+				Record(er, out, now, nil)
 			}
 			if diff := cmp.Diff(tc.want, er.Status.History); diff != "" {
 				t.Errorf("%s\nhistory: -want, +got:\n%s", tc.reason, diff)

@@ -355,4 +355,8 @@ type Proof struct {
 	Envelope, KeyID string
 	IssuedAt        time.Time
 	History         []lethev1.HistoryEntry
+	// Format is the request's evidence format; Document its evidence
+	// document (evidence.DocumentOf), so the proof verifies without the object.
+	Format   string
+	Document any
 }

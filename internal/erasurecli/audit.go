@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,7 @@ import (
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/evidence"
+	"github.com/lethe-dev/lethe/internal/version"
 )
 
 // ExitError carries the exit code a failed verification ends with.
@@ -71,16 +73,195 @@ func newReceipt(o *options) *cobra.Command {
 	}
 }
 
+// keyFlags say where the public keys come from.
+type keyFlags struct {
+	publicKey, keySet, configMap string
+	allowUnsigned                bool
+}
+
+func (k *keyFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&k.publicKey, "public-key", "", "PEM file with a Lethe public key to trust (valid at any time)")
+	cmd.Flags().StringVar(&k.keySet, "key-set", "", "key set JSON file to trust (the "+keySetKey+" of the ConfigMap, saved earlier)")
+	cmd.Flags().StringVar(&k.configMap, "key-configmap", "lethe-system/lethe-receipt-key", "NAMESPACE/NAME of the ConfigMap the manager publishes its key set in")
+	cmd.Flags().BoolVar(&k.allowUnsigned, "allow-unsigned", false, "accept a history and receipt written with no signing key (they then prove only that nothing changed since)")
+}
+
+// keySetKey is the ConfigMap key of the published key set.
+const keySetKey = "keyset.json"
+
+// fromFiles is the key set of --key-set or --public-key; ok is false when
+// neither is given.
+func (k *keyFlags) fromFiles() (ks evidence.KeySet, where string, ok bool, err error) {
+	switch {
+	case k.keySet != "":
+		raw, err := os.ReadFile(k.keySet)
+		if err != nil {
+			return ks, "", true, err
+		}
+		ks, err = evidence.ParseKeySet(raw)
+		return ks, k.keySet, true, err
+	case k.publicKey != "":
+		pemBytes, err := os.ReadFile(k.publicKey)
+		if err != nil {
+			return ks, "", true, err
+		}
+		key, err := evidence.ParsePublicKey(pemBytes)
+		if err != nil {
+			return ks, "", true, err
+		}
+		return evidence.KeySet{Keys: []evidence.PublishedKey{{KeyID: key.ID(), PublicKey: string(pemBytes), ValidFrom: time.Unix(0, 0).UTC()}}}, k.publicKey, true, nil
+	}
+	return ks, "", false, nil
+}
+
+// load is the key set to verify with: from the files, else the ConfigMap.
+func (k *keyFlags) load(ctx context.Context, cl client.Client) (evidence.KeySet, string, error) {
+	if ks, where, ok, err := k.fromFiles(); ok || err != nil {
+		return ks, where, err
+	}
+	var nn types.NamespacedName
+	if _, err := fmt.Sscanf(configMapArg(k.configMap), "%s %s", &nn.Namespace, &nn.Name); err != nil {
+		return evidence.KeySet{}, "", fmt.Errorf("--key-configmap: want NAMESPACE/NAME, got %q", k.configMap)
+	}
+	cm := &corev1.ConfigMap{}
+	if err := cl.Get(ctx, nn, cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return evidence.KeySet{}, "", fmt.Errorf("no key set: ConfigMap %s does not exist (pass --key-set or --public-key)", k.configMap)
+		}
+		return evidence.KeySet{}, "", err
+	}
+	where := "ConfigMap " + k.configMap
+	if raw, ok := cm.Data[keySetKey]; ok {
+		ks, err := evidence.ParseKeySet([]byte(raw))
+		return ks, where, err
+	}
+	pemBytes, ok := cm.Data["public-key.pem"]
+	if !ok {
+		return evidence.KeySet{}, "", errors.New("ConfigMap " + k.configMap + " has neither " + keySetKey + " nor public-key.pem")
+	}
+	key, err := evidence.ParsePublicKey([]byte(pemBytes))
+	if err != nil {
+		return evidence.KeySet{}, "", err
+	}
+	return evidence.KeySet{Keys: []evidence.PublishedKey{{KeyID: key.ID(), PublicKey: pemBytes, ValidFrom: time.Unix(0, 0).UTC()}}}, where, nil
+}
+
 func newVerify(o *options) *cobra.Command {
-	var keyFile, keyConfigMap string
+	var keys keyFlags
+	var bundleFile string
 	cmd := &cobra.Command{
-		Use:               "verify NAME",
+		Use:               "verify (NAME | --bundle FILE)",
 		ValidArgsFunction: o.completeRequests,
-		Short:             "Recompute the history's hash chain and check the receipt's signature",
-		Long: `Recomputes every digest of the request's history and checks that the receipt covers
-an entry of it and is signed by Lethe's key (from --public-key, or the ConfigMap the
-manager publishes). Exits 1 naming the first wrong entry when the chain does not
-verify, 1 when the signature does not, 2 when the key cannot be found.`,
+		Short:             "Verify a request's proof: history chain, signatures, evidence digests, receipt, log inclusion",
+		Long: `Verifies a request's proof as an auditor would (docs/evidence-format.md): every
+history digest recomputes and chains; every entry is signed by a key of the key set
+that was current when it signed; the plan and step evidence recompute to the digest
+the last entry recorded; the receipt is signed, names this request and covers an
+entry; the store's receipt log holds it under a signed checkpoint.
+
+With --bundle FILE it needs no cluster: the bundle (from 'kubectl erasure export')
+carries the request and the key set. Pin the keys you trust with --key-set or
+--public-key; otherwise the bundle's own key set is used and the output says so.
+
+Exits 1 naming what is wrong when anything does not verify, 2 when no key can be found.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if (bundleFile == "") == (len(args) == 0) || len(args) > 1 {
+				return errors.New("give either one request NAME or --bundle FILE")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if bundleFile != "" {
+				return o.verifyBundle(cmd.Context(), bundleFile, &keys)
+			}
+			return o.verifyOnline(cmd.Context(), args[0], &keys)
+		},
+	}
+	keys.add(cmd)
+	cmd.Flags().StringVar(&bundleFile, "bundle", "", "verify an exported bundle file, with no cluster")
+	return cmd
+}
+
+func (o *options) verifyOnline(ctx context.Context, name string, keys *keyFlags) error {
+	cl, er, err := o.get(ctx, name)
+	if err != nil {
+		return err
+	}
+	ks, where, err := keys.load(ctx, cl)
+	if err != nil && !keys.allowUnsigned {
+		return &ExitError{Code: 2, Err: err}
+	}
+	rep, err := evidence.VerifyRequest(ctx, er, evidence.Options{KeySet: ks, AllowUnsigned: keys.allowUnsigned})
+	return o.printVerification(er, rep, err, "keys from "+where)
+}
+
+func (o *options) verifyBundle(ctx context.Context, file string, keys *keyFlags) error {
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	b, err := evidence.ReadBundle(raw)
+	if err != nil {
+		return &ExitError{Code: 1, Err: fmt.Errorf("bundle %s does NOT verify: %w", file, err)}
+	}
+	trusted, where, ok, err := keys.fromFiles()
+	if err != nil {
+		return &ExitError{Code: 2, Err: err}
+	}
+	var pin *evidence.KeySet
+	if ok {
+		pin = &trusted
+	} else {
+		where = "the bundle's own key set (not pinned: pass --key-set or --public-key to trust only keys you hold)"
+	}
+	rep, err := evidence.VerifyBundle(ctx, b, pin, keys.allowUnsigned)
+	return o.printVerification(b.Request, rep, err, "keys from "+where)
+}
+
+// printVerification prints what was checked, then the verdict.
+func (o *options) printVerification(er *lethev1.ErasureRequest, rep *evidence.Report, verr error, keys string) error {
+	w := o.streams.Out
+	fmt.Fprintf(w, "erasurerequest %s/%s (UID %s), evidence format %s; %s\n", er.Namespace, er.Name, er.UID, formatOf(er), keys)
+	for _, c := range rep.Checks {
+		fmt.Fprintf(w, "  ok  %s\n", c)
+	}
+	if verr != nil {
+		return &ExitError{Code: 1, Err: fmt.Errorf("erasurerequest %s does NOT verify: %w", er.Name, verr)}
+	}
+	for _, k := range rep.SignedBy {
+		fmt.Fprintf(w, "key %s: current %s\n", k.KeyID, k.Validity())
+	}
+	switch {
+	case rep.Unsigned:
+		fmt.Fprintln(w, "warning: unsigned: the history proves only that nothing was edited since it was written")
+	case rep.InProgress:
+		fmt.Fprintln(w, "in progress: the evidence has changed since the last history entry; it is checked once the request completes")
+	}
+	if er.Status.Receipt == nil {
+		fmt.Fprintf(w, "receipt: none yet (phase %s)\n", er.Status.Phase)
+	}
+	fmt.Fprintln(w, "verified")
+	return nil
+}
+
+func formatOf(er *lethev1.ErasureRequest) string {
+	if er.Status.EvidenceFormat == "" {
+		return "legacy (unkeyed)"
+	}
+	return er.Status.EvidenceFormat
+}
+
+func newExport(o *options) *cobra.Command {
+	var keys keyFlags
+	cmd := &cobra.Command{
+		Use:               "export NAME",
+		ValidArgsFunction: o.completeRequests,
+		Short:             "Write a request's proof as a self-contained bundle (JSON) to standard output",
+		Long: `Writes the request (spec, plan, evidence, signed history, receipt and its place in
+the store's receipt log) and the published key set as one JSON bundle that
+'kubectl erasure verify --bundle FILE' and 'kubectl erasure report --bundle FILE'
+read with no cluster. Nothing in it is personal data beyond the session IDs the
+request names.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -88,65 +269,19 @@ verify, 1 when the signature does not, 2 when the key cannot be found.`,
 			if err != nil {
 				return err
 			}
-			if err := evidence.Verify(er.Status.History); err != nil {
-				return &ExitError{Code: 1, Err: fmt.Errorf("erasurerequest %s does NOT verify: %w", er.Name, err)}
-			}
-			fmt.Fprintf(o.streams.Out, "history: %d entries, hash chain verifies (head %s)\n", len(er.Status.History), short(evidence.Head(er.Status.History)))
-			if er.Status.Receipt == nil {
-				fmt.Fprintf(o.streams.Out, "receipt: none yet (phase %s)\n", er.Status.Phase)
-				return nil
-			}
-			if er.Status.Receipt.Envelope == "" {
-				if err := evidence.VerifyReceipt(ctx, er, nil); err != nil {
-					return &ExitError{Code: 1, Err: fmt.Errorf("erasurerequest %s does NOT verify: %w", er.Name, err)}
-				}
-				fmt.Fprintln(o.streams.Out, "receipt: unsigned (no signing key was configured); it covers an entry of the verified chain")
-				return nil
-			}
-			key, where, err := loadKey(ctx, cl, keyFile, keyConfigMap)
-			if err != nil {
+			ks, _, err := keys.load(ctx, cl)
+			if err != nil && !keys.allowUnsigned {
 				return &ExitError{Code: 2, Err: err}
 			}
-			if err := evidence.VerifyReceipt(ctx, er, key); err != nil {
-				return &ExitError{Code: 1, Err: fmt.Errorf("erasurerequest %s does NOT verify: %w", er.Name, err)}
-			}
-			fmt.Fprintf(o.streams.Out, "receipt: signature verifies with key %s (%s) over %s\nverified\n", short(key.ID()), where, short(er.Status.Receipt.Digest))
-			return nil
+			b := evidence.NewBundle(er, ks, "kubectl-erasure "+version.Get().Version, time.Now())
+			enc := json.NewEncoder(o.streams.Out)
+			enc.SetIndent("", "  ")
+			return enc.Encode(b)
 		},
 	}
-	cmd.Flags().StringVar(&keyFile, "public-key", "", "PEM file with Lethe's receipt public key (default: the published ConfigMap)")
-	cmd.Flags().StringVar(&keyConfigMap, "key-configmap", "lethe-system/lethe-receipt-key", "NAMESPACE/NAME of the ConfigMap the manager publishes its public key in")
+	keys.add(cmd)
 	return cmd
 }
-
-func loadKey(ctx context.Context, cl client.Client, file, configMap string) (*evidence.Key, string, error) {
-	if file != "" {
-		pemBytes, err := os.ReadFile(file)
-		if err != nil {
-			return nil, "", err
-		}
-		k, err := evidence.ParsePublicKey(pemBytes)
-		return k, file, err
-	}
-	var nn types.NamespacedName
-	if _, err := fmt.Sscanf(configMapArg(configMap), "%s %s", &nn.Namespace, &nn.Name); err != nil {
-		return nil, "", fmt.Errorf("--key-configmap: want NAMESPACE/NAME, got %q", configMap)
-	}
-	cm := &corev1.ConfigMap{}
-	if err := cl.Get(ctx, nn, cm); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, "", fmt.Errorf("the receipt is signed but no public key was found: ConfigMap %s does not exist (pass --public-key)", configMap)
-		}
-		return nil, "", err
-	}
-	pemBytes, ok := cm.Data["public-key.pem"]
-	if !ok {
-		return nil, "", errors.New("ConfigMap " + configMap + " has no public-key.pem")
-	}
-	k, err := evidence.ParsePublicKey([]byte(pemBytes))
-	return k, "ConfigMap " + configMap, err
-}
-
 func configMapArg(s string) string {
 	for i := range len(s) {
 		if s[i] == '/' {

@@ -1,7 +1,7 @@
 // Package erasurecli is the kubectl-erasure plugin: the operator's and the
 // auditor's command line for ErasureRequests (create, plan, status, cancel,
-// history, verify, receipt, version, completion), on cli-runtime's
-// kubeconfig flags and printers.
+// history, verify, receipt, export, receipts, report, version, completion),
+// on cli-runtime's kubeconfig flags and printers.
 package erasurecli
 
 import (
@@ -68,8 +68,10 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		Short: "Create, plan, follow, cancel and audit Lethe ErasureRequests",
 		Long: `kubectl erasure works with Lethe's ErasureRequests (erasure.lethe.dev/v1alpha1):
 plan an erasure, create one (or export its manifest for Git), follow it, cancel it
-during its grace period, read its status and history, verify its hash chain and
-signed receipt, print the receipt.`,
+during its grace period, read its status and history; verify its signed history,
+evidence and receipt, online or from an exported bundle with no cluster; verify
+what a store's database holds and its append-only receipt log; render a
+certificate of erasure.`,
 		// Help and usage read "kubectl erasure", as the plugin is invoked.
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl erasure"},
 		SilenceUsage:  true,
@@ -80,7 +82,7 @@ signed receipt, print the receipt.`,
 	o.flags.AddFlags(root.PersistentFlags())
 	// Our own completion command prints the kubectl plugin helper too.
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(newCreate(o), newPlan(o), newStatus(o), newCancel(o), newHistory(o), newVerify(o), newReceipt(o),
+	root.AddCommand(newCreate(o), newPlan(o), newStatus(o), newCancel(o), newHistory(o), newVerify(o), newReceipt(o), newExport(o), newReceipts(o), newReport(o),
 		newVersion(o), newCompletion(o))
 	return root
 }

@@ -1,8 +1,9 @@
-// Package evidence builds and verifies the hash chain of an ErasureRequest's
-// history. Each entry's digest covers the previous entry's digest, its phase,
-// event, time (whole seconds, UTC: what the API stores) and the digest of the
-// evidence recorded with it, so editing, dropping or reordering an entry
-// breaks every digest after it.
+// Package evidence builds and verifies the proof of an ErasureRequest: the
+// hash chain of its history (each entry signed by the manager's key), the
+// signed receipt over the chain's head, the key set that outlives key
+// rotations, and the bundle that carries all of it to an auditor with no
+// cluster. The format is documented in docs/evidence-format.md; Format
+// names it.
 package evidence
 
 import (
@@ -35,8 +36,10 @@ func Digest(v any) (string, error) {
 	return digestPrefix + hex.EncodeToString(sum[:]), nil
 }
 
-// EntryDigest computes the digest an entry must carry.
-func EntryDigest(e lethev1.HistoryEntry) string {
+// LegacyEntryDigest is the digest of an entry of a history written before
+// the evidence format was versioned (status.evidenceFormat empty): length-
+// prefixed fields, no key, no request binding.
+func LegacyEntryDigest(e lethev1.HistoryEntry) string {
 	h := sha256.New()
 	for _, part := range []string{
 		domain, e.PreviousDigest, string(e.Phase), e.Event,
@@ -47,19 +50,55 @@ func EntryDigest(e lethev1.HistoryEntry) string {
 	return digestPrefix + hex.EncodeToString(h.Sum(nil))
 }
 
-// Append returns history with a new entry chained to its last one.
-func Append(history []lethev1.HistoryEntry, phase lethev1.Phase, event string, at time.Time, evidenceDigest string) []lethev1.HistoryEntry {
+// Chain is a request's history with what its digests depend on: the
+// request's UID and the evidence format.
+type Chain struct {
+	Format  string
+	Request string
+	History []lethev1.HistoryEntry
+}
+
+// ChainOf is the chain in er's status.
+func ChainOf(er *lethev1.ErasureRequest) Chain {
+	return Chain{Format: er.Status.EvidenceFormat, Request: string(er.UID), History: er.Status.History}
+}
+
+// entryDigest is the digest entry e must carry in this chain.
+func (c Chain) entryDigest(e lethev1.HistoryEntry) string {
+	if c.Format == "" {
+		return LegacyEntryDigest(e)
+	}
+	return EntryDigestV1(c.Request, e)
+}
+
+// Append adds an entry chained to the last one, signed by key when key is
+// not nil (a legacy chain is never signed: its digest would not cover the
+// key).
+func (c *Chain) Append(phase lethev1.Phase, event string, at time.Time, evidenceDigest string, key *Key) {
 	e := lethev1.HistoryEntry{
 		Phase:          phase,
 		Event:          event,
 		Time:           metav1.NewTime(at.UTC().Truncate(time.Second)),
 		EvidenceDigest: evidenceDigest,
 	}
-	if n := len(history); n > 0 {
-		e.PreviousDigest = history[n-1].Digest
+	if n := len(c.History); n > 0 {
+		e.PreviousDigest = c.History[n-1].Digest
 	}
-	e.Digest = EntryDigest(e)
-	return append(history, e)
+	if key != nil && c.Format != "" {
+		e.KeyID = key.ID()
+	}
+	e.Digest = c.entryDigest(e)
+	if e.KeyID != "" {
+		e.Signature = key.signDigest(e.Digest)
+	}
+	c.History = append(c.History, e)
+}
+
+// Append returns history with a new legacy (unkeyed) entry chained to its last one.
+func Append(history []lethev1.HistoryEntry, phase lethev1.Phase, event string, at time.Time, evidenceDigest string) []lethev1.HistoryEntry {
+	c := Chain{History: history}
+	c.Append(phase, event, at, evidenceDigest, nil)
+	return c.History
 }
 
 // Head returns the digest of the last entry, or "" for an empty history.
@@ -80,15 +119,24 @@ func (e *VerifyError) Error() string {
 	return fmt.Sprintf("history entry %d does not verify: %s", e.Index, e.Reason)
 }
 
-// Verify recomputes the chain. It returns a *VerifyError naming the first
-// entry whose link or digest is wrong.
+// Verify recomputes a legacy chain (see VerifyChain).
 func Verify(history []lethev1.HistoryEntry) error {
+	return VerifyChain(Chain{History: history})
+}
+
+// VerifyChain recomputes the chain's links and digests. It returns a
+// *VerifyError naming the first entry whose link or digest is wrong.
+// Signatures are checked by VerifySignatures.
+func VerifyChain(c Chain) error {
+	if c.Format != "" && c.Format != Format {
+		return &VerifyError{Index: 0, Reason: fmt.Sprintf("evidence format %q is not one this version reads (%s)", c.Format, Format)}
+	}
 	prev := ""
-	for i, e := range history {
+	for i, e := range c.History {
 		if e.PreviousDigest != prev {
 			return &VerifyError{Index: i, Reason: fmt.Sprintf("previousDigest %q does not match the digest of entry %d", e.PreviousDigest, i-1)}
 		}
-		if want := EntryDigest(e); e.Digest != want {
+		if want := c.entryDigest(e); e.Digest != want {
 			return &VerifyError{Index: i, Reason: "digest does not match the entry's content (edited?)"}
 		}
 		prev = e.Digest

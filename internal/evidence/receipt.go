@@ -17,7 +17,6 @@ import (
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 	"github.com/secure-systems-lab/go-securesystemslib/signerverifier"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/types/known/structpb"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
@@ -32,9 +31,10 @@ const (
 
 // Key signs receipts with ed25519 (and verifies them).
 type Key struct {
-	sv  *signerverifier.ED25519SignerVerifier
-	pub ed25519.PublicKey
-	id  string
+	sv   *signerverifier.ED25519SignerVerifier
+	pub  ed25519.PublicKey
+	priv ed25519.PrivateKey
+	id   string
 }
 
 // GeneratePrivateKeyPEM makes a new ed25519 key in the PEM form
@@ -100,7 +100,7 @@ func newKey(pub ed25519.PublicKey, priv ed25519.PrivateKey) (*Key, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Key{sv: sv, pub: pub, id: id}, nil
+	return &Key{sv: sv, pub: pub, priv: priv, id: id}, nil
 }
 
 // ID is the key's ID (sha256 of its public key).
@@ -115,40 +115,20 @@ func (k *Key) PublicKeyPEM() ([]byte, error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), nil
 }
 
-// statement is the in-toto statement a receipt signs: the request, the
-// history head and length, and the counts of every step. No content, no
-// session IDs.
+// statement is the in-toto statement a receipt signs (predicate: the
+// documented receiptPredicate). No content, no session IDs.
 func statement(er *lethev1.ErasureRequest, head string, length int) (*ita1.Statement, error) {
 	hexDigest, ok := strings.CutPrefix(head, "sha256:")
 	if !ok {
 		return nil, fmt.Errorf("history head %q is not a sha256 digest", head)
 	}
-	steps := []any{}
-	if er.Status.Evidence != nil {
-		for _, st := range er.Status.Evidence.Steps {
-			counts := map[string]any{}
-			for _, c := range st.Counts {
-				counts[c.Table] = float64(c.Rows)
-			}
-			steps = append(steps, map[string]any{"step": st.Step, "counts": counts})
-		}
-	}
-	request, subject := map[string]any{"namespace": er.Namespace, "name": er.Name, "uid": string(er.UID)},
-		"erasurerequest/"+er.Namespace+"/"+er.Name+"/"+string(er.UID)
+	subject := "erasurerequest/" + er.Namespace + "/" + er.Name + "/" + string(er.UID)
 	if er.Name == "" {
 		// Anonymous: the receipt mirrored outside the request's namespace
 		// names the request by UID only.
-		request, subject = map[string]any{"uid": string(er.UID)}, "erasurerequest/"+string(er.UID)
+		subject = "erasurerequest/" + string(er.UID)
 	}
-	pred, err := structpb.NewStruct(map[string]any{
-		"request":       request,
-		"store":         er.Spec.StoreRef.Name,
-		"phase":         string(er.Status.Phase),
-		"sessions":      float64(len(er.Spec.SessionIDs)),
-		"historyHead":   head,
-		"historyLength": float64(length),
-		"steps":         steps,
-	})
+	pred, err := predicateOf(er, length)
 	if err != nil {
 		return nil, err
 	}
@@ -200,58 +180,46 @@ func Issue(ctx context.Context, er *lethev1.ErasureRequest, key *Key, now time.T
 	return r, nil
 }
 
-// VerifyReceipt checks a request's evidence as an auditor would: the history
-// chain recomputes, the receipt's digest is an entry of it, and — when key
-// is given — the envelope is signed by that key and its statement names this
-// request and that digest. An unsigned receipt fails when a key is given.
-func VerifyReceipt(ctx context.Context, er *lethev1.ErasureRequest, key *Key) error {
-	if err := Verify(er.Status.History); err != nil {
-		return err
-	}
-	r := er.Status.Receipt
-	if r == nil {
-		return errors.New("the request has no receipt (it has not completed)")
-	}
-	at := -1
-	for i, h := range er.Status.History {
-		if h.Digest == r.Digest {
-			at = i
-		}
-	}
-	if at < 0 {
-		return fmt.Errorf("the receipt covers digest %s, which no history entry has", r.Digest)
-	}
-	if key == nil {
-		return nil
-	}
-	if r.Envelope == "" {
-		return errors.New("the receipt is unsigned")
-	}
+// openReceipt checks the receipt's DSSE envelope against the key set (the
+// key current when it was issued) and returns its statement.
+func openReceipt(ctx context.Context, r *lethev1.Receipt, ks KeySet) (*ita1.Statement, PublishedKey, error) {
 	env := &dsse.Envelope{}
 	if err := json.Unmarshal([]byte(r.Envelope), env); err != nil {
-		return fmt.Errorf("the receipt envelope is not DSSE JSON: %w", err)
+		return nil, PublishedKey{}, fmt.Errorf("the receipt envelope is not DSSE JSON: %w", err)
 	}
 	if env.PayloadType != PayloadType {
-		return fmt.Errorf("the receipt envelope's payload type is %q, want %q", env.PayloadType, PayloadType)
+		return nil, PublishedKey{}, fmt.Errorf("the receipt envelope's payload type is %q, want %q", env.PayloadType, PayloadType)
+	}
+	periods := ks.Lookup(r.KeyID)
+	if len(periods) == 0 {
+		return nil, PublishedKey{}, fmt.Errorf("the receipt is signed by key %s, which is %w", shortID(r.KeyID), ErrUnknownKey)
+	}
+	key, err := ParsePublicKey([]byte(periods[0].PublicKey))
+	if err != nil {
+		return nil, PublishedKey{}, err
 	}
 	verifier, err := dsse.NewEnvelopeVerifier(key.sv)
 	if err != nil {
-		return err
+		return nil, PublishedKey{}, err
 	}
 	if _, err := verifier.Verify(ctx, env); err != nil {
-		return fmt.Errorf("the receipt signature does not verify with key %s: %w", key.ID(), err)
+		return nil, PublishedKey{}, fmt.Errorf("the receipt signature does not verify with key %s: %w", shortID(key.ID()), err)
+	}
+	used := periods[0]
+	if r.IssuedAt != nil {
+		// The signature is good; the key must also have been current then.
+		var sigErr error
+		if used, sigErr = ks.currentAt(r.KeyID, r.IssuedAt.Time); sigErr != nil {
+			return nil, used, fmt.Errorf("the receipt: %w", sigErr)
+		}
 	}
 	payload, err := env.DecodeB64Payload()
 	if err != nil {
-		return err
+		return nil, used, err
 	}
 	st := &ita1.Statement{}
 	if err := protojson.Unmarshal(payload, st); err != nil {
-		return fmt.Errorf("the receipt payload is not an in-toto statement: %w", err)
+		return nil, used, fmt.Errorf("the receipt payload is not an in-toto statement: %w", err)
 	}
-	want := strings.TrimPrefix(r.Digest, "sha256:")
-	if len(st.Subject) != 1 || st.Subject[0].Digest["sha256"] != want || !strings.HasSuffix(st.Subject[0].Name, "/"+string(er.UID)) {
-		return fmt.Errorf("the signed statement does not name this request and digest %s", r.Digest)
-	}
-	return nil
+	return st, used, nil
 }

@@ -2,17 +2,22 @@ package evidence_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8stypes "k8s.io/apimachinery/pkg/types"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/evidence"
+	"github.com/lethe-dev/lethe/internal/evidence/auditref"
 )
 
-func newKey(t *testing.T) (*evidence.Key, *evidence.Key) {
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func newKey(t *testing.T) *evidence.Key {
 	t.Helper()
 	pemKey, err := evidence.GeneratePrivateKeyPEM()
 	if err != nil {
@@ -22,88 +27,212 @@ func newKey(t *testing.T) (*evidence.Key, *evidence.Key) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pubPEM, err := k.PublicKeyPEM()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := evidence.ParsePublicKey(pubPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pub.ID() != k.ID() {
-		t.Fatalf("key IDs differ: %s / %s", pub.ID(), k.ID())
-	}
-	return k, pub
+	return k
 }
 
-func completed(t *testing.T) *lethev1.ErasureRequest {
-	er := &lethev1.ErasureRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "forget", UID: "1234"}}
+func keySet(t *testing.T, keys ...*evidence.Key) evidence.KeySet {
+	t.Helper()
+	ks := evidence.KeySet{}
+	for i, k := range keys {
+		var err error
+		if ks, _, err = ks.WithCurrent(k, t0.Add(time.Duration(i)*30*24*time.Hour-time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ks
+}
+
+// milestone records a history entry the way erasure.Record does under the format.
+func milestone(t *testing.T, er *lethev1.ErasureRequest, phase lethev1.Phase, at time.Time, key *evidence.Key) {
+	t.Helper()
+	d, err := evidence.CanonicalDigest(evidence.DocumentOf(er))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := evidence.ChainOf(er)
+	c.Append(phase, "", at, d, key)
+	er.Status.History = c.History
+}
+
+// completed is a request that went through every step, signed by key.
+func completed(t *testing.T, key *evidence.Key, uid string) *lethev1.ErasureRequest {
+	t.Helper()
+	er := &lethev1.ErasureRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "forget", UID: k8stypes.UID("req-" + uid),
+		CreationTimestamp: metav1.NewTime(t0)}}
 	er.Spec.StoreRef.Name = "memory"
-	er.Status.History = chain(t)
+	er.Spec.SessionIDs = []lethev1.SessionID{"0b5c1f5e-3d2a-4c8e-9f10-2a6b7c8d9e0f"}
+	er.Status.EvidenceFormat = evidence.Format
+	er.Status.Deadline = &metav1.Time{Time: t0.AddDate(0, 1, 0)}
+	er.Status.Plan = &lethev1.ErasurePlan{SessionsFound: 1, Rows: []lethev1.TableCount{{Table: "memory.rounds", Rows: 3}}, Embeddings: 3}
+	milestone(t, er, lethev1.PhaseTombstoned, t0, key)
+	milestone(t, er, lethev1.PhaseGracePeriod, t0.Add(time.Hour), key)
+	done := metav1.NewTime(t0.Add(2 * time.Hour))
+	er.Status.Evidence = &lethev1.ErasureEvidence{Steps: []lethev1.StepEvidence{
+		{Step: lethev1.ConditionDeleted, CompletedAt: &done, Counts: []lethev1.TableCount{{Table: "memory.rounds", Rows: 3}},
+			Verification: []lethev1.Verification{{Check: "rows referencing sessions in memory.rounds", Found: 0}}},
+		{Step: lethev1.ConditionBackupsRotated, Backups: []lethev1.BackupEvidence{{Name: "nightly-1", Expiration: &done, GoneAt: &done}}},
+	}}
+	milestone(t, er, lethev1.PhaseDeleted, done.Time, key)
+	milestone(t, er, lethev1.PhaseBackupsRotated, done.Add(time.Hour), key)
 	er.Status.Phase = lethev1.PhaseBackupsRotated
-	er.Status.Evidence = &lethev1.ErasureEvidence{Steps: []lethev1.StepEvidence{{Step: "Deleted", Counts: []lethev1.TableCount{{Table: "memory.sessions", Rows: 2}}}}}
+	r, err := evidence.Issue(context.Background(), er, key, done.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	er.Status.Receipt = r
 	return er
 }
 
-func TestSignedReceiptVerifiesAndTamperingIsCaught(t *testing.T) {
-	ctx := context.Background()
-	key, pub := newKey(t)
-	er := completed(t)
-	r, err := evidence.Issue(ctx, er, key, time.Now())
+func verify(er *lethev1.ErasureRequest, ks evidence.KeySet) error {
+	_, err := evidence.VerifyRequest(context.Background(), er, evidence.Options{KeySet: ks})
+	return err
+}
+
+func TestSignedRequestVerifies(t *testing.T) {
+	key := newKey(t)
+	er := completed(t, key, "a")
+	rep, err := evidence.VerifyRequest(context.Background(), er, evidence.Options{KeySet: keySet(t, key)})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("a genuine request does not verify: %v", err)
 	}
-	er.Status.Receipt = r
-	if r.KeyID != key.ID() || r.Envelope == "" || r.Digest != evidence.Head(er.Status.History) {
-		t.Fatalf("receipt %+v", r)
+	if rep.Unsigned || rep.InProgress || rep.Receipt == nil || !rep.Receipt.Signed || rep.Receipt.Covers != 4 || len(rep.SignedBy) != 1 {
+		t.Fatalf("report %+v", rep)
 	}
-	if err := evidence.VerifyReceipt(ctx, er, pub); err != nil {
-		t.Fatalf("a genuine receipt does not verify: %v", err)
+	for _, e := range er.Status.History {
+		if e.KeyID != key.ID() || e.Signature == "" {
+			t.Fatalf("entry not signed: %+v", e)
+		}
+	}
+	pred := rep.Receipt.Predict
+	if pred.RequestedAt != "2026-11-29T12:00:00Z" || pred.Deadline != "2026-12-29T12:00:00Z" || len(pred.Milestones) != 4 ||
+		pred.Steps[0].Counts["memory.rounds"] != 3 || pred.Backups.Gone != 1 || pred.Lethe["version"] == "" {
+		t.Fatalf("the statement lacks what an auditor needs: %+v", pred)
 	}
 	// A later entry (a Resurrected re-verification) keeps the receipt valid.
-	er.Status.History = evidence.Append(er.Status.History, lethev1.PhaseBackupsRotated, "Resurrected", time.Now(), "sha256:00")
-	if err := evidence.VerifyReceipt(ctx, er, pub); err != nil {
+	milestone(t, er, lethev1.PhaseBackupsRotated, t0.Add(5*time.Hour), key)
+	if err := verify(er, keySet(t, key)); err != nil {
 		t.Fatalf("a later history entry broke the receipt: %v", err)
-	}
-
-	other, otherPub := newKey(t)
-	_ = other
-	for name, tc := range map[string]struct {
-		tamper func(er *lethev1.ErasureRequest)
-		key    *evidence.Key
-		want   string
-	}{
-		"edited entry": {func(er *lethev1.ErasureRequest) { er.Status.History[1].Phase = lethev1.PhaseCancelled }, pub, "entry 1"},
-		"dropped entry": {func(er *lethev1.ErasureRequest) {
-			er.Status.History = append(er.Status.History[:1:1], er.Status.History[2:]...)
-		}, pub, "entry 1"},
-		"receipt digest swapped": {func(er *lethev1.ErasureRequest) { er.Status.Receipt.Digest = er.Status.History[0].Digest }, pub, "does not name"},
-		"another key":            {func(*lethev1.ErasureRequest) {}, otherPub, "does not verify"},
-		"envelope edited": {func(er *lethev1.ErasureRequest) {
-			er.Status.Receipt.Envelope = strings.Replace(er.Status.Receipt.Envelope, `"payload":"`, `"payload":"x`, 1)
-		}, pub, ""},
-		"unsigned": {func(er *lethev1.ErasureRequest) { er.Status.Receipt.Envelope = "" }, pub, "unsigned"},
-	} {
-		c := er.DeepCopy()
-		tc.tamper(c)
-		err := evidence.VerifyReceipt(ctx, c, tc.key)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: got %v, want an error containing %q", name, err, tc.want)
-		}
 	}
 }
 
-func TestUnsignedReceiptCarriesTheDigestOnly(t *testing.T) {
-	er := completed(t)
-	r, err := evidence.Issue(context.Background(), er, nil, time.Now())
+// TestTamperingIsNamed: each edit an adversary with status write could
+// make fails verification with a message naming it.
+func TestTamperingIsNamed(t *testing.T) {
+	key, other := newKey(t), newKey(t)
+	ks := keySet(t, key)
+	for name, tc := range map[string]struct {
+		tamper func(er *lethev1.ErasureRequest)
+		want   string
+	}{
+		"edited evidence count": {func(er *lethev1.ErasureRequest) { er.Status.Evidence.Steps[0].Counts[0].Rows = 30 },
+			"evidence of step Deleted was edited"},
+		"edited verification result": {func(er *lethev1.ErasureRequest) { er.Status.Evidence.Steps[0].Verification[0].Found = 2 },
+			"evidence of step Deleted was edited"},
+		"edited backup list": {func(er *lethev1.ErasureRequest) { er.Status.Evidence.Steps[1].Backups = nil },
+			"evidence of step BackupsRotated was edited"},
+		"removed step evidence": {func(er *lethev1.ErasureRequest) { er.Status.Evidence.Steps = er.Status.Evidence.Steps[:1] },
+			"evidence of step BackupsRotated was removed"},
+		"edited plan":       {func(er *lethev1.ErasureRequest) { er.Status.Plan.SessionsFound = 7 }, "status.plan was edited"},
+		"edited session ID": {func(er *lethev1.ErasureRequest) { er.Spec.SessionIDs[0] = "11111111-3d2a-4c8e-9f10-2a6b7c8d9e0f" }, "sessions asked for"},
+		"appended entry signed by a key outside the set": {func(er *lethev1.ErasureRequest) {
+			milestone(t, er, lethev1.PhaseBackupsRotated, t0.Add(9*time.Hour), other)
+		}, "entry 4 does not verify: key"},
+		"appended unsigned entry": {func(er *lethev1.ErasureRequest) {
+			milestone(t, er, lethev1.PhaseBackupsRotated, t0.Add(9*time.Hour), nil)
+		}, "entry 4 does not verify: the entry is unsigned"},
+		"entry signature replaced": {func(er *lethev1.ErasureRequest) { er.Status.History[2].Signature = er.Status.History[1].Signature },
+			"entry 2 does not verify: the signature does not verify"},
+		"swapped receipt": {func(er *lethev1.ErasureRequest) { er.Status.Receipt = completed(t, key, "b").Status.Receipt },
+			"which no history entry has"},
+		"unsigned receipt":                  {func(er *lethev1.ErasureRequest) { er.Status.Receipt.Envelope = "" }, "receipt: unsigned"},
+		"chain copied onto another request": {func(er *lethev1.ErasureRequest) { er.UID = "req-other" }, "entry 0 does not verify"},
+		"reordered entries": {func(er *lethev1.ErasureRequest) {
+			h := er.Status.History
+			h[1], h[2] = h[2], h[1]
+		}, "entry 1 does not verify"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			er := completed(t, key, "a")
+			tc.tamper(er)
+			err := verify(er, ks)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestOldReceiptVerifiesAfterKeyRotation(t *testing.T) {
+	oldKey, newer := newKey(t), newKey(t)
+	er := completed(t, oldKey, "a")
+	// Thirty days later the key is replaced: the set keeps the old one, retired.
+	ks := keySet(t, oldKey, newer)
+	if ks.Keys[0].ValidUntil == nil || ks.Keys[1].ValidUntil != nil {
+		t.Fatalf("rotation did not retire the old key: %+v", ks)
+	}
+	if err := verify(er, ks); err != nil {
+		t.Fatalf("an old receipt fails after a key rotation: %v", err)
+	}
+	// A request completed after the rotation, signed by the new key, verifies too.
+	// An entry the retired key signed after its retirement does not: the key may have leaked.
+	milestone(t, er, lethev1.PhaseBackupsRotated, t0.Add(40*24*time.Hour), oldKey)
+	err := verify(er, ks)
+	if err == nil || !strings.Contains(err.Error(), "outside the period it was current") {
+		t.Fatalf("a retired key's late signature: %v", err)
+	}
+}
+
+func TestBundleVerifiesAndPinsKeys(t *testing.T) {
+	key := newKey(t)
+	er := completed(t, key, "a")
+	raw, err := json.Marshal(evidence.NewBundle(er, keySet(t, key), "test", t0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Envelope != "" || r.KeyID != "" || r.Digest != evidence.Head(er.Status.History) {
-		t.Fatalf("unsigned receipt %+v", r)
+	b, err := evidence.ReadBundle(raw)
+	if err != nil {
+		t.Fatal(err)
 	}
-	er.Status.Receipt = r
-	if err := evidence.VerifyReceipt(context.Background(), er, nil); err != nil {
-		t.Fatalf("chain-only verification: %v", err)
+	if _, err := evidence.VerifyBundle(context.Background(), b, nil, false); err != nil {
+		t.Fatalf("bundle: %v", err)
+	}
+	// A bundle whose key set was swapped for a forger's verifies only
+	// against itself: pinning the auditor's key set catches it.
+	forger := newKey(t)
+	forged := completed(t, forger, "a")
+	fb := evidence.NewBundle(forged, keySet(t, forger), "test", t0)
+	if _, err := evidence.VerifyBundle(context.Background(), fb, nil, false); err != nil {
+		t.Fatalf("self-consistent forged bundle: %v", err)
+	}
+	pinned := keySet(t, key)
+	if _, err := evidence.VerifyBundle(context.Background(), fb, &pinned, false); err == nil || !strings.Contains(err.Error(), "not in the key set") {
+		t.Fatalf("forged bundle against the pinned key set: %v", err)
+	}
+}
+
+// TestDigestsRecomputeIndependently holds the format's digests against the
+// hand-written reference (auditref), from the request's JSON.
+func TestDigestsRecomputeIndependently(t *testing.T) {
+	er := completed(t, newKey(t), "a")
+	er.Status.Evidence.Steps[0].Note = `probed <8> "embeddings" & 1 table` + "\n\u00e9\u2028"
+	milestone(t, er, lethev1.PhaseBackupsRotated, t0.Add(5*time.Hour), nil)
+	raw, err := json.Marshal(er)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := auditref.Recompute(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.EntryDigests) != len(er.Status.History) {
+		t.Fatalf("%d digests for %d entries", len(res.EntryDigests), len(er.Status.History))
+	}
+	for i, e := range er.Status.History {
+		if res.EntryDigests[i] != e.Digest {
+			t.Errorf("entry %d: reference %s, Lethe %s", i, res.EntryDigests[i], e.Digest)
+		}
+	}
+	if last := er.Status.History[len(er.Status.History)-1]; res.EvidenceDigest != last.EvidenceDigest {
+		t.Errorf("evidence document: reference %s, Lethe %s", res.EvidenceDigest, last.EvidenceDigest)
 	}
 }

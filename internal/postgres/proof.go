@@ -11,25 +11,51 @@ import (
 	"github.com/lethe-dev/lethe/internal/erasure"
 )
 
-// mirrorProofSQL writes the proof of request $1; a later write replaces it
-// only when its history is longer (a re-erasure appended to it) or, as
-// long, it carries another receipt (one issued again after a lost status
-// write): the history only grows.
-const mirrorProofSQL = `INSERT INTO lethe.erasure_proofs AS p (request_uid, digest, envelope, key_id, issued_at, history, history_count)
-	VALUES ($1, $2, $3, $4, $5, $6, $7)
-	ON CONFLICT (request_uid) DO UPDATE SET digest = EXCLUDED.digest, envelope = EXCLUDED.envelope, key_id = EXCLUDED.key_id,
-		issued_at = EXCLUDED.issued_at, history = EXCLUDED.history, history_count = EXCLUDED.history_count, recorded_at = now()
-	WHERE EXCLUDED.history_count > p.history_count
-	   OR EXCLUDED.history_count = p.history_count AND (EXCLUDED.envelope, EXCLUDED.digest) IS DISTINCT FROM (p.envelope, p.digest)`
+// recordProofSQL writes the proof through lethe.record_proof (00012), which
+// checks the chain, keeps the history growing only, and returns the
+// proof's leaf index in the receipt log.
+const recordProofSQL = `SELECT lethe.record_proof($1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb)`
 
 // MirrorProof writes the request's proof into the database (erasure.Ledger).
-func (e *Eraser) MirrorProof(ctx context.Context, p erasure.Proof) error {
+func (e *Eraser) MirrorProof(ctx context.Context, p erasure.Proof) (int64, error) {
 	history, err := json.Marshal(p.History)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if _, err := e.Pool.Exec(ctx, mirrorProofSQL, p.UID, p.Digest, p.Envelope, p.KeyID, p.IssuedAt, string(history), len(p.History)); err != nil {
-		return fmt.Errorf("mirror the proof into lethe.erasure_proofs (are Lethe's migrations applied?): %w", err)
+	doc, err := json.Marshal(p.Document)
+	if err != nil {
+		return 0, err
+	}
+	var idx int64
+	if err := e.Pool.QueryRow(ctx, recordProofSQL, p.UID, p.Format, p.Digest, p.Envelope, p.KeyID, p.IssuedAt, string(history), string(doc)).Scan(&idx); err != nil {
+		return 0, fmt.Errorf("record the proof through lethe.record_proof (are Lethe's migrations applied?): %w", err)
+	}
+	return idx, nil
+}
+
+// ReceiptLog returns the leaf hashes of the store's receipt log (erasure.Ledger).
+func (e *Eraser) ReceiptLog(ctx context.Context) ([][32]byte, error) {
+	rows, err := e.Pool.Query(ctx, `SELECT leaf_hash FROM lethe.receipt_log ORDER BY idx`)
+	if err != nil {
+		return nil, fmt.Errorf("read the receipt log: %w", err)
+	}
+	var out [][32]byte
+	var h []byte
+	_, err = pgx.ForEachRow(rows, []any{&h}, func() error {
+		if len(h) != 32 {
+			return fmt.Errorf("receipt log leaf %d is %d bytes", len(out), len(h))
+		}
+		out = append(out, [32]byte(h))
+		return nil
+	})
+	return out, err
+}
+
+// WriteCheckpoint records a signed checkpoint of the log (erasure.Ledger).
+func (e *Eraser) WriteCheckpoint(ctx context.Context, size int64, checkpoint string) error {
+	_, err := e.Pool.Exec(ctx, `INSERT INTO lethe.receipt_log_checkpoints (size, checkpoint) VALUES ($1, $2) ON CONFLICT (size) DO NOTHING`, size, checkpoint)
+	if err != nil {
+		return fmt.Errorf("write the receipt log checkpoint: %w", err)
 	}
 	return nil
 }
@@ -38,13 +64,75 @@ func (e *Eraser) MirrorProof(ctx context.Context, p erasure.Proof) error {
 // false when there is none.
 func (e *Eraser) ReadProof(ctx context.Context, uid string) (p erasure.Proof, found bool, err error) {
 	var history []byte
-	err = e.Pool.QueryRow(ctx, `SELECT request_uid, digest, envelope, key_id, issued_at, history FROM lethe.erasure_proofs WHERE request_uid = $1`, uid).
-		Scan(&p.UID, &p.Digest, &p.Envelope, &p.KeyID, &p.IssuedAt, &history)
+	var doc []byte
+	err = e.Pool.QueryRow(ctx, `SELECT request_uid, digest, envelope, key_id, issued_at, history, evidence_format, document
+		FROM lethe.erasure_proofs WHERE request_uid = $1`, uid).
+		Scan(&p.UID, &p.Digest, &p.Envelope, &p.KeyID, &p.IssuedAt, &history, &p.Format, &doc)
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return p, false, nil
 		}
 		return p, false, fmt.Errorf("read the proof: %w", err)
 	}
+	if len(doc) > 0 {
+		p.Document = json.RawMessage(doc)
+	}
 	return p, true, json.Unmarshal(history, &p.History)
+}
+
+// LogRecord is one leaf of the store's receipt log as the database holds it.
+type LogRecord struct {
+	Index         int64
+	RequestUID    string
+	HistoryLength int
+	LeafData      string
+	LeafHash      []byte
+}
+
+// StoredCheckpoint is a signed checkpoint the manager recorded.
+type StoredCheckpoint struct {
+	Size int64
+	Note string
+}
+
+// ReadLog reads the whole receipt log and its recorded checkpoints, for an auditor.
+func (e *Eraser) ReadLog(ctx context.Context) ([]LogRecord, []StoredCheckpoint, error) {
+	rows, err := e.Pool.Query(ctx, `SELECT idx, request_uid, history_length, leaf_data, leaf_hash FROM lethe.receipt_log ORDER BY idx`)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the receipt log: %w", err)
+	}
+	recs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[LogRecord])
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the receipt log: %w", err)
+	}
+	rows, err = e.Pool.Query(ctx, `SELECT size, checkpoint FROM lethe.receipt_log_checkpoints ORDER BY size`)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the receipt log's checkpoints: %w", err)
+	}
+	cps, err := pgx.CollectRows(rows, pgx.RowToStructByPos[StoredCheckpoint])
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the receipt log's checkpoints: %w", err)
+	}
+	return recs, cps, nil
+}
+
+// ReadProofs reads every proof the database holds, for an auditor.
+func (e *Eraser) ReadProofs(ctx context.Context) ([]erasure.Proof, error) {
+	rows, err := e.Pool.Query(ctx, `SELECT request_uid FROM lethe.erasure_proofs ORDER BY recorded_at, request_uid`)
+	if err != nil {
+		return nil, fmt.Errorf("read the proofs: %w", err)
+	}
+	uids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	out := make([]erasure.Proof, 0, len(uids))
+	for _, uid := range uids {
+		p, _, err := e.ReadProof(ctx, uid)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }

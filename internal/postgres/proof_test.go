@@ -2,21 +2,54 @@ package postgres_test
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/mod/sumdb/tlog"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/erasure"
 	"github.com/lethe-dev/lethe/internal/evidence"
+	"github.com/lethe-dev/lethe/internal/receiptlog"
 	"github.com/lethe-dev/lethe/internal/testenv"
 )
 
-// The mirrored proof only grows: a repeat or a shorter history changes
-// nothing; a longer one (a re-erasure's entry) replaces it. The manager's
-// role writes it.
-func TestMirroredProofOnlyGrows(t *testing.T) {
+// proofOf is a signed v1 chain of n entries of request uid, as a proof.
+func proofOf(t *testing.T, uid string, n int, key *evidence.Key) erasure.Proof {
+	t.Helper()
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	c := evidence.Chain{Format: evidence.Format, Request: uid}
+	for i := range n {
+		// An event with what JSON must escape: the database recomputes the
+		// digest, its escaping must be RFC 8785's.
+		c.Append(lethev1.PhaseBackupsRotated, "Ev\"\\\n\u00e9<&>"+string(rune('a'+i)), at.Add(time.Duration(i)*time.Hour), "sha256:aa", key)
+	}
+	return erasure.Proof{UID: uid, Digest: evidence.Head(c.History), Envelope: "{}", KeyID: key.ID(), IssuedAt: at, History: c.History,
+		Format: evidence.Format, Document: map[string]any{"format": evidence.Format}}
+}
+
+func signingKey(t *testing.T) *evidence.Key {
+	t.Helper()
+	pemKey, err := evidence.GeneratePrivateKeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := evidence.ParsePrivateKey(pemKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// The proof goes in only through lethe.record_proof: it only grows, each
+// length gets one leaf of the receipt log (the database computes the leaf
+// as the Go code does), and a history that does not recompute, does not
+// extend the recorded one, or a receipt over no entry is refused.
+func TestRecordProofChecksTheChainAndLogsIt(t *testing.T) {
 	ctx := context.Background()
 	dsn := migratedDB(t)
 	mdsn, err := testenv.ManagerDSN(ctx, dsn, true)
@@ -24,31 +57,83 @@ func TestMirroredProofOnlyGrows(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := eraser(t, mdsn, "t1")
-	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	h := evidence.Append(nil, lethev1.PhaseTombstoned, "", at, "sha256:a")
-	h = evidence.Append(h, lethev1.PhaseBackupsRotated, "", at.Add(time.Hour), "sha256:b")
-	p := erasure.Proof{UID: "uid-p", Digest: evidence.Head(h), Envelope: "{}", KeyID: "k", IssuedAt: at.Add(time.Hour), History: h}
-	for range 2 {
-		if err := e.MirrorProof(ctx, p); err != nil {
+	key := signingKey(t)
+	long := proofOf(t, "uid-p", 3, key)
+	p := long
+	p.History, p.Digest = long.History[:2], long.History[1].Digest
+	mirror := func(p erasure.Proof) int64 {
+		t.Helper()
+		idx, err := e.MirrorProof(ctx, p)
+		if err != nil {
 			t.Fatal(err)
 		}
+		return idx
 	}
-	longer := p
-	longer.History = evidence.Append(h, lethev1.PhaseBackupsRotated, lethev1.ReasonResurrected, at.Add(2*time.Hour), "sha256:c")
-	if err := e.MirrorProof(ctx, longer); err != nil {
-		t.Fatal(err)
+	if a, b := mirror(p), mirror(p); a != 0 || b != 0 {
+		t.Fatalf("a repeat added a leaf: %d, %d", a, b)
 	}
-	if err := e.MirrorProof(ctx, p); err != nil { // a stale pass with the shorter history
-		t.Fatal(err)
+	if idx := mirror(long); idx != 1 {
+		t.Fatalf("the longer history's leaf: %d, want 1", idx)
+	}
+	if idx := mirror(p); idx != 0 { // a stale pass with the shorter history
+		t.Fatalf("a stale writer's leaf: %d, want the existing 0", idx)
 	}
 	got, found, err := e.ReadProof(ctx, "uid-p")
 	if err != nil || !found {
 		t.Fatalf("read the proof: found %v, %v", found, err)
 	}
-	if diff := cmp.Diff(longer.History, got.History); diff != "" || got.Digest != p.Digest || got.KeyID != "k" {
-		t.Fatalf("proof read back (-want +got):\n%s\ndigest %s key %s", diff, got.Digest, got.KeyID)
+	if diff := cmp.Diff(long.History, got.History); diff != "" || got.Format != evidence.Format {
+		t.Fatalf("proof read back (-want +got):\n%s", diff)
 	}
-	if _, found, err := e.ReadProof(ctx, "uid-none"); err != nil || found {
-		t.Fatalf("a request without a proof: found %v, %v", found, err)
+	leaves, err := e.ReceiptLog(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range []int{2, 3} {
+		want := receiptlog.LeafHash(evidence.LogLeaf("uid-p", long.History[n-1].Digest, n))
+		if len(leaves) != 2 || tlog.Hash(leaves[i]) != want {
+			t.Fatalf("leaf %d computed by the database differs from the Go leaf (%d leaves)", i, len(leaves))
+		}
+	}
+
+	refused := map[string]func(p *erasure.Proof){
+		"an edited entry": func(p *erasure.Proof) { p.History[1].Event = "Edited" },
+		"a reordered history": func(p *erasure.Proof) {
+			p.History[0], p.History[1] = p.History[1], p.History[0]
+		},
+		"a history of another request": func(p *erasure.Proof) { p.UID = "uid-q" },
+		"a receipt over no entry":      func(p *erasure.Proof) { p.Digest = "sha256:00" },
+		"a history that does not extend the recorded one": func(p *erasure.Proof) {
+			*p = proofOf(t, "uid-p", 4, signingKey(t))
+		},
+	}
+	for name, tamper := range refused {
+		t.Run(name, func(t *testing.T) {
+			q := proofOf(t, "uid-p", 3, key)
+			q.History = append([]lethev1.HistoryEntry(nil), long.History...)
+			tamper(&q)
+			if _, err := e.MirrorProof(ctx, q); err == nil || !strings.Contains(err.Error(), "record_proof") {
+				t.Fatalf("refused: got %v", err)
+			}
+		})
+	}
+	// The manager's role writes nowhere else: not the proofs, not the log.
+	conn, err := pgx.Connect(ctx, mdsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	hist, _ := json.Marshal(long.History)
+	for _, stmt := range []string{
+		`INSERT INTO lethe.erasure_proofs (request_uid, digest, issued_at, history, history_count) VALUES ('uid-x', 'sha256:00', now(), '[]', 0)`,
+		`UPDATE lethe.erasure_proofs SET history = '` + string(hist) + `'`,
+		`DELETE FROM lethe.receipt_log WHERE idx = 0`,
+		`UPDATE lethe.receipt_log SET leaf_hash = leaf_hash`,
+		`INSERT INTO lethe.receipt_log (idx, request_uid, history_length, leaf_data, leaf_hash) VALUES (9, 'u', 1, '', sha256(''))`,
+		`DELETE FROM lethe.receipt_log_checkpoints`,
+	} {
+		if _, err := conn.Exec(ctx, stmt); err == nil || !strings.Contains(err.Error(), "permission denied") {
+			t.Errorf("%s: got %v, want permission denied", stmt[:30], err)
+		}
 	}
 }

@@ -1,0 +1,199 @@
+package erasurecli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/erasure"
+	"github.com/lethe-dev/lethe/internal/evidence"
+	"github.com/lethe-dev/lethe/internal/postgres"
+	"github.com/lethe-dev/lethe/internal/receiptlog"
+)
+
+// receiptsFlags are the receipts command's own flags.
+type receiptsFlags struct {
+	store, databaseURL, checkpoint, saveCheckpoint string
+	keys                                           keyFlags
+}
+
+func newReceipts(o *options) *cobra.Command {
+	f := &receiptsFlags{}
+	cmd := &cobra.Command{
+		Use:   "receipts --store NAME",
+		Short: "Verify the proofs a store's database holds and its append-only receipt log",
+		Long: `Reads what the store's database holds (lethe.erasure_proofs and the receipt log),
+including the proofs of requests whose objects were deleted, and verifies each
+one like 'verify' does, then the log: every leaf, every signed checkpoint, and,
+with --checkpoint FILE (one you saved earlier with --save-checkpoint), that no
+receipt was removed or changed since (a consistency proof).
+
+The database is reached with the store's connection Secret, or --database-url
+(e.g. through 'kubectl port-forward'). Exits 1 when anything does not verify.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.receipts(cmd.Context(), f) },
+	}
+	cmd.Flags().StringVar(&f.store, "store", "", "the MemoryStore whose database to read (required)")
+	cmd.Flags().StringVar(&f.databaseURL, "database-url", "", "connect with this PostgreSQL URL instead of the store's Secret")
+	cmd.Flags().StringVar(&f.checkpoint, "checkpoint", "", "a checkpoint file saved earlier: prove the log still contains everything it did")
+	cmd.Flags().StringVar(&f.saveCheckpoint, "save-checkpoint", "", "write the log's latest signed checkpoint to this file, to hold for next time")
+	f.keys.add(cmd)
+	_ = cmd.MarkFlagRequired("store")
+	_ = cmd.RegisterFlagCompletionFunc("store", o.completeStores)
+	return cmd
+}
+
+func (o *options) receipts(ctx context.Context, f *receiptsFlags) error {
+	var older []byte
+	if f.checkpoint != "" {
+		b, err := os.ReadFile(f.checkpoint)
+		if err != nil {
+			return err
+		}
+		older = b
+	}
+	cl, ns, err := o.client()
+	if err != nil {
+		return err
+	}
+	store := &lethev1.MemoryStore{}
+	if err := cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: f.store}, store); err != nil {
+		return err
+	}
+	ks, _, err := f.keys.load(ctx, cl)
+	if err != nil {
+		return &ExitError{Code: 2, Err: err}
+	}
+	pool, err := o.storeDatabase(ctx, cl, store, f.databaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	e := &postgres.Eraser{Pool: pool}
+	proofs, err := e.ReadProofs(ctx)
+	if err != nil {
+		return err
+	}
+	bad := o.printProofs(ctx, cl, ns, proofs, ks, f.keys.allowUnsigned)
+	recs, cps, err := e.ReadLog(ctx)
+	if err != nil {
+		return err
+	}
+	audit, err := auditStoreLog(store, recs, cps, proofs, older, ks)
+	if err != nil {
+		return &ExitError{Code: 1, Err: fmt.Errorf("store %s does NOT verify: %w", store.Name, err)}
+	}
+	fmt.Fprintf(o.streams.Out, "receipt log %s: %d receipts, root %x, %d signed checkpoints verify\n",
+		receiptlog.Origin(string(store.UID)), audit.Size, audit.Root[:8], audit.Checkpoints)
+	if older != nil {
+		fmt.Fprintf(o.streams.Out, "consistent with the checkpoint in %s: no receipt removed or changed since\n", f.checkpoint)
+	}
+	if f.saveCheckpoint != "" && audit.Latest != nil {
+		if err := os.WriteFile(f.saveCheckpoint, audit.Latest, 0o644); err != nil {
+			return err
+		}
+	}
+	if bad > 0 {
+		return &ExitError{Code: 1, Err: fmt.Errorf("store %s: %d proof(s) do NOT verify", store.Name, bad)}
+	}
+	fmt.Fprintln(o.streams.Out, "verified")
+	return nil
+}
+
+// storeDatabase connects to the store's database.
+func (o *options) storeDatabase(ctx context.Context, cl client.Client, store *lethev1.MemoryStore, url string) (*pgxpool.Pool, error) {
+	if url == "" {
+		ref := store.Spec.Postgres.DSNSecretRef
+		secret := &corev1.Secret{}
+		if err := cl.Get(ctx, types.NamespacedName{Namespace: store.Namespace, Name: ref.Name}, secret); err != nil {
+			return nil, fmt.Errorf("read the store's connection Secret (or pass --database-url): %w", err)
+		}
+		url = string(secret.Data[ref.Key])
+	}
+	pool, err := postgres.Connect(ctx, url, postgres.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("connect to the store's database: %w", err)
+	}
+	return pool, nil
+}
+
+// printProofs verifies and lists each proof; it returns how many fail.
+func (o *options) printProofs(ctx context.Context, cl client.Client, ns string, proofs []erasure.Proof, ks evidence.KeySet, allowUnsigned bool) int {
+	live := map[types.UID]string{}
+	list := &lethev1.ErasureRequestList{}
+	if err := cl.List(ctx, list, client.InNamespace(ns)); err == nil {
+		for _, er := range list.Items {
+			live[er.UID] = er.Name
+		}
+	}
+	t := &metav1.Table{ColumnDefinitions: []metav1.TableColumnDefinition{
+		{Name: "Request UID", Type: "string"}, {Name: "Object", Type: "string"}, {Name: "Entries", Type: "integer"},
+		{Name: "Key", Type: "string"}, {Name: "Verified", Type: "string"}}}
+	bad := 0
+	for _, p := range proofs {
+		verdict := "yes"
+		if err := verifyProof(ctx, p, ks, allowUnsigned); err != nil {
+			verdict, bad = "NO: "+err.Error(), bad+1
+		}
+		object := "gone"
+		if name, ok := live[types.UID(p.UID)]; ok {
+			object = name
+		}
+		t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{p.UID, object, strconv.Itoa(len(p.History)), dash(short(p.KeyID)), verdict}})
+	}
+	if len(t.Rows) == 0 {
+		fmt.Fprintln(o.streams.Out, "the database holds no proof")
+	} else if err := printTable(o.streams.Out, t, false); err != nil {
+		fmt.Fprintln(o.streams.ErrOut, err)
+	}
+	return bad
+}
+
+func verifyProof(ctx context.Context, p erasure.Proof, ks evidence.KeySet, allowUnsigned bool) error {
+	doc, _ := p.Document.(json.RawMessage)
+	receipt := &lethev1.Receipt{Digest: p.Digest, Envelope: p.Envelope, KeyID: p.KeyID, IssuedAt: &metav1.Time{Time: p.IssuedAt}}
+	er, err := evidence.RequestFromProof(p.UID, p.Format, p.History, receipt, doc)
+	if err != nil {
+		return err
+	}
+	_, err = evidence.VerifyRequest(ctx, er, evidence.Options{KeySet: ks, AllowUnsigned: allowUnsigned})
+	return err
+}
+
+// auditStoreLog checks each leaf against the proof it records (the proof's
+// history has that head at that length), then the log itself.
+func auditStoreLog(store *lethev1.MemoryStore, recs []postgres.LogRecord, cps []postgres.StoredCheckpoint, proofs []erasure.Proof,
+	older []byte, ks evidence.KeySet) (evidence.LogAudit, error) {
+	byUID := map[string][]lethev1.HistoryEntry{}
+	for _, p := range proofs {
+		byUID[p.UID] = p.History
+	}
+	leaves := make([]evidence.LogLeafRecord, len(recs))
+	for i, r := range recs {
+		leaves[i] = evidence.LogLeafRecord{Index: r.Index, Data: r.LeafData, Hash: r.LeafHash}
+		h := byUID[r.RequestUID]
+		if r.HistoryLength < 1 || r.HistoryLength > len(h) ||
+			string(evidence.LogLeaf(r.RequestUID, h[r.HistoryLength-1].Digest, r.HistoryLength)) != r.LeafData {
+			return evidence.LogAudit{}, fmt.Errorf("receipt log: leaf %d does not record the proof of request %s at history length %d", i, r.RequestUID, r.HistoryLength)
+		}
+	}
+	notes := make([][]byte, len(cps))
+	for i, c := range cps {
+		notes[i] = []byte(c.Note)
+	}
+	if len(notes) == 0 && len(leaves) > 0 {
+		return evidence.LogAudit{}, errors.New("receipt log: no signed checkpoint recorded")
+	}
+	return evidence.AuditLog(receiptlog.Origin(string(store.UID)), leaves, notes, older, ks)
+}

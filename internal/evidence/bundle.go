@@ -1,0 +1,102 @@
+package evidence
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	k8stypes "k8s.io/apimachinery/pkg/types"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+)
+
+// BundleFormat names the bundle's own layout.
+const BundleFormat = "lethe.dev/evidence-bundle/v1"
+
+// Bundle is a request's proof in one self-contained file: the request
+// (spec, status with plan, evidence, history, receipt and its log
+// inclusion), the key set that signed it, and the formats. Verifying it
+// needs no cluster.
+type Bundle struct {
+	Format         string                  `json:"format"`
+	EvidenceFormat string                  `json:"evidenceFormat"`
+	ExportedAt     time.Time               `json:"exportedAt"`
+	ExportedBy     string                  `json:"exportedBy"`
+	Request        *lethev1.ErasureRequest `json:"request"`
+	KeySet         KeySet                  `json:"keySet"`
+}
+
+// NewBundle packs er and the key set. Server-side bookkeeping that is not
+// evidence (managed fields, last-applied annotations) is left out.
+func NewBundle(er *lethev1.ErasureRequest, ks KeySet, exportedBy string, now time.Time) *Bundle {
+	req := er.DeepCopy()
+	req.ManagedFields = nil
+	req.Annotations = nil
+	req.APIVersion, req.Kind = lethev1.GroupVersion.String(), "ErasureRequest"
+	return &Bundle{Format: BundleFormat, EvidenceFormat: er.Status.EvidenceFormat, ExportedAt: now.UTC().Truncate(time.Second),
+		ExportedBy: exportedBy, Request: req, KeySet: ks}
+}
+
+// ReadBundle parses a bundle file.
+func ReadBundle(b []byte) (*Bundle, error) {
+	out := &Bundle{}
+	if err := json.Unmarshal(b, out); err != nil {
+		return nil, fmt.Errorf("the bundle is not JSON: %w", err)
+	}
+	if out.Format != BundleFormat {
+		return nil, fmt.Errorf("the bundle's format is %q, want %q", out.Format, BundleFormat)
+	}
+	if out.Request == nil {
+		return nil, fmt.Errorf("the bundle holds no request")
+	}
+	if out.EvidenceFormat != out.Request.Status.EvidenceFormat {
+		return nil, fmt.Errorf("the bundle says evidence format %q, its request %q", out.EvidenceFormat, out.Request.Status.EvidenceFormat)
+	}
+	if _, err := ParseKeySetValue(out.KeySet); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ParseKeySetValue checks a key set already decoded: every key parses and
+// has the ID it claims.
+func ParseKeySetValue(ks KeySet) (KeySet, error) {
+	raw, err := json.Marshal(ks)
+	if err != nil {
+		return ks, err
+	}
+	return ParseKeySet(raw)
+}
+
+// VerifyBundle verifies the bundle's request with trusted when given (a key
+// set the auditor holds from another channel), else with the bundle's own.
+func VerifyBundle(ctx context.Context, b *Bundle, trusted *KeySet, allowUnsigned bool) (*Report, error) {
+	ks := b.KeySet
+	if trusted != nil {
+		ks = *trusted
+	}
+	return VerifyRequest(ctx, b.Request, Options{KeySet: ks, AllowUnsigned: allowUnsigned})
+}
+
+// RequestFromProof rebuilds, from a proof mirrored into the database (its
+// history, anonymous receipt and evidence document), the request as far
+// as verification needs it: a request known by UID only.
+func RequestFromProof(uid, format string, history []lethev1.HistoryEntry, receipt *lethev1.Receipt, document []byte) (*lethev1.ErasureRequest, error) {
+	er := &lethev1.ErasureRequest{}
+	er.UID = k8stypes.UID(uid)
+	er.Status.EvidenceFormat, er.Status.History, er.Status.Receipt = format, history, receipt
+	if format == "" || len(document) == 0 {
+		return er, nil
+	}
+	var d Document
+	if err := json.Unmarshal(document, &d); err != nil {
+		return nil, fmt.Errorf("the mirrored evidence document: %w", err)
+	}
+	if d.Request != uid || d.Format != format {
+		return nil, fmt.Errorf("the mirrored evidence document is of request %q, format %q", d.Request, d.Format)
+	}
+	er.Spec.SessionIDs, er.Spec.StoreRef.Name = d.SessionIDs, d.Store
+	er.Status.Plan, er.Status.Evidence = d.Plan, &lethev1.ErasureEvidence{Steps: d.Steps}
+	return er, nil
+}
