@@ -30,6 +30,7 @@ import (
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/erasure"
+	"github.com/lethe-dev/lethe/internal/evidence"
 )
 
 // Finalizer lets Lethe act when a request is deleted: during the grace period
@@ -192,6 +193,13 @@ func (r *ErasureRequestReconciler) newPass(ctx context.Context, er *lethev1.Eras
 	if err != nil {
 		return nil, fmt.Errorf("the receipt signing key signs every history entry: %w", err)
 	}
+	// The manager signs only evidence it wrote: a settled part edited by a
+	// status writer stops the request until a human restores it.
+	if err := evidence.Unchanged(er); err != nil {
+		r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, ReasonEvidenceTampered, "Verify",
+			"%s; Lethe signs nothing more for this request until it is restored", err.Error())
+		return nil, fmt.Errorf("the request's evidence was edited: %w", err)
+	}
 	return &pass{req: er, before: er.DeepCopy(), key: key}, nil
 }
 
@@ -210,6 +218,10 @@ func (r *ErasureRequestReconciler) completed(ctx context.Context, sc *erasure.Sc
 	}
 	return nil
 }
+
+// ReasonEvidenceTampered is the request's Warning when its evidence was
+// edited after its history recorded it.
+const ReasonEvidenceTampered = "EvidenceTampered"
 
 // ReasonProofNotMirrored is the request's event when its proof could not
 // be written to the database.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -229,8 +230,10 @@ func TestImmediateRequestErasesEveryLayerAndOnlyThat(t *testing.T) {
 		t.Errorf("history chain (format %q): %v", er.Status.EvidenceFormat, err)
 	}
 	// The last entry digests the request's evidence as it stands.
-	if d, err := evidence.CanonicalDigest(evidence.DocumentOf(er)); err != nil || d != er.Status.History[len(er.Status.History)-1].EvidenceDigest {
-		t.Errorf("the evidence document's digest %s is not the last entry's: %v", d, err)
+	last := er.Status.History[len(er.Status.History)-1]
+	if d, err := evidence.CanonicalDigest(evidence.DocumentFor(er, last.EvidenceParts, "")); err != nil || d != last.EvidenceDigest ||
+		!maps.Equal(evidence.PartsOf(er), last.EvidenceParts) {
+		t.Errorf("the last entry's evidence digest %s and parts do not cover the evidence as it stands: %v", d, err)
 	}
 	if er.Status.Deadline == nil || !er.Status.Deadline.Time.Equal(er.CreationTimestamp.AddDate(0, 1, 0)) {
 		t.Errorf("deadline %v, want one month after creation %v", er.Status.Deadline, er.CreationTimestamp)
@@ -309,7 +312,7 @@ func TestGracePeriodLastsByTheDatabaseClockAndCancelLiftsTheTombstone(t *testing
 	if got, want := historyPhases(er), []string{"Tombstoned", "Cancelled"}; !slices.Equal(got, want) {
 		t.Errorf("history %v, want %v", got, want)
 	}
-	if err := evidence.Verify(er.Status.History); err != nil {
+	if err := evidence.VerifyChain(evidence.ChainOf(er)); err != nil {
 		t.Error(err)
 	}
 }
@@ -439,7 +442,7 @@ func TestResurrectedSessionsAreErasedAgain(t *testing.T) {
 		}
 		return nil
 	})
-	if err := evidence.Verify(er.Status.History); err != nil {
+	if err := evidence.VerifyChain(evidence.ChainOf(er)); err != nil {
 		t.Error(err)
 	}
 	if n := e.count(t, `SELECT count(*) FROM lethe.erasure_receipts WHERE request_uid = $1 AND step = 'Resurrected'`, string(er.UID)); n != 1 {

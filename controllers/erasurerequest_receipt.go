@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/connector"
@@ -85,7 +86,7 @@ func (r *ErasureRequestReconciler) mirrorProof(ctx context.Context, sc *erasure.
 		return err
 	}
 	p := erasure.Proof{UID: string(er.UID), Digest: rc.Digest, Envelope: rc.Envelope, KeyID: rc.KeyID, History: er.Status.History,
-		IssuedAt: rc.IssuedAt.Time, Format: er.Status.EvidenceFormat, Document: evidence.DocumentOf(er)}
+		IssuedAt: rc.IssuedAt.Time, Format: er.Status.EvidenceFormat, Document: evidence.MirroredOf(er)}
 	idx, err := sc.Ledger.MirrorProof(ctx, p)
 	if err != nil {
 		return fmt.Errorf("mirror the proof into the database: %w", err)
@@ -107,8 +108,14 @@ func (r *ErasureRequestReconciler) logInclusion(ctx context.Context, sc *erasure
 		return err
 	}
 	n := len(er.Status.History)
-	incl, err := evidence.Include(leaves, idx, string(er.UID), evidence.Head(er.Status.History), n, receiptlog.Origin(string(sc.Store.UID)), key)
+	held, err := r.heldCheckpoints(ctx, sc.Store)
 	if err != nil {
+		return err
+	}
+	incl, err := evidence.Include(leaves, idx, string(er.UID), evidence.Head(er.Status.History), n, receiptlog.Origin(string(sc.Store.UID)), key, held)
+	if err != nil {
+		r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, ReasonReceiptLogInconsistent, "Log",
+			"the store's receipt log does not extend the checkpoints its requests hold; Lethe signs no checkpoint of it")
 		return err
 	}
 	if err := sc.Ledger.WriteCheckpoint(ctx, int64(len(leaves)), incl.Checkpoint); err != nil {
@@ -116,6 +123,26 @@ func (r *ErasureRequestReconciler) logInclusion(ctx context.Context, sc *erasure
 	}
 	er.Status.Receipt.Log = incl
 	return nil
+}
+
+// ReasonReceiptLogInconsistent: the store's receipt log lost or changed
+// receipts that a checkpoint held by one of its requests covers.
+const ReasonReceiptLogInconsistent = "ReceiptLogInconsistent"
+
+// heldCheckpoints are the receipt log checkpoints the store's requests
+// carry (the cluster's copy, out of the database's reach).
+func (r *ErasureRequestReconciler) heldCheckpoints(ctx context.Context, store *lethev1.MemoryStore) ([][]byte, error) {
+	list := &lethev1.ErasureRequestList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(store.Namespace)); err != nil {
+		return nil, err
+	}
+	var held [][]byte
+	for _, o := range list.Items {
+		if o.Spec.StoreRef.Name == store.Name && o.Status.Receipt != nil && o.Status.Receipt.Log != nil {
+			held = append(held, []byte(o.Status.Receipt.Log.Checkpoint))
+		}
+	}
+	return held, nil
 }
 
 // keyTTL is how long a pass reuses the signing key it read: a replaced

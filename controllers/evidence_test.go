@@ -203,10 +203,12 @@ func assertBundleTamperingNamed(t *testing.T, bundleJSON, otherJSON, keySetFile 
 }
 
 // The database keeps the proof of a request whose object is gone, and its
-// receipt log: `receipts --store` verifies both; a receipt removed from the
-// log (the row and its proof deleted, the log renumbered, the recorded
-// checkpoints dropped, so that the manager signs the shortened log) is
-// caught by the consistency proof from a checkpoint the auditor held.
+// receipt log: `receipts --store` verifies both. A receipt removed from the
+// log (its proof and leaf deleted, the log renumbered, the recorded
+// checkpoints dropped) is caught three ways: the manager refuses to sign a
+// checkpoint of the shortened log (a live request holds an older one);
+// `receipts` finds the live requests' checkpoints inconsistent; and the
+// checkpoint the auditor held fails its consistency proof.
 func TestReceiptLogCatchesARemovedReceipt(t *testing.T) {
 	ctx := context.Background()
 	e := newMemoryEnv(t, "receipts")
@@ -235,16 +237,35 @@ func TestReceiptLogCatchesARemovedReceipt(t *testing.T) {
 			t.Fatalf("%s: %v", stmt, err)
 		}
 	}
-	// A later request makes the manager sign a checkpoint of the shortened log.
+	// The next request completes, but the manager signs no checkpoint of
+	// the shortened log: the second request holds one of the full log.
 	third := e.request(t, "third", func(o *lethev1.ErasureRequest) { o.Spec.SessionIDs = []lethev1.SessionID{keptB} })
-	completedWithLog(t, third)
+	waitPhase(t, third, lethev1.PhaseBackupsRotated)
+	eventually(t, 30*time.Second, func() error {
+		if requestEvents(t, third, controllers.ReasonReceiptLogInconsistent) == 0 {
+			return errors.New("no ReceiptLogInconsistent event")
+		}
+		return nil
+	})
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(third), third); err != nil || third.Status.Receipt.Log != nil {
+		t.Fatalf("the shortened log was signed: %v %+v", err, third.Status.Receipt)
+	}
+	var exit *erasurecli.ExitError
 	out, err = kubectlErasure(t, e.ns, "receipts", "--store", e.store.Name)
-	if err != nil {
-		t.Fatalf("without a held checkpoint the shortened log is self-consistent: %v\n%s", err, out)
+	if !errors.As(err, &exit) || exit.Code != 1 || !strings.Contains(err.Error(), "receipt log") {
+		t.Fatalf("receipts after a removal: %v\n%s", err, out)
+	}
+	// Once no live request holds a checkpoint of the full log, the manager
+	// signs the shortened one, and on its own the log verifies: only the
+	// checkpoint the auditor held shows, by its consistency proof, that a
+	// receipt was removed.
+	deleteAndWaitGone(t, second)
+	completedWithLog(t, third)
+	if out, err = kubectlErasure(t, e.ns, "receipts", "--store", e.store.Name); err != nil || !strings.Contains(out, "verified") {
+		t.Fatalf("the shortened, re-signed log on its own: %v\n%s", err, out)
 	}
 	out, err = kubectlErasure(t, e.ns, "receipts", "--store", e.store.Name, "--checkpoint", held)
-	var exit *erasurecli.ExitError
-	if !errors.As(err, &exit) || exit.Code != 1 || !strings.Contains(err.Error(), "consistency proof") {
+	if !errors.As(err, &exit) || exit.Code != 1 || !strings.Contains(err.Error(), "consistency proof from the checkpoint in") {
 		t.Fatalf("a removed receipt against the held checkpoint: %v\n%s", err, out)
 	}
 }

@@ -56,12 +56,13 @@ func TestProofOutlivesTheRequestObject(t *testing.T) {
 	// The auditor has the database's row and the published key set, not
 	// the object: the chain, signatures, receipt and evidence all verify.
 	receipt := &lethev1.Receipt{Digest: digest, Envelope: envelope, KeyID: keyID}
-	fromDB, err := evidence.RequestFromProof(string(er.UID), format, history, receipt, doc)
+	fromDB, sessions, err := evidence.RequestFromProof(string(er.UID), format, history, receipt, doc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ks := publishedKeySet(t)
-	rep, err := evidence.VerifyRequest(ctx, fromDB, evidence.Options{KeySet: ks})
+	opts := evidence.Options{KeySet: ks, SessionsDigest: sessions}
+	rep, err := evidence.VerifyRequest(ctx, fromDB, opts)
 	if err != nil {
 		t.Fatalf("the proof read from the database does not verify: %v", err)
 	}
@@ -74,11 +75,11 @@ func TestProofOutlivesTheRequestObject(t *testing.T) {
 			st.Counts[0].Rows++
 		}
 	}
-	if _, err := evidence.VerifyRequest(ctx, edited, evidence.Options{KeySet: ks}); err == nil || !strings.Contains(err.Error(), "was edited") {
+	if _, err := evidence.VerifyRequest(ctx, edited, opts); err == nil || !strings.Contains(err.Error(), "evidence of step Deleted was edited") {
 		t.Fatalf("an edited count in the database's evidence: %v", err)
 	}
 	fromDB.Status.History[len(history)-1].Time = metav1.NewTime(history[len(history)-1].Time.Add(time.Hour))
-	if _, err := evidence.VerifyRequest(ctx, fromDB, evidence.Options{KeySet: ks}); err == nil {
+	if _, err := evidence.VerifyRequest(ctx, fromDB, opts); err == nil {
 		t.Fatal("an edited history from the database verifies")
 	}
 }

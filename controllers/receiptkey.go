@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -68,7 +69,7 @@ func (s *ReceiptKeySetup) Ensure(ctx context.Context) (keyID string, created boo
 		return "", false, fmt.Errorf("read the receipt signing key Secret %s: %w", s.Secret, err)
 	}
 	// The receipt step's own path: read the key, publish the public key.
-	r := &ErasureRequestReconciler{Client: s.Client, APIReader: s.Reader, SecretReader: s.Reader, ReceiptKeySecret: s.Secret}
+	r := &ErasureRequestReconciler{Client: s.Client, APIReader: s.Reader, SecretReader: s.Reader, ReceiptKeySecret: s.Secret, Clock: clock.RealClock{}}
 	key, err := r.receiptKey(ctx)
 	if err != nil {
 		if s.created == nil && !s.warned && secret.Name != "" {

@@ -145,6 +145,34 @@ echo
 echo "\$ kubectl erasure verify forget-immediate -n $ns"
 kubectl erasure verify forget-immediate -n "$ns"
 
+echo
+echo "The proof outlives the cluster. The auditor exports a bundle, keeps the published"
+echo "key set and a checkpoint of the store's receipt log, and verifies with no cluster:"
+echo "\$ kubectl erasure export forget-immediate -n $ns > .dev/forget-immediate.bundle.json"
+kubectl erasure export forget-immediate -n "$ns" >.dev/forget-immediate.bundle.json
+kubectl -n lethe-system get configmap lethe-receipt-key -o jsonpath='{.data.keyset\.json}' >.dev/keyset.json
+echo "\$ kubectl erasure receipts --store memory -n $ns --save-checkpoint .dev/receipts.checkpoint"
+kubectl erasure receipts --store memory -n "$ns" --save-checkpoint .dev/receipts.checkpoint
+if [ "${LETHE_DEMO_KEEP:-}" != 1 ]; then
+	echo
+	echo "Stopping the manager and the API server: what follows needs no cluster."
+	hack/dev-stack.sh down
+fi
+# A kubeconfig naming no reachable cluster: the commands below never use it.
+cat >.dev/no-cluster.kubeconfig <<'KUBECONFIG'
+apiVersion: v1
+kind: Config
+clusters: [{name: none, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: none, user: {token: none}}]
+contexts: [{name: none, context: {cluster: none, user: none}}]
+current-context: none
+KUBECONFIG
+echo "\$ kubectl erasure verify --bundle .dev/forget-immediate.bundle.json --key-set .dev/keyset.json"
+kubectl erasure verify --bundle .dev/forget-immediate.bundle.json --key-set .dev/keyset.json --kubeconfig .dev/no-cluster.kubeconfig
+echo "\$ kubectl erasure report --bundle .dev/forget-immediate.bundle.json --key-set .dev/keyset.json > .dev/certificate-forget-immediate.html"
+kubectl erasure report --bundle .dev/forget-immediate.bundle.json --key-set .dev/keyset.json --kubeconfig .dev/no-cluster.kubeconfig >.dev/certificate-forget-immediate.html
+echo "certificate of erasure: $(pwd)/.dev/certificate-forget-immediate.html ($(wc -c <.dev/certificate-forget-immediate.html) bytes; open it in a browser)"
+
 if [ "${LETHE_DEMO_KEEP:-}" = 1 ]; then
 	echo
 	log "the stack stays up: '. .dev/env' to use it, 'make dev-down' to stop it"

@@ -19,7 +19,9 @@
 --                            existing leaf of the same request and length
 --                            is returned, not added twice; a stale writer's
 --                            shorter history, a prefix of the recorded one,
---                            changes nothing).
+--                            changes nothing; the same history with other
+--                            evidence is refused, the first proof of a
+--                            history is kept).
 --   lethe.receipt_log        the leaves, index from 0, never updated or
 --                            deleted by lethe_operator.
 --   lethe.receipt_log_checkpoints
@@ -129,9 +131,14 @@ BEGIN
                 WHERE k <= old.history_count) IS DISTINCT FROM old.history THEN
             RAISE EXCEPTION 'record_proof: the history does not extend the one recorded for this request' USING ERRCODE = 'LE003';
         END IF;
+        IF n = old.history_count AND old.document IS NOT NULL AND p_document IS DISTINCT FROM old.document THEN
+            RAISE EXCEPTION 'record_proof: the evidence differs from the one recorded with this history' USING ERRCODE = 'LE003';
+        END IF;
+        -- The first proof of a history stays: a repeat (another process, a
+        -- lost status write) changes nothing.
         UPDATE lethe.erasure_proofs SET digest = p_digest, envelope = p_envelope, key_id = p_key_id, issued_at = p_issued_at,
             history = p_history, history_count = n, document = p_document, recorded_at = now()
-        WHERE request_uid = p_uid AND (n > old.history_count OR (p_envelope, p_digest) IS DISTINCT FROM (old.envelope, old.digest));
+        WHERE request_uid = p_uid AND (n > old.history_count OR old.document IS NULL);
     ELSE
         INSERT INTO lethe.erasure_proofs (request_uid, digest, envelope, key_id, issued_at, history, history_count, evidence_format, document)
         VALUES (p_uid, p_digest, p_envelope, p_key_id, p_issued_at, p_history, n, p_format, p_document);

@@ -310,6 +310,11 @@ type HistoryEntry struct {
 	// evidenceDigest is the sha256 of the evidence recorded with this entry.
 	// +kubebuilder:validation:MaxLength=71
 	EvidenceDigest string `json:"evidenceDigest"`
+	// evidenceParts is the digest of each part of the evidence when the
+	// entry was written ("plan" and one per step), covered by evidenceDigest.
+	// +kubebuilder:validation:MaxProperties=16
+	// +optional
+	EvidenceParts map[string]string `json:"evidenceParts,omitempty"`
 	// previousDigest is the digest of the entry before (empty for the first).
 	// +kubebuilder:validation:MaxLength=71
 	// +optional

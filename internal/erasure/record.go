@@ -42,25 +42,27 @@ func Record(er *lethev1.ErasureRequest, out Outcome, now time.Time, key *evidenc
 }
 
 // appendEntry appends the milestone's history entry. A history begun under
-// the evidence format digests the request's whole evidence document (what
-// an auditor recomputes); a legacy history goes on as it began.
+// the evidence format records the digest of each part of the request's
+// evidence and digests them with the request (what an auditor
+// recomputes); a legacy history goes on as it began.
 func appendEntry(er *lethev1.ErasureRequest, m *Milestone, key *evidence.Key) {
 	st := &er.Status
 	if len(st.History) == 0 {
 		st.EvidenceFormat = evidence.Format
 	}
-	var d string
+	e := lethev1.HistoryEntry{Phase: m.Phase, Event: m.Event, Time: metav1.NewTime(m.At)}
 	var err error
 	if st.EvidenceFormat == "" {
-		d, err = evidence.Digest(m.Evidence)
+		e.EvidenceDigest, err = evidence.Digest(m.Evidence)
 	} else {
-		d, err = evidence.CanonicalDigest(evidence.DocumentOf(er))
+		e.EvidenceParts = evidence.PartsOf(er)
+		e.EvidenceDigest, err = evidence.CanonicalDigest(evidence.DocumentFor(er, e.EvidenceParts, ""))
 	}
 	if err != nil {
-		d = "sha256:unavailable"
+		e.EvidenceDigest = "sha256:unavailable"
 	}
 	c := evidence.ChainOf(er)
-	c.Append(m.Phase, m.Event, m.At, d, key)
+	c.AppendEntry(e, key)
 	st.History = c.History
 }
 

@@ -1,6 +1,7 @@
 package erasure
 
 import (
+	"maps"
 	"testing"
 	"time"
 
@@ -121,10 +122,7 @@ func TestRecordHistory(t *testing.T) {
 		outs    []Outcome
 		want    []lethev1.HistoryEntry
 	}{
-		"FirstEntry": {reason: "The first entry has no previous digest; its time is in whole seconds, UTC.",
-			outs: []Outcome{{Milestone: &Milestone{Phase: lethev1.PhaseGracePeriod, At: dbNow.In(time.FixedZone("X", -5*3600)), Evidence: ev}}},
-			want: []lethev1.HistoryEntry{entry("", lethev1.PhaseGracePeriod, "", dbNow, evDigest)}},
-		"Chained": {reason: "Each entry's previousDigest is the digest of the entry before it.",
+		"Chained": {reason: "Each entry's previousDigest is the digest of the entry before it; a legacy history goes on as it began.",
 			history: []lethev1.HistoryEntry{first},
 			outs: []Outcome{{Milestone: &Milestone{Phase: lethev1.PhaseGracePeriod, At: dbNow, Evidence: ev}},
 				{Milestone: &Milestone{Phase: lethev1.PhaseGracePeriod, Event: lethev1.ReasonResurrected, At: now, Evidence: ev}}},
@@ -145,9 +143,43 @@ func TestRecordHistory(t *testing.T) {
 			if diff := cmp.Diff(tc.want, er.Status.History); diff != "" {
 				t.Errorf("%s\nhistory: -want, +got:\n%s", tc.reason, diff)
 			}
-			if err := evidence.Verify(er.Status.History); err != nil {
+			if err := evidence.VerifyChain(evidence.ChainOf(er)); err != nil {
 				t.Errorf("%s\nthe chain does not verify: %v", tc.reason, err)
 			}
 		})
+	}
+}
+
+// The first entry starts the evidence format: no previous digest, its time
+// in whole seconds, UTC, the parts of the evidence as they stand, a digest
+// an auditor recomputes, and the manager's signature.
+func TestRecordFirstEntryStartsTheEvidenceFormat(t *testing.T) {
+	pemKey, err := evidence.GeneratePrivateKeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := evidence.ParsePrivateKey(pemKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	er := newRequest(func(*lethev1.ErasureRequest) {})
+	plan := &lethev1.ErasurePlan{SessionsFound: 1}
+	Record(er, Outcome{Plan: plan, Milestone: &Milestone{Phase: lethev1.PhaseTombstoned, At: dbNow.In(time.FixedZone("X", -5*3600))}}, now, key)
+	h := er.Status.History
+	if er.Status.EvidenceFormat != evidence.Format || len(h) != 1 {
+		t.Fatalf("format %q, history %+v", er.Status.EvidenceFormat, h)
+	}
+	e := h[0]
+	if e.PreviousDigest != "" || !e.Time.Time.Equal(dbNow.Truncate(time.Second)) || e.Time.Location() != time.UTC {
+		t.Errorf("first entry %+v", e)
+	}
+	if !maps.Equal(e.EvidenceParts, evidence.PartsOf(er)) || e.EvidenceParts[evidence.PlanPart] == "" {
+		t.Errorf("parts %v, want the plan's digest", e.EvidenceParts)
+	}
+	if d, _ := evidence.CanonicalDigest(evidence.DocumentFor(er, e.EvidenceParts, "")); d != e.EvidenceDigest {
+		t.Errorf("evidence digest %s, recomputed %s", e.EvidenceDigest, d)
+	}
+	if e.KeyID != key.ID() || e.Signature == "" || e.Digest != evidence.EntryDigestV1(string(er.UID), e) {
+		t.Errorf("entry not signed or digest wrong: %+v", e)
 	}
 }

@@ -45,10 +45,14 @@ func printHistory(w io.Writer, er *lethev1.ErasureRequest, wide bool) error {
 	t := &metav1.Table{ColumnDefinitions: []metav1.TableColumnDefinition{
 		{Name: "#", Type: "integer"}, {Name: "Time", Type: "string"}, {Name: "Phase", Type: "string"},
 		{Name: "Event", Type: "string"}, {Name: "Evidence", Type: "string"}, {Name: "Digest", Type: "string"},
-		{Name: "Previous", Type: "string", Priority: 1}}}
+		{Name: "Signed by", Type: "string"}, {Name: "Previous", Type: "string", Priority: 1}}}
 	for i, h := range er.Status.History {
+		signer := "unsigned"
+		if h.Signature != "" {
+			signer = digest(h.KeyID, wide)
+		}
 		t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{strconv.Itoa(i), h.Time.UTC().Format(time.RFC3339), string(h.Phase),
-			dash(h.Event), digest(h.EvidenceDigest, wide), digest(h.Digest, wide), digest(h.PreviousDigest, wide)}})
+			dash(h.Event), digest(h.EvidenceDigest, wide), digest(h.Digest, wide), signer, digest(h.PreviousDigest, wide)}})
 	}
 	if len(t.Rows) == 0 {
 		fmt.Fprintf(w, "erasurerequest %s has no history yet\n", er.Name)

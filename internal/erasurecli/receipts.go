@@ -55,14 +55,6 @@ The database is reached with the store's connection Secret, or --database-url
 }
 
 func (o *options) receipts(ctx context.Context, f *receiptsFlags) error {
-	var older []byte
-	if f.checkpoint != "" {
-		b, err := os.ReadFile(f.checkpoint)
-		if err != nil {
-			return err
-		}
-		older = b
-	}
 	cl, ns, err := o.client()
 	if err != nil {
 		return err
@@ -85,21 +77,32 @@ func (o *options) receipts(ctx context.Context, f *receiptsFlags) error {
 	if err != nil {
 		return err
 	}
-	bad := o.printProofs(ctx, cl, ns, proofs, ks, f.keys.allowUnsigned)
+	live, err := liveRequests(ctx, cl, store)
+	if err != nil {
+		return err
+	}
+	held, err := heldCheckpoints(f.checkpoint, live)
+	if err != nil {
+		return err
+	}
+	bad := o.printProofs(ctx, proofs, live, ks, f.keys.allowUnsigned)
 	recs, cps, err := e.ReadLog(ctx)
 	if err != nil {
 		return err
 	}
-	audit, err := auditStoreLog(store, recs, cps, proofs, older, ks)
+	audit, err := auditStoreLog(store, recs, cps, proofs, held, ks)
 	if err != nil {
 		return &ExitError{Code: 1, Err: fmt.Errorf("store %s does NOT verify: %w", store.Name, err)}
 	}
 	fmt.Fprintf(o.streams.Out, "receipt log %s: %d receipts, root %x, %d signed checkpoints verify\n",
 		receiptlog.Origin(string(store.UID)), audit.Size, audit.Root[:8], audit.Checkpoints)
-	if older != nil {
-		fmt.Fprintf(o.streams.Out, "consistent with the checkpoint in %s: no receipt removed or changed since\n", f.checkpoint)
+	for _, h := range held {
+		fmt.Fprintf(o.streams.Out, "consistent with %s: no receipt removed or changed since\n", h.Source)
 	}
-	if f.saveCheckpoint != "" && audit.Latest != nil {
+	if f.saveCheckpoint != "" {
+		if audit.Latest == nil {
+			return &ExitError{Code: 1, Err: fmt.Errorf("store %s: no signed checkpoint covers the whole log (%d receipts): nothing saved to %s", store.Name, audit.Size, f.saveCheckpoint)}
+		}
 		if err := os.WriteFile(f.saveCheckpoint, audit.Latest, 0o644); err != nil {
 			return err
 		}
@@ -128,26 +131,57 @@ func (o *options) storeDatabase(ctx context.Context, cl client.Client, store *le
 	return pool, nil
 }
 
-// printProofs verifies and lists each proof; it returns how many fail.
-func (o *options) printProofs(ctx context.Context, cl client.Client, ns string, proofs []erasure.Proof, ks evidence.KeySet, allowUnsigned bool) int {
-	live := map[types.UID]string{}
-	list := &lethev1.ErasureRequestList{}
-	if err := cl.List(ctx, list, client.InNamespace(ns)); err == nil {
-		for _, er := range list.Items {
-			live[er.UID] = er.Name
+// heldCheckpoints are the checkpoints kept outside the database: the
+// auditor's file, and those the store's live requests carry.
+func heldCheckpoints(file string, live []lethev1.ErasureRequest) ([]evidence.HeldCheckpoint, error) {
+	var held []evidence.HeldCheckpoint
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, err
 		}
+		held = append(held, evidence.HeldCheckpoint{Source: "the checkpoint in " + file, Note: b})
+	}
+	for _, er := range live {
+		if r := er.Status.Receipt; r != nil && r.Log != nil {
+			held = append(held, evidence.HeldCheckpoint{Source: "the checkpoint request " + er.Name + " holds", Note: []byte(r.Log.Checkpoint)})
+		}
+	}
+	return held, nil
+}
+
+// liveRequests are the store's requests in the cluster.
+func liveRequests(ctx context.Context, cl client.Client, store *lethev1.MemoryStore) ([]lethev1.ErasureRequest, error) {
+	list := &lethev1.ErasureRequestList{}
+	if err := cl.List(ctx, list, client.InNamespace(store.Namespace)); err != nil {
+		return nil, err
+	}
+	var out []lethev1.ErasureRequest
+	for _, er := range list.Items {
+		if er.Spec.StoreRef.Name == store.Name {
+			out = append(out, er)
+		}
+	}
+	return out, nil
+}
+
+// printProofs verifies and lists each proof; it returns how many fail.
+func (o *options) printProofs(ctx context.Context, proofs []erasure.Proof, live []lethev1.ErasureRequest, ks evidence.KeySet, allowUnsigned bool) int {
+	names := map[types.UID]string{}
+	for _, er := range live {
+		names[er.UID] = er.Name
 	}
 	t := &metav1.Table{ColumnDefinitions: []metav1.TableColumnDefinition{
 		{Name: "Request UID", Type: "string"}, {Name: "Object", Type: "string"}, {Name: "Entries", Type: "integer"},
 		{Name: "Key", Type: "string"}, {Name: "Verified", Type: "string"}}}
 	bad := 0
 	for _, p := range proofs {
-		verdict := "yes"
-		if err := verifyProof(ctx, p, ks, allowUnsigned); err != nil {
+		verdict, err := verifyProof(ctx, p, ks, allowUnsigned)
+		if err != nil {
 			verdict, bad = "NO: "+err.Error(), bad+1
 		}
 		object := "gone"
-		if name, ok := live[types.UID(p.UID)]; ok {
+		if name, ok := names[types.UID(p.UID)]; ok {
 			object = name
 		}
 		t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{p.UID, object, strconv.Itoa(len(p.History)), dash(short(p.KeyID)), verdict}})
@@ -160,24 +194,40 @@ func (o *options) printProofs(ctx context.Context, cl client.Client, ns string, 
 	return bad
 }
 
-func verifyProof(ctx context.Context, p erasure.Proof, ks evidence.KeySet, allowUnsigned bool) error {
+func verifyProof(ctx context.Context, p erasure.Proof, ks evidence.KeySet, allowUnsigned bool) (string, error) {
 	doc, _ := p.Document.(json.RawMessage)
 	receipt := &lethev1.Receipt{Digest: p.Digest, Envelope: p.Envelope, KeyID: p.KeyID, IssuedAt: &metav1.Time{Time: p.IssuedAt}}
-	er, err := evidence.RequestFromProof(p.UID, p.Format, p.History, receipt, doc)
+	er, sessions, err := evidence.RequestFromProof(p.UID, p.Format, p.History, receipt, doc)
 	if err != nil {
-		return err
+		return "", err
 	}
-	_, err = evidence.VerifyRequest(ctx, er, evidence.Options{KeySet: ks, AllowUnsigned: allowUnsigned})
-	return err
+	// Unsigned is accepted (when allowed) for a legacy proof only.
+	rep, err := evidence.VerifyRequest(ctx, er, evidence.Options{KeySet: ks, AllowUnsigned: allowUnsigned && p.Format == "", SessionsDigest: sessions})
+	if err != nil {
+		return "", err
+	}
+	if rep.Unsigned {
+		return "UNSIGNED (legacy chain: proves only that nothing changed since)", nil
+	}
+	return "yes", nil
 }
 
 // auditStoreLog checks each leaf against the proof it records (the proof's
 // history has that head at that length), then the log itself.
 func auditStoreLog(store *lethev1.MemoryStore, recs []postgres.LogRecord, cps []postgres.StoredCheckpoint, proofs []erasure.Proof,
-	older []byte, ks evidence.KeySet) (evidence.LogAudit, error) {
+	held []evidence.HeldCheckpoint, ks evidence.KeySet) (evidence.LogAudit, error) {
 	byUID := map[string][]lethev1.HistoryEntry{}
 	for _, p := range proofs {
 		byUID[p.UID] = p.History
+	}
+	logged := map[string]bool{}
+	for _, r := range recs {
+		logged[fmt.Sprintf("%s/%d", r.RequestUID, r.HistoryLength)] = true
+	}
+	for _, p := range proofs {
+		if p.Format != "" && !logged[fmt.Sprintf("%s/%d", p.UID, len(p.History))] {
+			return evidence.LogAudit{}, fmt.Errorf("receipt log: the proof of request %s (history length %d) has no leaf: removed from the log", p.UID, len(p.History))
+		}
 	}
 	leaves := make([]evidence.LogLeafRecord, len(recs))
 	for i, r := range recs {
@@ -195,5 +245,5 @@ func auditStoreLog(store *lethev1.MemoryStore, recs []postgres.LogRecord, cps []
 	if len(notes) == 0 && len(leaves) > 0 {
 		return evidence.LogAudit{}, errors.New("receipt log: no signed checkpoint recorded")
 	}
-	return evidence.AuditLog(receiptlog.Origin(string(store.UID)), leaves, notes, older, ks)
+	return evidence.AuditLog(receiptlog.Origin(string(store.UID)), leaves, notes, held, ks)
 }

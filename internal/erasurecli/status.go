@@ -88,7 +88,7 @@ func describe(out io.Writer, er *lethev1.ErasureRequest, events []eventsv1.Event
 	describeConditions(out, er.Status.Conditions, wide, now)
 	describePlan(out, er)
 	describeEvidence(out, er.Status.Evidence, wide)
-	describeHistory(out, &er.Status, wide)
+	describeHistory(out, er, wide)
 	describeEvents(out, events, evErr, wide, now)
 }
 
@@ -217,11 +217,12 @@ func describeEvidence(out io.Writer, rec *lethev1.ErasureEvidence, wide bool) {
 
 // describeHistory prints the History section: the hash chain's length, head
 // and verdict, and the receipt over it.
-func describeHistory(out io.Writer, st *lethev1.ErasureRequestStatus, wide bool) {
+func describeHistory(out io.Writer, er *lethev1.ErasureRequest, wide bool) {
+	st := &er.Status
 	section(out, "History")
 	if n := len(st.History); n > 0 {
 		verdict := "hash chain verifies"
-		if err := evidence.Verify(st.History); err != nil {
+		if err := evidence.VerifyChain(evidence.ChainOf(er)); err != nil {
 			verdict = "hash chain does NOT verify: " + err.Error()
 		}
 		fmt.Fprintf(out, "  %d entr(ies), head %s; %s\n", n, digest(st.History[n-1].Digest, wide), verdict)

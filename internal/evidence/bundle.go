@@ -79,24 +79,51 @@ func VerifyBundle(ctx context.Context, b *Bundle, trusted *KeySet, allowUnsigned
 	return VerifyRequest(ctx, b.Request, Options{KeySet: ks, AllowUnsigned: allowUnsigned})
 }
 
+// Mirrored is the evidence a proof mirrored into the database carries
+// beside its history and receipt: what DocumentFor and PartsOf need, with
+// the session IDs as their digest only (the database keeps no list of
+// what a request asked for).
+type Mirrored struct {
+	Format   string                 `json:"format"`
+	Request  string                 `json:"request"`
+	Store    string                 `json:"store"`
+	Sessions string                 `json:"sessions"`
+	Plan     *lethev1.ErasurePlan   `json:"plan,omitempty"`
+	Steps    []lethev1.StepEvidence `json:"steps,omitempty"`
+}
+
+// MirroredOf is what the database keeps of er's evidence.
+func MirroredOf(er *lethev1.ErasureRequest) Mirrored {
+	m := Mirrored{Format: Format, Request: string(er.UID), Store: er.Spec.StoreRef.Name,
+		Sessions: SessionsDigest(er.Spec.SessionIDs), Plan: er.Status.Plan}
+	if er.Status.Evidence != nil {
+		m.Steps = er.Status.Evidence.Steps
+	}
+	return m
+}
+
 // RequestFromProof rebuilds, from a proof mirrored into the database (its
-// history, anonymous receipt and evidence document), the request as far
-// as verification needs it: a request known by UID only.
-func RequestFromProof(uid, format string, history []lethev1.HistoryEntry, receipt *lethev1.Receipt, document []byte) (*lethev1.ErasureRequest, error) {
+// history, anonymous receipt and evidence), the request as far as
+// verification needs it, known by UID only, and the digest of its session
+// IDs (Options.SessionsDigest).
+func RequestFromProof(uid, format string, history []lethev1.HistoryEntry, receipt *lethev1.Receipt, document []byte) (*lethev1.ErasureRequest, string, error) {
 	er := &lethev1.ErasureRequest{}
 	er.UID = k8stypes.UID(uid)
 	er.Status.EvidenceFormat, er.Status.History, er.Status.Receipt = format, history, receipt
 	if format == "" || len(document) == 0 {
-		return er, nil
+		return er, "", nil
 	}
-	var d Document
-	if err := json.Unmarshal(document, &d); err != nil {
-		return nil, fmt.Errorf("the mirrored evidence document: %w", err)
+	var m Mirrored
+	if err := json.Unmarshal(document, &m); err != nil {
+		return nil, "", fmt.Errorf("the mirrored evidence: %w", err)
 	}
-	if d.Request != uid || d.Format != format {
-		return nil, fmt.Errorf("the mirrored evidence document is of request %q, format %q", d.Request, d.Format)
+	if m.Request != uid || m.Format != format {
+		return nil, "", fmt.Errorf("the mirrored evidence is of request %q, format %q", m.Request, m.Format)
 	}
-	er.Spec.SessionIDs, er.Spec.StoreRef.Name = d.SessionIDs, d.Store
-	er.Status.Plan, er.Status.Evidence = d.Plan, &lethev1.ErasureEvidence{Steps: d.Steps}
-	return er, nil
+	er.Spec.StoreRef.Name = m.Store
+	er.Status.Plan, er.Status.Evidence = m.Plan, &lethev1.ErasureEvidence{Steps: m.Steps}
+	if len(history) > 0 {
+		er.Status.Phase = history[len(history)-1].Phase
+	}
+	return er, m.Sessions, nil
 }

@@ -75,12 +75,15 @@ func (c Chain) entryDigest(e lethev1.HistoryEntry) string {
 // not nil (a legacy chain is never signed: its digest would not cover the
 // key).
 func (c *Chain) Append(phase lethev1.Phase, event string, at time.Time, evidenceDigest string, key *Key) {
-	e := lethev1.HistoryEntry{
-		Phase:          phase,
-		Event:          event,
-		Time:           metav1.NewTime(at.UTC().Truncate(time.Second)),
-		EvidenceDigest: evidenceDigest,
-	}
+	c.AppendEntry(lethev1.HistoryEntry{Phase: phase, Event: event, Time: metav1.NewTime(at), EvidenceDigest: evidenceDigest}, key)
+}
+
+// AppendEntry adds e (its phase, event, time, evidence digest and parts)
+// chained to the last entry: it fills the links, the key ID, the digest and
+// the signature.
+func (c *Chain) AppendEntry(e lethev1.HistoryEntry, key *Key) {
+	e.Time = metav1.NewTime(e.Time.UTC().Truncate(time.Second))
+	e.PreviousDigest, e.KeyID, e.Signature = "", "", ""
 	if n := len(c.History); n > 0 {
 		e.PreviousDigest = c.History[n-1].Digest
 	}

@@ -42,32 +42,42 @@ func CanonicalDigest(v any) (string, error) {
 	return digestPrefix + hex.EncodeToString(sum[:]), nil
 }
 
-// Document is what a history entry's evidenceDigest covers: the request's
-// plan and step evidence as they stood when the entry was written (as the
-// API serves them), bound to the request by UID and to what was asked (the
-// session IDs and the store). The last entry's document is the request's
-// current status, so its digest can be recomputed from the object or a
-// bundle; earlier entries are covered through the chain.
+// Document is what a history entry's evidenceDigest covers: the request
+// (UID, store, a digest of the session IDs asked for) and the digest of
+// each part of its evidence as it stood when the entry was written
+// (evidence parts: "plan" and one per step, see PartsOf). The entry carries
+// the parts itself, so every entry's evidenceDigest recomputes.
 type Document struct {
-	Format     string                 `json:"format"`
-	Request    string                 `json:"request"`
-	Store      string                 `json:"store"`
-	SessionIDs []lethev1.SessionID    `json:"sessionIDs"`
-	Plan       *lethev1.ErasurePlan   `json:"plan"`
-	Steps      []lethev1.StepEvidence `json:"steps"`
+	Format   string            `json:"format"`
+	Request  string            `json:"request"`
+	Store    string            `json:"store"`
+	Sessions string            `json:"sessions"`
+	Parts    map[string]string `json:"parts"`
 }
 
-// DocumentOf is the evidence document of the request as it stands.
-func DocumentOf(er *lethev1.ErasureRequest) Document {
-	d := Document{Format: Format, Request: string(er.UID), Store: er.Spec.StoreRef.Name,
-		SessionIDs: er.Spec.SessionIDs, Plan: er.Status.Plan, Steps: []lethev1.StepEvidence{}}
-	if d.SessionIDs == nil {
-		d.SessionIDs = []lethev1.SessionID{}
+// SessionsDigest is D(spec.sessionIDs): the session IDs asked for, as a digest.
+func SessionsDigest(ids []lethev1.SessionID) string {
+	if ids == nil {
+		ids = []lethev1.SessionID{}
 	}
-	if er.Status.Evidence != nil && er.Status.Evidence.Steps != nil {
-		d.Steps = er.Status.Evidence.Steps
+	d, err := CanonicalDigest(ids)
+	if err != nil {
+		panic(err) // strings: cannot fail
 	}
 	return d
+}
+
+// DocumentFor is the evidence document of request er with these parts;
+// sessions overrides the digest of er's session IDs when not empty (a
+// proof read back from the database holds the digest, not the IDs).
+func DocumentFor(er *lethev1.ErasureRequest, parts map[string]string, sessions string) Document {
+	if sessions == "" {
+		sessions = SessionsDigest(er.Spec.SessionIDs)
+	}
+	if parts == nil {
+		parts = map[string]string{}
+	}
+	return Document{Format: Format, Request: string(er.UID), Store: er.Spec.StoreRef.Name, Sessions: sessions, Parts: parts}
 }
 
 // entryDocument is what a v1 entry's digest covers: every field of the

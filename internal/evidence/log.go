@@ -33,7 +33,11 @@ func LogLeaf(uid, head string, length int) []byte {
 // checkpoint, signed by a key of the key set.
 func verifyLog(rep *Report, er *lethev1.ErasureRequest, ks KeySet) error {
 	r := er.Status.Receipt
-	if r == nil || r.Log == nil {
+	if r == nil {
+		return nil
+	}
+	if r.Log == nil {
+		rep.Unlogged = r.Envelope != "" && er.Status.EvidenceFormat != ""
 		return nil
 	}
 	l := r.Log
@@ -69,7 +73,11 @@ func verifyLog(rep *Report, er *lethev1.ErasureRequest, ks KeySet) error {
 // log's checkpoint at its full size, signed by key, and the inclusion
 // proof. It checks that the leaf at index is the one of request uid at the
 // history head and length given (the database wrote the leaf).
-func Include(leaves [][32]byte, index int64, uid, head string, length int, origin string, key *Key) (*lethev1.LogInclusion, error) {
+//
+// It signs nothing that drops or changes a receipt: the log must be
+// consistent with every checkpoint in held that key signed (those the
+// store's live requests carry); otherwise it returns an error naming it.
+func Include(leaves [][32]byte, index int64, uid, head string, length int, origin string, key *Key, held [][]byte) (*lethev1.LogInclusion, error) {
 	if index < 0 || index >= int64(len(leaves)) {
 		return nil, fmt.Errorf("the receipt log has %d leaves, no leaf %d", len(leaves), index)
 	}
@@ -84,6 +92,9 @@ func Include(leaves [][32]byte, index int64, uid, head string, length int, origi
 	if err != nil {
 		return nil, err
 	}
+	if err := consistentWithHeld(tree, origin, key, held); err != nil {
+		return nil, err
+	}
 	note, err := receiptlog.SignCheckpoint(origin, tree.Size(), tree.Root(), key.priv)
 	if err != nil {
 		return nil, err
@@ -94,4 +105,26 @@ func Include(leaves [][32]byte, index int64, uid, head string, length int, origi
 	}
 	return &lethev1.LogInclusion{Index: index, HistoryLength: int32(length), Checkpoint: string(note),
 		InclusionProof: receiptlog.EncodeHashes(proof)}, nil
+}
+
+// consistentWithHeld checks the tree against the checkpoints key signed.
+func consistentWithHeld(tree *receiptlog.Tree, origin string, key *Key, held [][]byte) error {
+	now := receiptlog.Checkpoint{Origin: origin, Size: tree.Size(), Root: tree.Root()}
+	for _, note := range held {
+		old, err := receiptlog.OpenCheckpoint(note, origin, key.pub)
+		if err != nil {
+			continue // another store's, or another key's: not this one's to hold
+		}
+		if old.Size > now.Size {
+			return fmt.Errorf("receipt log %s has %d receipts, fewer than the %d of a checkpoint Lethe signed: receipts were removed", origin, now.Size, old.Size)
+		}
+		proof, err := tree.ConsistencyProof(old.Size, now.Size)
+		if err != nil {
+			return err
+		}
+		if err := receiptlog.VerifyConsistency(old, now, proof); err != nil {
+			return fmt.Errorf("receipt log %s: %w", origin, err)
+		}
+	}
+	return nil
 }

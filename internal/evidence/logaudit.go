@@ -33,13 +33,13 @@ type LogAudit struct {
 // and matches the leaves at its size, and — when the auditor holds an
 // older checkpoint — the log now is consistent with it (no receipt removed
 // or changed since).
-func AuditLog(origin string, leaves []LogLeafRecord, checkpoints [][]byte, older []byte, ks KeySet) (LogAudit, error) {
+func AuditLog(origin string, leaves []LogLeafRecord, checkpoints [][]byte, held []HeldCheckpoint, ks KeySet) (LogAudit, error) {
 	hashes := make([]tlog.Hash, len(leaves))
 	for i, l := range leaves {
 		if l.Index != int64(i) {
 			return LogAudit{}, fmt.Errorf("receipt log: leaf %d is stored at index %d: a leaf is missing", i, l.Index)
 		}
-		if !json.Valid([]byte(l.Data)) || receiptlog.LeafHash([]byte(l.Data)) != tlog.Hash(l.Hash) {
+		if len(l.Hash) != len(tlog.Hash{}) || !json.Valid([]byte(l.Data)) || receiptlog.LeafHash([]byte(l.Data)) != tlog.Hash(l.Hash) {
 			return LogAudit{}, fmt.Errorf("receipt log: leaf %d's hash is not the hash of its data", i)
 		}
 		hashes[i] = tlog.Hash(l.Hash)
@@ -63,8 +63,8 @@ func AuditLog(origin string, leaves []LogLeafRecord, checkpoints [][]byte, older
 			a.Latest = note
 		}
 	}
-	if older != nil {
-		if err := consistentWith(tree, older, origin, pubs, a.Latest); err != nil {
+	for _, h := range held {
+		if err := consistentWith(tree, h, origin, pubs, a.Latest); err != nil {
 			return a, err
 		}
 	}
@@ -90,12 +90,19 @@ func openAgainst(tree *receiptlog.Tree, note []byte, origin string, pubs []ed255
 	return cp, nil
 }
 
-// consistentWith checks the log against a checkpoint the auditor kept,
-// with a consistency proof to the latest signed checkpoint.
-func consistentWith(tree *receiptlog.Tree, older []byte, origin string, pubs []ed25519.PublicKey, latest []byte) error {
-	old, err := receiptlog.OpenCheckpoint(older, origin, pubs...)
+// HeldCheckpoint is a checkpoint kept outside the database: by the
+// auditor (a file) or by a live request (its status); Source says which.
+type HeldCheckpoint struct {
+	Source string
+	Note   []byte
+}
+
+// consistentWith checks the log against a held checkpoint, with a
+// consistency proof to the latest signed checkpoint.
+func consistentWith(tree *receiptlog.Tree, h HeldCheckpoint, origin string, pubs []ed25519.PublicKey, latest []byte) error {
+	old, err := receiptlog.OpenCheckpoint(h.Note, origin, pubs...)
 	if err != nil {
-		return fmt.Errorf("receipt log: the checkpoint you hold: %w", err)
+		return fmt.Errorf("receipt log: %s: %w", h.Source, err)
 	}
 	if latest == nil {
 		return fmt.Errorf("receipt log: no signed checkpoint covers the whole log (%d receipts)", tree.Size())
@@ -105,14 +112,14 @@ func consistentWith(tree *receiptlog.Tree, older []byte, origin string, pubs []e
 		return err
 	}
 	if old.Size > newer.Size {
-		return fmt.Errorf("receipt log: the checkpoint you hold has %d receipts, the log now %d: receipts were removed", old.Size, newer.Size)
+		return fmt.Errorf("receipt log: %s has %d receipts, the log now %d: receipts were removed", h.Source, old.Size, newer.Size)
 	}
 	proof, err := tree.ConsistencyProof(old.Size, newer.Size)
 	if err != nil {
 		return err
 	}
 	if err := receiptlog.VerifyConsistency(old, newer, proof); err != nil {
-		return fmt.Errorf("receipt log: consistency proof from the checkpoint you hold: %w", err)
+		return fmt.Errorf("receipt log: consistency proof from %s: %w", h.Source, err)
 	}
 	return nil
 }

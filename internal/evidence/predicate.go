@@ -21,6 +21,7 @@ type ReceiptPredicate struct {
 	Store          string             `json:"store"`
 	RequestedAt    string             `json:"requestedAt"`
 	Deadline       string             `json:"deadline"`
+	IssuedAt       string             `json:"issuedAt"`
 	Sessions       int                `json:"sessions"`
 	Phase          string             `json:"phase"`
 	HistoryHead    string             `json:"historyHead"`
@@ -76,7 +77,7 @@ func rfc3339(t *time.Time) string {
 
 // PredicateOf is the predicate of a receipt covering the first length
 // entries of er's history, er's plan and evidence as they stand.
-func PredicateOf(er *lethev1.ErasureRequest, length int) (ReceiptPredicate, error) {
+func PredicateOf(er *lethev1.ErasureRequest, length int, issuedAt time.Time) (ReceiptPredicate, error) {
 	st := &er.Status
 	requested := er.CreationTimestamp.Time
 	if er.Spec.RequestedAt != nil {
@@ -84,8 +85,8 @@ func PredicateOf(er *lethev1.ErasureRequest, length int) (ReceiptPredicate, erro
 	}
 	p := ReceiptPredicate{
 		Format: Format, Request: RequestIdentity{Namespace: er.Namespace, Name: er.Name, UID: string(er.UID)},
-		Store: er.Spec.StoreRef.Name, RequestedAt: rfc3339(&requested), Sessions: len(er.Spec.SessionIDs),
-		Phase: string(st.Phase), HistoryLength: length, StepDigests: map[string]string{},
+		Store: er.Spec.StoreRef.Name, RequestedAt: rfc3339(&requested), IssuedAt: rfc3339(&issuedAt), Sessions: len(er.Spec.SessionIDs),
+		HistoryLength: length, StepDigests: map[string]string{},
 		Milestones: []MilestoneSummary{}, Steps: []StepSummary{},
 		Lethe: map[string]string{"version": version.Get().Version, "gitCommit": version.Get().GitCommit},
 	}
@@ -96,7 +97,9 @@ func PredicateOf(er *lethev1.ErasureRequest, length int) (ReceiptPredicate, erro
 		p.Deadline = rfc3339(&st.Deadline.Time)
 	}
 	if length > 0 && length <= len(st.History) {
-		p.HistoryHead, p.EvidenceDigest = st.History[length-1].Digest, st.History[length-1].EvidenceDigest
+		// The phase is the covered entry's: status.phase is derived later.
+		e := st.History[length-1]
+		p.HistoryHead, p.EvidenceDigest, p.Phase = e.Digest, e.EvidenceDigest, string(e.Phase)
 	}
 	for _, h := range st.History[:min(length, len(st.History))] {
 		p.Milestones = append(p.Milestones, MilestoneSummary{Phase: string(h.Phase), Event: h.Event, Time: rfc3339(&h.Time.Time)})
@@ -152,8 +155,8 @@ func addBackups(sum *BackupSummary, backups []lethev1.BackupEvidence) {
 }
 
 // predicateOf is PredicateOf as the protobuf Struct a statement carries.
-func predicateOf(er *lethev1.ErasureRequest, length int) (*structpb.Struct, error) {
-	p, err := PredicateOf(er, length)
+func predicateOf(er *lethev1.ErasureRequest, length int, issuedAt time.Time) (*structpb.Struct, error) {
+	p, err := PredicateOf(er, length, issuedAt)
 	if err != nil {
 		return nil, err
 	}

@@ -117,7 +117,7 @@ func (k *Key) PublicKeyPEM() ([]byte, error) {
 
 // statement is the in-toto statement a receipt signs (predicate: the
 // documented receiptPredicate). No content, no session IDs.
-func statement(er *lethev1.ErasureRequest, head string, length int) (*ita1.Statement, error) {
+func statement(er *lethev1.ErasureRequest, head string, length int, issuedAt time.Time) (*ita1.Statement, error) {
 	hexDigest, ok := strings.CutPrefix(head, "sha256:")
 	if !ok {
 		return nil, fmt.Errorf("history head %q is not a sha256 digest", head)
@@ -128,7 +128,7 @@ func statement(er *lethev1.ErasureRequest, head string, length int) (*ita1.State
 		// names the request by UID only.
 		subject = "erasurerequest/" + string(er.UID)
 	}
-	pred, err := predicateOf(er, length)
+	pred, err := predicateOf(er, length, issuedAt)
 	if err != nil {
 		return nil, err
 	}
@@ -149,11 +149,12 @@ func statement(er *lethev1.ErasureRequest, head string, length int) (*ita1.State
 // an anonymous receipt, naming it by UID only.
 func Issue(ctx context.Context, er *lethev1.ErasureRequest, key *Key, now time.Time) (*lethev1.Receipt, error) {
 	head := Head(er.Status.History)
+	now = now.UTC().Truncate(time.Second)
 	r := &lethev1.Receipt{Digest: head, IssuedAt: &metav1.Time{Time: now}}
 	if key == nil {
 		return r, nil
 	}
-	st, err := statement(er, head, len(er.Status.History))
+	st, err := statement(er, head, len(er.Status.History), now)
 	if err != nil {
 		return nil, err
 	}
@@ -205,21 +206,13 @@ func openReceipt(ctx context.Context, r *lethev1.Receipt, ks KeySet) (*ita1.Stat
 	if _, err := verifier.Verify(ctx, env); err != nil {
 		return nil, PublishedKey{}, fmt.Errorf("the receipt signature does not verify with key %s: %w", shortID(key.ID()), err)
 	}
-	used := periods[0]
-	if r.IssuedAt != nil {
-		// The signature is good; the key must also have been current then.
-		var sigErr error
-		if used, sigErr = ks.currentAt(r.KeyID, r.IssuedAt.Time); sigErr != nil {
-			return nil, used, fmt.Errorf("the receipt: %w", sigErr)
-		}
-	}
 	payload, err := env.DecodeB64Payload()
 	if err != nil {
-		return nil, used, err
+		return nil, periods[0], err
 	}
 	st := &ita1.Statement{}
 	if err := protojson.Unmarshal(payload, st); err != nil {
-		return nil, used, fmt.Errorf("the receipt payload is not an in-toto statement: %w", err)
+		return nil, periods[0], fmt.Errorf("the receipt payload is not an in-toto statement: %w", err)
 	}
-	return st, used, nil
+	return st, periods[0], nil
 }

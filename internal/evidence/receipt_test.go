@@ -3,6 +3,7 @@ package evidence_test
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -45,12 +46,18 @@ func keySet(t *testing.T, keys ...*evidence.Key) evidence.KeySet {
 // milestone records a history entry the way erasure.Record does under the format.
 func milestone(t *testing.T, er *lethev1.ErasureRequest, phase lethev1.Phase, at time.Time, key *evidence.Key) {
 	t.Helper()
-	d, err := evidence.CanonicalDigest(evidence.DocumentOf(er))
+	event(t, er, phase, "", at, key)
+}
+
+func event(t *testing.T, er *lethev1.ErasureRequest, phase lethev1.Phase, ev string, at time.Time, key *evidence.Key) {
+	t.Helper()
+	parts := evidence.PartsOf(er)
+	d, err := evidence.CanonicalDigest(evidence.DocumentFor(er, parts, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := evidence.ChainOf(er)
-	c.Append(phase, "", at, d, key)
+	c.AppendEntry(lethev1.HistoryEntry{Phase: phase, Event: ev, Time: metav1.NewTime(at), EvidenceDigest: d, EvidenceParts: parts}, key)
 	er.Status.History = c.History
 }
 
@@ -103,7 +110,7 @@ func TestSignedRequestVerifies(t *testing.T) {
 			t.Fatalf("entry not signed: %+v", e)
 		}
 	}
-	pred := rep.Receipt.Predict
+	pred := rep.Receipt.Predicate
 	if pred.RequestedAt != "2026-11-29T12:00:00Z" || pred.Deadline != "2026-12-29T12:00:00Z" || len(pred.Milestones) != 4 ||
 		pred.Steps[0].Counts["memory.rounds"] != 3 || pred.Backups.Gone != 1 || pred.Lethe["version"] == "" {
 		t.Fatalf("the statement lacks what an auditor needs: %+v", pred)
@@ -133,7 +140,7 @@ func TestTamperingIsNamed(t *testing.T) {
 		"removed step evidence": {func(er *lethev1.ErasureRequest) { er.Status.Evidence.Steps = er.Status.Evidence.Steps[:1] },
 			"evidence of step BackupsRotated was removed"},
 		"edited plan":       {func(er *lethev1.ErasureRequest) { er.Status.Plan.SessionsFound = 7 }, "status.plan was edited"},
-		"edited session ID": {func(er *lethev1.ErasureRequest) { er.Spec.SessionIDs[0] = "11111111-3d2a-4c8e-9f10-2a6b7c8d9e0f" }, "sessions asked for"},
+		"edited session ID": {func(er *lethev1.ErasureRequest) { er.Spec.SessionIDs[0] = "11111111-3d2a-4c8e-9f10-2a6b7c8d9e0f" }, "spec.sessionIDs edited"},
 		"appended entry signed by a key outside the set": {func(er *lethev1.ErasureRequest) {
 			milestone(t, er, lethev1.PhaseBackupsRotated, t0.Add(9*time.Hour), other)
 		}, "entry 4 does not verify: key"},
@@ -146,6 +153,23 @@ func TestTamperingIsNamed(t *testing.T) {
 			"which no history entry has"},
 		"unsigned receipt":                  {func(er *lethev1.ErasureRequest) { er.Status.Receipt.Envelope = "" }, "receipt: unsigned"},
 		"chain copied onto another request": {func(er *lethev1.ErasureRequest) { er.UID = "req-other" }, "entry 0 does not verify"},
+		"renamed request":                   {func(er *lethev1.ErasureRequest) { er.Name = "forget-bob" }, "not this request"},
+		"moved deadline": {func(er *lethev1.ErasureRequest) { er.Status.Deadline.Time = er.Status.Deadline.AddDate(0, 1, 0) },
+			"deadline"},
+		"moved requestedAt": {func(er *lethev1.ErasureRequest) { er.CreationTimestamp.Time = er.CreationTimestamp.AddDate(0, -1, 0) },
+			"requested"},
+		"removed receipt": {func(er *lethev1.ErasureRequest) { er.Status.Receipt = nil }, "has no receipt"},
+		"removed receipt and phase set back": {func(er *lethev1.ErasureRequest) {
+			er.Status.Receipt, er.Status.Phase = nil, lethev1.PhaseDeleted
+			er.Status.Evidence.Steps[0].Counts[0].Rows = 30
+		}, "evidence of step Deleted was edited"},
+		"emptied history": {func(er *lethev1.ErasureRequest) { er.Status.History = nil }, "no history"},
+		"laundered through a later signed entry": {func(er *lethev1.ErasureRequest) {
+			// The count edited while the backups rotate, then signed by
+			// the next entry (as a manager that did not check would).
+			er.Status.Evidence.Steps[0].Counts[0].Rows = 30
+			milestone(t, er, lethev1.PhaseBackupsRotated, t0.Add(9*time.Hour), key)
+		}, "history entry 4 changed settled evidence: evidence of step Deleted was edited"},
 		"reordered entries": {func(er *lethev1.ErasureRequest) {
 			h := er.Status.History
 			h[1], h[2] = h[2], h[1]
@@ -228,11 +252,37 @@ func TestDigestsRecomputeIndependently(t *testing.T) {
 		t.Fatalf("%d digests for %d entries", len(res.EntryDigests), len(er.Status.History))
 	}
 	for i, e := range er.Status.History {
-		if res.EntryDigests[i] != e.Digest {
-			t.Errorf("entry %d: reference %s, Lethe %s", i, res.EntryDigests[i], e.Digest)
+		if res.EntryDigests[i] != e.Digest || res.EntryEvidenceDigests[i] != e.EvidenceDigest {
+			t.Errorf("entry %d: reference %s / %s, Lethe %s / %s", i, res.EntryDigests[i], res.EntryEvidenceDigests[i], e.Digest, e.EvidenceDigest)
 		}
 	}
-	if last := er.Status.History[len(er.Status.History)-1]; res.EvidenceDigest != last.EvidenceDigest {
-		t.Errorf("evidence document: reference %s, Lethe %s", res.EvidenceDigest, last.EvidenceDigest)
+	last := er.Status.History[len(er.Status.History)-1]
+	if res.EvidenceDigest != last.EvidenceDigest || !maps.Equal(res.Parts, last.EvidenceParts) {
+		t.Errorf("evidence as it stands: reference %s %v, Lethe %s %v", res.EvidenceDigest, res.Parts, last.EvidenceDigest, last.EvidenceParts)
+	}
+	if want := string(evidence.LogLeaf(string(er.UID), last.Digest, len(er.Status.History))); res.LogLeaf != want {
+		t.Errorf("log leaf: reference %s, Lethe %s", res.LogLeaf, want)
+	}
+}
+
+// A request still running verifies as far as it got, says it is in
+// progress, and is not a complete proof; the manager's own check
+// (Unchanged) refuses evidence edited since its entry.
+func TestInProgressAndUnchanged(t *testing.T) {
+	key := newKey(t)
+	er := completed(t, key, "a")
+	er.Status.History, er.Status.Receipt, er.Status.Phase = er.Status.History[:3], nil, lethev1.PhaseDeleted
+	// The backup step is progressing: its evidence changes without an entry.
+	er.Status.Evidence.Steps[1].Backups[0].GoneAt = nil
+	rep, err := evidence.VerifyRequest(context.Background(), er, evidence.Options{KeySet: keySet(t, key)})
+	if err != nil || !rep.InProgress || rep.Complete() {
+		t.Fatalf("in progress: %v, report %+v", err, rep)
+	}
+	if err := evidence.Unchanged(er); err != nil {
+		t.Fatalf("a step in progress is not tampering: %v", err)
+	}
+	er.Status.Evidence.Steps[0].Verification[0].Found = 1
+	if err := evidence.Unchanged(er); err == nil || !strings.Contains(err.Error(), "evidence of step Deleted was edited") {
+		t.Fatalf("an edit of settled evidence: %v", err)
 	}
 }

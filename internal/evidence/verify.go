@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	ita1 "github.com/in-toto/attestation/go/v1"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -21,6 +22,9 @@ type Options struct {
 	// AllowUnsigned accepts a history or receipt written with no key
 	// configured (the chain then proves only that nothing was edited since).
 	AllowUnsigned bool
+	// SessionsDigest stands for the request's session IDs when only their
+	// digest is known (a proof read back from the database).
+	SessionsDigest string
 }
 
 // Report is what a verification established, for a person to read.
@@ -33,21 +37,30 @@ type Report struct {
 	SignedBy []PublishedKey
 	// Unsigned: the history carries no signatures (allowed by Options).
 	Unsigned bool
-	// InProgress: the plan or evidence changed after the last entry (a
-	// request still running); the last entry's evidence is not checked.
+	// InProgress: the last history entry is not a final one and the
+	// evidence of a step not yet settled changed since: a request still
+	// running, whose proof is not complete.
 	InProgress bool
-	Receipt    *ReceiptCheck
-	Log        *LogCheck
+	// Unlogged: the signed receipt has no place in the store's receipt log yet.
+	Unlogged bool
+	Receipt  *ReceiptCheck
+	Log      *LogCheck
 	// Checks are the checks that passed, one sentence each.
 	Checks []string
 }
 
+// Complete reports whether the verification proves a finished erasure
+// with nothing left unchecked: signed, final, with a receipt in the log.
+func (r *Report) Complete() bool {
+	return !r.Unsigned && !r.InProgress && !r.Unlogged && r.Receipt != nil && r.Receipt.Signed && r.Log != nil
+}
+
 // ReceiptCheck is what the receipt check found.
 type ReceiptCheck struct {
-	Signed  bool
-	Key     PublishedKey
-	Covers  int
-	Predict *ReceiptPredicate
+	Signed    bool
+	Key       PublishedKey
+	Covers    int
+	Predicate *ReceiptPredicate
 }
 
 // LogCheck is the receipt's verified place in its store's log.
@@ -60,14 +73,23 @@ func (r *Report) passed(format string, args ...any) {
 	r.Checks = append(r.Checks, fmt.Sprintf(format, args...))
 }
 
+// final reports whether a phase ends a request's history.
+func final(p lethev1.Phase) bool {
+	return p == lethev1.PhaseBackupsRotated || p == lethev1.PhaseCancelled || p == lethev1.PhasePlanned
+}
+
 // VerifyRequest verifies a request's proof as an auditor would, from the
-// object alone and the key set: the chain, every entry's signature, the
-// plan and step evidence against the digest the history recorded, the
-// receipt's signature and statement, and its place in the store's log.
-// The error names the first thing that is wrong.
+// object alone and the key set: the chain, every entry's signature, every
+// entry's evidence digest, the evidence as it stands against what the
+// history recorded, the receipt's signature and statement (identity,
+// dates, the covered entry), and its place in the store's log. The error
+// names the first thing that is wrong.
 func VerifyRequest(ctx context.Context, er *lethev1.ErasureRequest, opts Options) (*Report, error) {
 	c := ChainOf(er)
 	rep := &Report{Format: c.Format, Entries: len(c.History), Head: Head(c.History)}
+	if len(c.History) == 0 {
+		return rep, errors.New("history: the request has no history: nothing to verify")
+	}
 	if err := VerifyChain(c); err != nil {
 		return rep, fmt.Errorf("history: %w", err)
 	}
@@ -75,11 +97,10 @@ func VerifyRequest(ctx context.Context, er *lethev1.ErasureRequest, opts Options
 	if err := verifyEntrySignatures(rep, c, opts); err != nil {
 		return rep, err
 	}
-	pred, err := verifyReceipt(ctx, rep, er, opts)
-	if err != nil {
+	if err := verifyEvidence(rep, er, opts); err != nil {
 		return rep, err
 	}
-	if err := verifyEvidence(rep, er, pred); err != nil {
+	if _, err := verifyReceipt(ctx, rep, er, opts); err != nil {
 		return rep, err
 	}
 	if err := verifyLog(rep, er, opts.KeySet); err != nil {
@@ -103,7 +124,7 @@ func verifyEntrySignatures(rep *Report, c Chain, opts Options) error {
 		rep.Unsigned = true
 		return nil
 	}
-	unsigned := len(c.History) > 0
+	unsigned := true
 	for _, e := range c.History {
 		if e.Signature != "" {
 			unsigned = false
@@ -120,21 +141,81 @@ func verifyEntrySignatures(rep *Report, c Chain, opts Options) error {
 		for i, k := range keys {
 			ids[i] = shortID(k.KeyID)
 		}
-		rep.passed("every entry is signed by a key of the key set, current when it signed (%s)", strings.Join(ids, ", "))
+		rep.passed("every entry is signed by a key of the key set, not retired when it signed (%s)", strings.Join(ids, ", "))
 	}
 	return nil
 }
 
-// verifyReceipt checks the receipt: it covers an entry of the chain, and,
-// signed, its statement names this request, that entry and its evidence.
+// verifyEvidence checks every entry's evidence digest against its parts
+// and the request, that no entry changed evidence that had settled, and
+// the evidence as it stands against the last entry.
+func verifyEvidence(rep *Report, er *lethev1.ErasureRequest, opts Options) error {
+	h := er.Status.History
+	if er.Status.EvidenceFormat == "" {
+		return nil
+	}
+	for i, e := range h {
+		d, err := CanonicalDigest(DocumentFor(er, e.EvidenceParts, opts.SessionsDigest))
+		if err != nil {
+			return err
+		}
+		if d != e.EvidenceDigest {
+			return fmt.Errorf("evidence: history entry %d's evidence digest does not cover its parts for this request, store and sessions (spec.storeRef or spec.sessionIDs edited?)", i)
+		}
+	}
+	if err := CheckParts(h); err != nil {
+		return fmt.Errorf("evidence: %w", err)
+	}
+	last := h[len(h)-1]
+	cur := PartsOf(er)
+	if err := changedSettled(h, lethev1.HistoryEntry{EvidenceParts: cur}); err != nil {
+		return fmt.Errorf("evidence: %w", err)
+	}
+	var open []string
+	for part, d := range cur {
+		if last.EvidenceParts[part] != d {
+			open = append(open, part)
+		}
+	}
+	sort.Strings(open)
+	if len(open) > 0 {
+		if final(last.Phase) {
+			return fmt.Errorf("evidence: %s changed after the last history entry (%s), which ended the request", partNames(open), last.Phase)
+		}
+		rep.InProgress = true
+		return nil
+	}
+	rep.passed("the plan and every step's evidence recompute to the digests the history recorded (entry %d of %d)", len(h), len(h))
+	return nil
+}
+
+func partNames(parts []string) string {
+	out := make([]string, len(parts))
+	for i, p := range parts {
+		if p == PlanPart {
+			out[i] = "status.plan"
+		} else {
+			out[i] = "the evidence of step " + p
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// verifyReceipt checks the receipt: a history that ended has one; it
+// covers an entry of the chain, and, signed, its statement names exactly
+// this request, its store, dates and that entry.
 func verifyReceipt(ctx context.Context, rep *Report, er *lethev1.ErasureRequest, opts Options) (*ReceiptPredicate, error) {
-	r := er.Status.Receipt
+	r, h := er.Status.Receipt, er.Status.History
 	if r == nil {
+		// A completed erasure has a receipt; a cancel or a plan has none.
+		if last := h[len(h)-1]; last.Phase == lethev1.PhaseBackupsRotated {
+			return nil, fmt.Errorf("receipt: the history ended (%s) but the request has no receipt (removed?)", last.Phase)
+		}
 		return nil, nil
 	}
 	at := -1
-	for i, h := range er.Status.History {
-		if h.Digest == r.Digest {
+	for i, e := range h {
+		if e.Digest == r.Digest {
 			at = i
 		}
 	}
@@ -143,8 +224,8 @@ func verifyReceipt(ctx context.Context, rep *Report, er *lethev1.ErasureRequest,
 	}
 	rep.Receipt = &ReceiptCheck{Covers: at + 1}
 	if r.Envelope == "" {
-		if !opts.AllowUnsigned {
-			return nil, errors.New("receipt: unsigned (no signing key was configured); --allow-unsigned accepts it")
+		if !opts.AllowUnsigned || !rep.Unsigned {
+			return nil, errors.New("receipt: unsigned (no signing key was configured); --allow-unsigned accepts it for an unsigned history")
 		}
 		rep.passed("the unsigned receipt covers history entry %d", at+1)
 		return nil, nil
@@ -154,12 +235,8 @@ func verifyReceipt(ctx context.Context, rep *Report, er *lethev1.ErasureRequest,
 		return nil, fmt.Errorf("receipt: %w", err)
 	}
 	rep.Receipt.Signed, rep.Receipt.Key = true, key
-	want := strings.TrimPrefix(r.Digest, "sha256:")
-	if len(st.Subject) != 1 || st.Subject[0].Digest["sha256"] != want {
-		return nil, fmt.Errorf("receipt: the signed statement covers another digest than %s (a swapped receipt?)", r.Digest)
-	}
-	if !strings.HasSuffix(st.Subject[0].Name, "/"+string(er.UID)) {
-		return nil, fmt.Errorf("receipt: the signed statement names %s, not this request (UID %s): a receipt of another request", st.Subject[0].Name, er.UID)
+	if err := checkSubject(st, er, r.Digest); err != nil {
+		return nil, fmt.Errorf("receipt: %w", err)
 	}
 	if er.Status.EvidenceFormat == "" {
 		rep.passed("the receipt is signed by key %s and covers history entry %d", shortID(key.KeyID), at+1)
@@ -169,12 +246,68 @@ func verifyReceipt(ctx context.Context, rep *Report, er *lethev1.ErasureRequest,
 	if err != nil {
 		return nil, fmt.Errorf("receipt: %w", err)
 	}
-	if pred.Request.UID != string(er.UID) || pred.HistoryLength != at+1 || pred.EvidenceDigest != er.Status.History[at].EvidenceDigest {
-		return nil, fmt.Errorf("receipt: the signed statement does not match history entry %d of this request", at+1)
+	if err := checkPredicate(pred, er, at, opts); err != nil {
+		return nil, fmt.Errorf("receipt: %w", err)
 	}
-	rep.Receipt.Predict = pred
-	rep.passed("the receipt is signed by key %s (current %s) and covers history entry %d of %d", shortID(key.KeyID), key.Validity(), at+1, len(er.Status.History))
+	issued, err := time.Parse(time.RFC3339, pred.IssuedAt)
+	if err != nil {
+		return nil, fmt.Errorf("receipt: the signed issuedAt %q is not a time", pred.IssuedAt)
+	}
+	if key, err = opts.KeySet.currentAt(r.KeyID, issued); err != nil {
+		return nil, fmt.Errorf("receipt: %w", err)
+	}
+	rep.Receipt.Key, rep.Receipt.Predicate = key, pred
+	rep.passed("the receipt is signed by key %s (%s), names this request and covers history entry %d of %d", shortID(key.KeyID), key.Validity(), at+1, len(h))
 	return pred, nil
+}
+
+// checkSubject: the statement's one subject is exactly this request (or,
+// for the anonymous receipt, its UID) and the covered digest.
+func checkSubject(st *ita1.Statement, er *lethev1.ErasureRequest, digest string) error {
+	want := "erasurerequest/" + er.Namespace + "/" + er.Name + "/" + string(er.UID)
+	if er.Name == "" {
+		want = "erasurerequest/" + string(er.UID)
+	}
+	if len(st.Subject) != 1 || st.Subject[0].Digest["sha256"] != strings.TrimPrefix(digest, "sha256:") {
+		return fmt.Errorf("the signed statement covers another digest than %s (a swapped receipt?)", digest)
+	}
+	if st.Subject[0].Name != want {
+		return fmt.Errorf("the signed statement names %s, not this request (%s): a receipt of another request, or the request's name, namespace or UID edited", st.Subject[0].Name, want)
+	}
+	return nil
+}
+
+// checkPredicate compares what the receipt signed with the request.
+func checkPredicate(pred *ReceiptPredicate, er *lethev1.ErasureRequest, at int, opts Options) error {
+	e := er.Status.History[at]
+	if pred.Request.UID != string(er.UID) || pred.HistoryLength != at+1 || pred.HistoryHead != e.Digest || pred.EvidenceDigest != e.EvidenceDigest {
+		return fmt.Errorf("the signed statement does not match history entry %d of this request", at+1)
+	}
+	if pred.Store != er.Spec.StoreRef.Name {
+		return fmt.Errorf("the signed statement names store %q, the request %q", pred.Store, er.Spec.StoreRef.Name)
+	}
+	if pred.Phase != string(e.Phase) {
+		return fmt.Errorf("the signed statement says phase %s, the covered entry %s", pred.Phase, e.Phase)
+	}
+	if er.Name == "" || opts.SessionsDigest != "" {
+		return nil // a proof from the database: no name, dates or IDs to compare
+	}
+	if pred.Request.Name != er.Name || pred.Request.Namespace != er.Namespace {
+		return fmt.Errorf("the signed statement names %s/%s, the request is %s/%s", pred.Request.Namespace, pred.Request.Name, er.Namespace, er.Name)
+	}
+	requested := er.CreationTimestamp.Time
+	if er.Spec.RequestedAt != nil {
+		requested = er.Spec.RequestedAt.Time
+	}
+	deadline := ""
+	if er.Status.Deadline != nil {
+		deadline = rfc3339(&er.Status.Deadline.Time)
+	}
+	if pred.RequestedAt != rfc3339(&requested) || pred.Deadline != deadline || pred.Sessions != len(er.Spec.SessionIDs) {
+		return fmt.Errorf("the signed statement says requested %s, deadline %s, %d session(s); the request says %s, %s, %d (edited?)",
+			pred.RequestedAt, pred.Deadline, pred.Sessions, rfc3339(&requested), deadline, len(er.Spec.SessionIDs))
+	}
+	return nil
 }
 
 func predicateFrom(st *ita1.Statement) (*ReceiptPredicate, error) {
@@ -193,69 +326,4 @@ func predicateFrom(st *ita1.Statement) (*ReceiptPredicate, error) {
 		return nil, fmt.Errorf("the statement's format is %q, want %q", p.Format, Format)
 	}
 	return p, nil
-}
-
-// verifyEvidence recomputes the evidence document and compares it with the
-// digest the last entry recorded. Where they differ, the receipt's part
-// digests (when it covers the last entry) name what was edited.
-func verifyEvidence(rep *Report, er *lethev1.ErasureRequest, pred *ReceiptPredicate) error {
-	h := er.Status.History
-	if er.Status.EvidenceFormat == "" || len(h) == 0 {
-		return nil
-	}
-	last := h[len(h)-1]
-	got, err := CanonicalDigest(DocumentOf(er))
-	if err != nil {
-		return err
-	}
-	if got == last.EvidenceDigest {
-		rep.passed("the plan and every step's evidence recompute to the digest history entry %d recorded", len(h))
-		return nil
-	}
-	if er.Status.Receipt == nil && !terminal(er.Status.Phase) {
-		rep.InProgress = true
-		return nil
-	}
-	if pred != nil && pred.HistoryLength == len(h) {
-		if what := editedParts(er, pred); len(what) > 0 {
-			return fmt.Errorf("evidence: %s, after the receipt signed it", strings.Join(what, "; "))
-		}
-	}
-	return fmt.Errorf("evidence: status.plan or status.evidence (or the sessions asked for) differs from what history entry %d recorded: edited after it was written", len(h))
-}
-
-func terminal(p lethev1.Phase) bool {
-	return p == lethev1.PhaseBackupsRotated || p == lethev1.PhaseCancelled || p == lethev1.PhasePlanned
-}
-
-// editedParts names the parts of the evidence whose digests differ from
-// the receipt's.
-func editedParts(er *lethev1.ErasureRequest, pred *ReceiptPredicate) []string {
-	var what []string
-	if d, _ := CanonicalDigest(er.Status.Plan); d != pred.PlanDigest {
-		what = append(what, "status.plan was edited")
-	}
-	seen := map[string]bool{}
-	if er.Status.Evidence != nil {
-		for _, s := range er.Status.Evidence.Steps {
-			seen[s.Step] = true
-			switch d, _ := CanonicalDigest(s); {
-			case pred.StepDigests[s.Step] == "":
-				what = append(what, fmt.Sprintf("evidence of step %s was added", s.Step))
-			case d != pred.StepDigests[s.Step]:
-				what = append(what, fmt.Sprintf("evidence of step %s was edited (its counts, verification results, times or backups)", s.Step))
-			}
-		}
-	}
-	var removed []string
-	for step := range pred.StepDigests {
-		if !seen[step] {
-			removed = append(removed, step)
-		}
-	}
-	sort.Strings(removed)
-	for _, step := range removed {
-		what = append(what, fmt.Sprintf("evidence of step %s was removed", step))
-	}
-	return what
 }

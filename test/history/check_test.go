@@ -1,6 +1,7 @@
 package history
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -160,8 +161,17 @@ func (c *checker) requests() {
 		if phase == lethev1.PhaseCancelled && r.CancelRV == 0 {
 			c.bad("request %s is Cancelled though nobody cancelled it", r.Name)
 		}
-		if err := evidence.Verify(er.Status.History); err != nil {
+		if err := evidence.VerifyChain(evidence.ChainOf(er)); err != nil {
 			c.bad("request %s: history chain does not verify: %v", r.Name, err)
+		}
+		// The whole proof, as an auditor checks it: signatures, evidence,
+		// receipt and its place in the store's log.
+		if er.Status.EvidenceFormat == "" {
+			c.bad("request %s: its history has no evidence format (a legacy chain)", r.Name)
+		} else if rep, err := evidence.VerifyRequest(context.Background(), er, evidence.Options{KeySet: c.rec.KeySet}); err != nil {
+			c.bad("request %s: its proof does not verify: %v", r.Name, err)
+		} else if rep.InProgress {
+			c.bad("request %s: its evidence changed after its last history entry", r.Name)
 		}
 		seen := map[string]int{}
 		for _, h := range er.Status.History {

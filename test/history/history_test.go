@@ -16,11 +16,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/evidence"
 	"github.com/lethe-dev/lethe/internal/graph"
 	"github.com/lethe-dev/lethe/internal/testenv"
 )
@@ -424,6 +426,10 @@ func (r *round) finish(ctx context.Context, plans []*runPlan, before map[*runPla
 		}
 		final[p] = states
 	}
+	keys, err := publishedKeySet(ctx, e)
+	if err != nil {
+		return nil, err
+	}
 	if err := reingestFinal(r.db, plans, final, reingestions, r.f, rng); err != nil {
 		return nil, err
 	}
@@ -431,7 +437,7 @@ func (r *round) finish(ctx context.Context, plans []*runPlan, before map[*runPla
 	api.stop()
 	writes := graphs.stop()
 	var effects, after []dbEffect
-	err := r.db.do(ctx, func(conn *pgx.Conn) error {
+	err = r.db.do(ctx, func(conn *pgx.Conn) error {
 		var err error
 		if r.restore == nil {
 			effects, err = effectsSince(ctx, conn, r.seq)
@@ -448,7 +454,7 @@ func (r *round) finish(ctx context.Context, plans []*runPlan, before map[*runPla
 	for _, p := range plans {
 		rec := before[p]
 		rec.Effects, rec.Statuses, rec.Backups, rec.DBRs, rec.GraphWrites = effects, api.requests, api.backups, api.dbrs, writes
-		rec.Final, rec.Reingestions = final[p], reingestions.of(p.ID)
+		rec.Final, rec.Reingestions, rec.KeySet = final[p], reingestions.of(p.ID), keys
 		if r.restore != nil {
 			rec.Restore = r.restore.record(p, after)
 			if r.restore.detected[p] {
@@ -592,4 +598,13 @@ func playVelero(ctx context.Context, e *env) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// publishedKeySet reads the key set the manager publishes beside its key.
+func publishedKeySet(ctx context.Context, e *env) (evidence.KeySet, error) {
+	cm := &corev1.ConfigMap{}
+	if err := e.k8s.Get(ctx, types.NamespacedName{Namespace: receiptKeyNS, Name: receiptKeyName}, cm); err != nil {
+		return evidence.KeySet{}, fmt.Errorf("read the published key set: %w", err)
+	}
+	return evidence.ParseKeySet([]byte(cm.Data["keyset.json"])) // controllers.ReceiptKeySet
 }

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/evidence"
 	"github.com/lethe-dev/lethe/internal/fixture"
 	"github.com/lethe-dev/lethe/internal/graph"
 )
@@ -60,6 +61,7 @@ type runRecord struct {
 	DBRs        []dbrObs
 	GraphWrites []graphWrite
 	Final       map[string]*lethev1.ErasureRequest // by request name
+	KeySet      evidence.KeySet                    // the manager's published keys
 	GraphBefore map[string]int
 	GraphAfter  map[string]int
 	RowsBefore  map[string]int64 // rows per session in every table that references it

@@ -132,9 +132,17 @@ func Digest(v any) (string, error) {
 type Result struct {
 	// EntryDigests are the digests every history entry must carry.
 	EntryDigests []string
-	// EvidenceDigest is the digest of the request's evidence document as it
-	// stands: the last entry's evidenceDigest must equal it.
+	// EntryEvidenceDigests are the evidenceDigest every entry must carry,
+	// from the parts it recorded.
+	EntryEvidenceDigests []string
+	// Parts are the digests of the evidence parts as they stand (plan and
+	// each step): the last entry's evidenceParts must equal them.
+	Parts map[string]string
+	// EvidenceDigest is the digest of the evidence document as it stands:
+	// the last entry's evidenceDigest must equal it.
 	EvidenceDigest string
+	// LogLeaf is the receipt log's leaf data for the whole history.
+	LogLeaf string
 }
 
 // Recompute reads an ErasureRequest's JSON (as the API serves it, or the
@@ -155,32 +163,81 @@ func Recompute(requestJSON []byte) (Result, error) {
 	if !ok {
 		sessions = []any{}
 	}
-	steps, ok := field(status, "evidence")["steps"].([]any)
-	if !ok {
-		steps = []any{}
+	sessionsDigest, err := Digest(sessions)
+	if err != nil {
+		return Result{}, err
 	}
-	doc := map[string]any{"format": Format, "request": uid, "store": field(spec, "storeRef")["name"],
-		"sessionIDs": sessions, "plan": status["plan"], "steps": steps}
-	var res Result
-	var err error
-	if res.EvidenceDigest, err = Digest(doc); err != nil {
+	res := Result{}
+	if res.Parts, err = partsOf(status); err != nil {
+		return res, err
+	}
+	document := func(parts any) (string, error) {
+		return Digest(map[string]any{"format": Format, "request": uid, "store": field(spec, "storeRef")["name"],
+			"sessions": sessionsDigest, "parts": parts})
+	}
+	partsAny := map[string]any{}
+	for k, v := range res.Parts {
+		partsAny[k] = v
+	}
+	if res.EvidenceDigest, err = document(partsAny); err != nil {
 		return res, err
 	}
 	history, _ := status["history"].([]any)
 	for _, h := range history {
 		e, _ := h.(map[string]any)
-		entry := map[string]any{"format": Format, "request": uid}
-		for _, k := range []string{"previousDigest", "phase", "event", "time", "evidenceDigest", "keyID"} {
-			s, _ := e[k].(string)
-			entry[k] = s
+		parts, ok := e["evidenceParts"].(map[string]any)
+		if !ok {
+			parts = map[string]any{}
 		}
-		d, err := Digest(entry)
+		ed, err := document(parts)
 		if err != nil {
 			return res, err
 		}
-		res.EntryDigests = append(res.EntryDigests, d)
+		d, err := entryDigest(uid, e)
+		if err != nil {
+			return res, err
+		}
+		res.EntryEvidenceDigests, res.EntryDigests = append(res.EntryEvidenceDigests, ed), append(res.EntryDigests, d)
+	}
+	if n := len(res.EntryDigests); n > 0 {
+		var buf bytes.Buffer
+		leaf := map[string]any{"format": Format, "request": uid, "historyHead": res.EntryDigests[n-1], "historyLength": json.Number(strconv.Itoa(n))}
+		if err := Canonicalize(&buf, leaf); err != nil {
+			return res, err
+		}
+		res.LogLeaf = buf.String()
 	}
 	return res, nil
+}
+
+// partsOf digests the plan and each step's evidence of a status.
+func partsOf(status map[string]any) (map[string]string, error) {
+	parts := map[string]string{}
+	var err error
+	if plan, ok := status["plan"]; ok && plan != nil {
+		if parts["plan"], err = Digest(plan); err != nil {
+			return nil, err
+		}
+	}
+	steps, _ := field(status, "evidence")["steps"].([]any)
+	for _, s := range steps {
+		step, _ := s.(map[string]any)
+		name, _ := step["step"].(string)
+		if parts[name], err = Digest(s); err != nil {
+			return nil, err
+		}
+	}
+	return parts, nil
+}
+
+// entryDigest is the digest history entry e of request uid must carry.
+func entryDigest(uid string, e map[string]any) (string, error) {
+	entry := map[string]any{"format": Format, "request": uid}
+	for _, k := range []string{"previousDigest", "phase", "event", "time", "evidenceDigest", "keyID"} {
+		s, _ := e[k].(string)
+		entry[k] = s
+	}
+	return Digest(entry)
 }
 
 func field(m map[string]any, k string) map[string]any {
