@@ -92,7 +92,7 @@ test: test-deps manifests generate ## Install what the tests need, then run ever
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=5s
 
 # Fuzz targets: a short run of each in `make test`; `make fuzz FUZZTIME=30m` for a long one.
-FUZZ_TARGETS := FuzzParamsHeader:./internal/graph FuzzVerify:./internal/evidence FuzzCreateRequest:./internal/erasurecli FuzzAdmissionRules:./test/admission
+FUZZ_TARGETS := FuzzParamsHeader:./internal/graph FuzzVerifyRequest:./internal/evidence FuzzReadBundle:./internal/evidence FuzzCreateRequest:./internal/erasurecli FuzzAdmissionRules:./test/admission
 FUZZTIME ?= 5s
 
 .PHONY: fuzz

@@ -149,6 +149,14 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if erasure.Terminal(er) {
 		return res, nil
 	}
+	if p.keyErr != nil {
+		// Said on the step the request is on; nothing is signed or done.
+		out := erasure.Outcome{Kind: erasure.Errored, Err: p.keyErr, Condition: stepCondition(erasure.FirstPending(er),
+			lethev1.ReasonSigningKeyUnavailable, "the receipt signing key cannot be read (see the manager's --receipt-key-secret); every history entry is signed, so the request waits for it")}
+		r.record(p, out)
+		return r.result(ctx, "signing key", out)
+	}
+
 	// Past the deletion, every pass re-verifies, and what it finds must land
 	// in the history: only from the latest version of the request.
 	if meta.IsStatusConditionTrue(er.Status.Conditions, lethev1.ConditionDeleted) {
@@ -191,7 +199,7 @@ func (r *ErasureRequestReconciler) runSteps(ctx context.Context, p *pass) (ctrl.
 func (r *ErasureRequestReconciler) newPass(ctx context.Context, er *lethev1.ErasureRequest) (*pass, error) {
 	key, err := r.signingKey(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("the receipt signing key signs every history entry: %w", err)
+		return &pass{req: er, before: er.DeepCopy(), keyErr: fmt.Errorf("the receipt signing key signs every history entry: %w", err)}, nil
 	}
 	// The manager signs only evidence it wrote: a settled part edited by a
 	// status writer stops the request until a human restores it.

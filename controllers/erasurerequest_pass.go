@@ -30,6 +30,9 @@ type pass struct {
 	gone bool
 	// key signs the history entries the pass appends (nil: unsigned).
 	key *evidence.Key
+	// keyErr: a signing key is configured but cannot be read; the pass
+	// only says so.
+	keyErr error
 }
 
 // scope resolves the request's store and opens its ports; when that is not

@@ -79,6 +79,9 @@ func TestStoreWithEveryLayerBecomesReadyOnceVeleroIsInstalled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := createReceiptKeyIn(ctx, c); err != nil {
+		t.Fatal(err)
+	}
 	ownPools := &postgres.Pools{Options: postgres.Options{Vector: true}}
 	t.Cleanup(ownPools.Close)
 	stop, err := startManager(own.Config, ownPools, true)

@@ -326,15 +326,19 @@ func connectVector(t *testing.T, dsn string) *pgx.Conn {
 
 var receiptKeySecret = types.NamespacedName{Namespace: "lethe-system", Name: "lethe-receipt-key"}
 
-func createReceiptKey(ctx context.Context) error {
+func createReceiptKey(ctx context.Context) error { return createReceiptKeyIn(ctx, k8s) }
+
+// createReceiptKeyIn creates the signing key's namespace and Secret in the
+// API server of c (a manager signs every history entry with it).
+func createReceiptKeyIn(ctx context.Context, c client.Client) error {
 	key, err := evidence.GeneratePrivateKeyPEM()
 	if err != nil {
 		return err
 	}
-	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: receiptKeySecret.Namespace}}); err != nil {
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: receiptKeySecret.Namespace}}); err != nil {
 		return err
 	}
-	return k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: receiptKeySecret.Namespace, Name: receiptKeySecret.Name},
+	return c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: receiptKeySecret.Namespace, Name: receiptKeySecret.Name},
 		Data: map[string][]byte{controllers.ReceiptPrivateKey: key}})
 }
 

@@ -287,6 +287,35 @@ func TestHistoryIsAppendOnly(t *testing.T) {
 	})
 }
 
+// The evidence format is set once, with the first entry, and never changed
+// or removed: a downgrade to the legacy (unkeyed) chain is refused.
+func TestEvidenceFormatIsFixedOnceSet(t *testing.T) {
+	ctx := context.Background()
+	r := validRequest()
+	if err := k8s.Create(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	e := historyEntry(1)
+	e.EvidenceParts = map[string]string{"plan": fmt.Sprintf("sha256:%064d", 5)}
+	r.Status.EvidenceFormat, r.Status.History = "lethe.dev/evidence/v1", []lethev1.HistoryEntry{e}
+	if err := k8s.Status().Update(ctx, r); err != nil {
+		t.Fatalf("the first entry with its format: %v", err)
+	}
+	for name, tamper := range map[string]func(*lethev1.ErasureRequest){
+		"downgraded to legacy": func(r *lethev1.ErasureRequest) { r.Status.EvidenceFormat = "" },
+		"changed":              func(r *lethev1.ErasureRequest) { r.Status.EvidenceFormat = "lethe.dev/evidence/v0" },
+		"entry's parts edited": func(r *lethev1.ErasureRequest) { r.Status.History[0].EvidenceParts["plan"] = "sha256:00" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := r.DeepCopy()
+			tamper(c)
+			if err := k8s.Status().Update(ctx, c); err == nil {
+				t.Fatal("admitted")
+			}
+		})
+	}
+}
+
 func TestStoreCreationIsValidated(t *testing.T) {
 	ctx := context.Background()
 	cases := map[string]struct {

@@ -167,7 +167,10 @@ const (
 	ReasonCompleted           = "Completed"
 	ReasonInProgress          = "InProgress"
 	ReasonResurrected         = "Resurrected"
-	ReasonNoActionNeeded      = "NoActionNeeded"
+	// ReasonSigningKeyUnavailable: the configured receipt signing key
+	// cannot be read; every history entry is signed, so the request waits.
+	ReasonSigningKeyUnavailable = "SigningKeyUnavailable"
+	ReasonNoActionNeeded        = "NoActionNeeded"
 	// ReasonProgressing is Reconciling's reason when the next step has not
 	// reported yet; otherwise Reconciling carries that step's own reason.
 	ReasonProgressing = "Progressing"

@@ -163,7 +163,10 @@ With --bundle FILE it needs no cluster: the bundle (from 'kubectl erasure export
 carries the request and the key set. Pin the keys you trust with --key-set or
 --public-key; otherwise the bundle's own key set is used and the output says so.
 
-Exits 1 naming what is wrong when anything does not verify, 2 when no key can be found.`,
+Exits 0 for a complete proof (signed, finished, the receipt in the store's log);
+1 naming what is wrong when anything does not verify; 2 when no key can be found;
+3 when everything verifies but the proof is not complete (in progress, cancelled,
+unsigned, or the receipt not yet in the log), saying which.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if (bundleFile == "") == (len(args) == 0) || len(args) > 1 {
 				return errors.New("give either one request NAME or --bundle FILE")
@@ -229,16 +232,11 @@ func (o *options) printVerification(er *lethev1.ErasureRequest, rep *evidence.Re
 		return &ExitError{Code: 1, Err: fmt.Errorf("erasurerequest %s does NOT verify: %w", er.Name, verr)}
 	}
 	for _, k := range rep.SignedBy {
-		fmt.Fprintf(w, "key %s: current %s\n", k.KeyID, k.Validity())
+		fmt.Fprintf(w, "key %s: %s\n", k.KeyID, k.Validity())
 	}
-	switch {
-	case rep.Unsigned:
-		fmt.Fprintln(w, "warning: unsigned: the history proves only that nothing was edited since it was written")
-	case rep.InProgress:
-		fmt.Fprintln(w, "in progress: the evidence has changed since the last history entry; it is checked once the request completes")
-	}
-	if er.Status.Receipt == nil {
-		fmt.Fprintf(w, "receipt: none yet (phase %s)\n", er.Status.Phase)
+	if why := rep.Incomplete(); why != "" {
+		// Everything checked verifies, but it is not a complete proof.
+		return &ExitError{Code: 3, Err: fmt.Errorf("erasurerequest %s is not a complete proof of erasure: %s", er.Name, why)}
 	}
 	fmt.Fprintln(w, "verified")
 	return nil
@@ -260,8 +258,9 @@ func newExport(o *options) *cobra.Command {
 		Long: `Writes the request (spec, plan, evidence, signed history, receipt and its place in
 the store's receipt log) and the published key set as one JSON bundle that
 'kubectl erasure verify --bundle FILE' and 'kubectl erasure report --bundle FILE'
-read with no cluster. Nothing in it is personal data beyond the session IDs the
-request names.`,
+read with no cluster. It holds the request as the cluster does: its session IDs and
+spec.reason (free text that must hold no personal data) included; the signed
+statement inside holds neither.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()

@@ -27,7 +27,9 @@ does and renders the outcome as a one-page HTML certificate of erasure on standa
 output: what was asked and when, what each step erased and checked, the backups and
 their expirations, the receipt, its key and its place in the store's receipt log.
 The verification banner is computed now, never copied from the bundle. A request
-that does not verify is rendered too, marked NOT VERIFIED, and the command exits 1.`,
+that does not verify, or is not a complete proof (in progress, cancelled, unsigned,
+not in the receipt log), is rendered too, marked NOT VERIFIED with the reason, and
+the command exits 1 or 3 as verify does.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if (bundleFile == "") == (len(args) == 0) || len(args) > 1 {
 				return fmt.Errorf("give either one request NAME or --bundle FILE")
@@ -45,6 +47,9 @@ that does not verify is rendered too, marked NOT VERIFIED, and the command exits
 			}
 			if verr != nil {
 				return &ExitError{Code: 1, Err: fmt.Errorf("erasurerequest %s does NOT verify: %w", er.Name, verr)}
+			}
+			if why := rep.Incomplete(); why != "" {
+				return &ExitError{Code: 3, Err: fmt.Errorf("erasurerequest %s is not a complete proof of erasure: %s", er.Name, why)}
 			}
 			return nil
 		},
@@ -93,11 +98,14 @@ func certificate(er *lethev1.ErasureRequest, ks evidence.KeySet, rep *evidence.R
 	c := report.Certificate{
 		Request: report.RequestInfo{Namespace: er.Namespace, Name: er.Name, UID: string(er.UID), Store: er.Spec.StoreRef.Name,
 			Sessions: len(er.Spec.SessionIDs), Immediate: er.Spec.Immediate, Phase: string(st.Phase), RequestedAt: er.CreationTimestamp.Time},
-		Verification:   report.Verification{OK: verr == nil, Checks: rep.Checks},
+		Verification:   report.Verification{OK: verr == nil && rep.Complete(), Checks: rep.Checks},
 		EvidenceFormat: formatOf(er), LetheVersion: version.Get().Version, GeneratedAt: time.Now().UTC(),
 	}
-	if verr != nil {
+	switch {
+	case verr != nil:
 		c.Verification.Failure = verr.Error()
+	case !rep.Complete():
+		c.Verification.Failure = "not a complete proof of erasure: " + rep.Incomplete()
 	}
 	if er.Spec.RequestedAt != nil {
 		c.Request.RequestedAt = er.Spec.RequestedAt.Time

@@ -1,10 +1,14 @@
 package evidence
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/gowebpki/jcs"
 
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
@@ -38,17 +42,28 @@ func NewBundle(er *lethev1.ErasureRequest, ks KeySet, exportedBy string, now tim
 		ExportedBy: exportedBy, Request: req, KeySet: ks}
 }
 
-// ReadBundle parses a bundle file.
+// ReadBundle parses a bundle file. It accepts only a bundle that reads the
+// same to any JSON tool as to this one: no duplicate keys, no field it
+// does not know, no key spelled in another case, no explicit empty value
+// where the format omits it (each would let what Lethe verifies differ
+// from what an auditor's script reads).
 func ReadBundle(b []byte) (*Bundle, error) {
+	in, err := jcs.Transform(b)
+	if err != nil {
+		return nil, fmt.Errorf("the bundle is not JSON with unique keys: %w", err)
+	}
 	out := &Bundle{}
 	if err := json.Unmarshal(b, out); err != nil {
 		return nil, fmt.Errorf("the bundle is not JSON: %w", err)
+	}
+	if again, err := Canonical(out); err != nil || !bytes.Equal(in, again) {
+		return nil, errors.New("the bundle holds fields this version does not read, keys in another case or explicit empty values: another JSON tool would read it differently")
 	}
 	if out.Format != BundleFormat {
 		return nil, fmt.Errorf("the bundle's format is %q, want %q", out.Format, BundleFormat)
 	}
 	if out.Request == nil {
-		return nil, fmt.Errorf("the bundle holds no request")
+		return nil, errors.New("the bundle holds no request")
 	}
 	if out.EvidenceFormat != out.Request.Status.EvidenceFormat {
 		return nil, fmt.Errorf("the bundle says evidence format %q, its request %q", out.EvidenceFormat, out.Request.Status.EvidenceFormat)

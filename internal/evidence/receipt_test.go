@@ -286,3 +286,31 @@ func TestInProgressAndUnchanged(t *testing.T) {
 		t.Fatalf("an edit of settled evidence: %v", err)
 	}
 }
+
+// A bundle that another JSON tool would read differently is refused: a
+// duplicate key, a key in another case, a field this version does not know.
+func TestBundleReadsTheSameToEveryTool(t *testing.T) {
+	raw, err := json.Marshal(evidence.NewBundle(completed(t, newKey(t), "a"), evidence.KeySet{}, "test", t0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := evidence.ReadBundle(raw); err != nil {
+		t.Fatalf("an exported bundle: %v", err)
+	}
+	for name, edit := range map[string]func(string) string{
+		"duplicate key":       func(s string) string { return strings.Replace(s, `"found":0`, `"found":0,"found":3`, 1) },
+		"key in another case": func(s string) string { return strings.Replace(s, `"found":0`, `"found":0,"Found":3`, 1) },
+		"unknown field":       func(s string) string { return strings.Replace(s, `"found":0`, `"found":0,"foundLater":3`, 1) },
+		"explicit empty": func(s string) string {
+			return strings.Replace(s, `"sessionsFound":1`, `"sessionsFound":1,"graphNodes":0`, 1)
+		},
+	} {
+		edited := edit(string(raw))
+		if edited == string(raw) {
+			t.Fatalf("%s: the edit did not apply", name)
+		}
+		if _, err := evidence.ReadBundle([]byte(edited)); err == nil {
+			t.Errorf("%s: the bundle was accepted", name)
+		}
+	}
+}

@@ -51,8 +51,24 @@ type Report struct {
 
 // Complete reports whether the verification proves a finished erasure
 // with nothing left unchecked: signed, final, with a receipt in the log.
-func (r *Report) Complete() bool {
-	return !r.Unsigned && !r.InProgress && !r.Unlogged && r.Receipt != nil && r.Receipt.Signed && r.Log != nil
+func (r *Report) Complete() bool { return r.Incomplete() == "" }
+
+// Incomplete says what keeps a verification that passed from being a
+// complete proof of erasure; empty when nothing does.
+func (r *Report) Incomplete() string {
+	switch {
+	case r.Unsigned:
+		return "unsigned: the history proves only that nothing was edited since it was written"
+	case r.InProgress:
+		return "in progress: the request has not finished; its evidence so far verifies"
+	case r.Receipt == nil:
+		return "no receipt: the request did not complete an erasure (cancelled, planned or still running)"
+	case !r.Receipt.Signed:
+		return "the receipt is unsigned"
+	case r.Unlogged || r.Log == nil:
+		return "the receipt has no place in the store's receipt log yet"
+	}
+	return ""
 }
 
 // ReceiptCheck is what the receipt check found.

@@ -3,12 +3,14 @@ package postgres_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/mod/sumdb/tlog"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
@@ -96,24 +98,36 @@ func TestRecordProofChecksTheChainAndLogsIt(t *testing.T) {
 		}
 	}
 
-	refused := map[string]func(p *erasure.Proof){
-		"an edited entry": func(p *erasure.Proof) { p.History[1].Event = "Edited" },
-		"a reordered history": func(p *erasure.Proof) {
+	refused := map[string]struct {
+		tamper func(p *erasure.Proof)
+		want   string
+	}{
+		"an edited entry": {func(p *erasure.Proof) { p.History[1].Event = "Edited" }, "history entry 1 does not recompute"},
+		"a reordered history": {func(p *erasure.Proof) {
 			p.History[0], p.History[1] = p.History[1], p.History[0]
-		},
-		"a history of another request": func(p *erasure.Proof) { p.UID = "uid-q" },
-		"a receipt over no entry":      func(p *erasure.Proof) { p.Digest = "sha256:00" },
-		"a history that does not extend the recorded one": func(p *erasure.Proof) {
+		}, "history entry 0 does not link"},
+		"a history of another request": {func(p *erasure.Proof) { p.UID = "uid-q" }, "history entry 0 does not recompute"},
+		"a receipt over no entry":      {func(p *erasure.Proof) { p.Digest = "sha256:00" }, "the receipt covers no entry"},
+		"a history that does not extend the recorded one": {func(p *erasure.Proof) {
 			*p = proofOf(t, "uid-p", 4, signingKey(t))
-		},
+		}, "does not extend the one recorded"},
+		"other evidence for the recorded history": {func(p *erasure.Proof) {
+			p.Document = map[string]any{"format": evidence.Format, "edited": true}
+		}, "the evidence differs from the one recorded"},
+		"a stale history that is not a prefix": {func(p *erasure.Proof) {
+			p.History = proofOf(t, "uid-p", 2, signingKey(t)).History
+			p.Digest = p.History[1].Digest
+		}, "does not match the one recorded"},
 	}
-	for name, tamper := range refused {
+	for name, tc := range refused {
 		t.Run(name, func(t *testing.T) {
 			q := proofOf(t, "uid-p", 3, key)
 			q.History = append([]lethev1.HistoryEntry(nil), long.History...)
-			tamper(&q)
-			if _, err := e.MirrorProof(ctx, q); err == nil || !strings.Contains(err.Error(), "record_proof") {
-				t.Fatalf("refused: got %v", err)
+			tc.tamper(&q)
+			_, err := e.MirrorProof(ctx, q)
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "LE003" || !strings.Contains(pgErr.Message, tc.want) {
+				t.Fatalf("got %v, want SQLSTATE LE003 saying %q", err, tc.want)
 			}
 		})
 	}

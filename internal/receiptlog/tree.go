@@ -1,8 +1,10 @@
 // Package receiptlog keeps, per store, an append-only Merkle tree log of
 // erasure receipts and signs checkpoints of it.
 //
-// Every completed erasure request's anonymous receipt (the DSSE envelope
-// JSON as stored) is a leaf of its store's log. Leaves are only ever
+// Every proof of a completed erasure request written to its store's
+// database is a leaf of the store's log: the canonical JSON of {format,
+// historyHead, historyLength, request} (evidence.LogLeaf; the database
+// computes it in lethe.record_proof). Leaves are only ever
 // appended, and the log's operator signs checkpoints (origin, size, root)
 // in the C2SP tlog-checkpoint format, a C2SP signed note. An auditor who kept
 // two checkpoints of a store's log can ask for a consistency proof between
@@ -39,9 +41,9 @@ var (
 	ErrInconsistent = errors.New("checkpoints are not consistent")
 )
 
-// LeafHash returns the leaf of a receipt in its store's log: the RFC 6962
-// leaf hash, SHA-256(0x00 || receipt), of the receipt's bytes exactly as
-// stored (the DSSE envelope JSON). Re-encoding the envelope changes the leaf.
+// LeafHash returns the leaf hash of a receipt's leaf data in its store's
+// log: the RFC 6962 leaf hash, SHA-256(0x00 || data), of the data's bytes
+// exactly (evidence.LogLeaf's canonical JSON).
 func LeafHash(receipt []byte) tlog.Hash {
 	return tlog.RecordHash(receipt)
 }
