@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/gowebpki/jcs"
-
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
