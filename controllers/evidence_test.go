@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,6 +26,9 @@ import (
 	"github.com/lethe-dev/lethe/internal/erasurecli"
 	"github.com/lethe-dev/lethe/internal/evidence"
 	"github.com/lethe-dev/lethe/internal/evidence/auditref"
+	"github.com/lethe-dev/lethe/internal/fixture"
+	"github.com/lethe-dev/lethe/internal/postgres"
+	"github.com/lethe-dev/lethe/internal/testenv"
 )
 
 // completedWithLog waits until the request completed and its receipt's
@@ -340,4 +344,115 @@ func rotateReceiptKey(t *testing.T) string {
 		Data: map[string][]byte{controllers.ReceiptPrivateKey: pemKey}}
 	eventually(t, 10*time.Second, func() error { return k8s.Create(ctx, fresh) })
 	return key.ID()
+}
+
+// kubeconfigFor writes a kubeconfig for the API server of cfg.
+func kubeconfigFor(t *testing.T, cfg *rest.Config) string {
+	t.Helper()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["own"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["own"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	kc.Contexts["own"] = &clientcmdapi.Context{Cluster: "own", AuthInfo: "own"}
+	kc.CurrentContext = "own"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// pluginIn runs the plugin against the API server of a kubeconfig.
+func pluginIn(t *testing.T, kubeconfigPath string, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd := erasurecli.NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+	cmd.SetArgs(append(args, "--kubeconfig", kubeconfigPath))
+	err := cmd.ExecuteContext(context.Background())
+	return out.String() + errOut.String(), err
+}
+
+// The proof outlives the cluster: a request completed on a control plane
+// of its own is exported, the manager and the API server are stopped, and
+// the bundle still verifies (and renders) against the saved key set.
+func TestBundleVerifiesAfterTheAPIServerStops(t *testing.T) {
+	ctx := context.Background()
+	own, err := testenv.StartControlPlaneWith(testenv.ControlPlaneOptions{CRDDirs: cp.Env.CRDDirectoryPaths})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = own.Stop()
+		}
+	})
+	c, err := client.New(own.Config, client.Options{Scheme: suiteScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := createReceiptKeyIn(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	ownPools := &postgres.Pools{Options: postgres.Options{Vector: true}}
+	t.Cleanup(ownPools.Close)
+	stopManager, err := startManager(own.Config, ownPools, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := newNamespaceIn(t, c, "bundle")
+	dsn := migratedDatabase(t)
+	if err := fixture.Seed(ctx, connectVector(t, dsn), fixture.Session{ID: erasedA, Tenant: "default", Rounds: 2, Text: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	createSecretIn(t, c, ns, "pg", map[string]string{"dsn": dsn})
+	store := newStore(ns, nil)
+	if err := c.Create(ctx, store); err != nil {
+		t.Fatal(err)
+	}
+	er := &lethev1.ErasureRequest{ObjectMeta: metav1.ObjectMeta{Name: "forget", Namespace: ns},
+		Spec: lethev1.ErasureRequestSpec{StoreRef: lethev1.StoreReference{Name: store.Name},
+			SessionIDs: []lethev1.SessionID{erasedA}, Immediate: true, Reason: "DPO-9"}}
+	if err := c.Create(ctx, er); err != nil {
+		t.Fatal(err)
+	}
+	waitPhaseIn(t, c, er, lethev1.PhaseBackupsRotated)
+	eventually(t, 30*time.Second, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(er), er); err != nil {
+			return err
+		}
+		if er.Status.Receipt == nil || er.Status.Receipt.Log == nil {
+			return errors.New("no receipt log inclusion yet")
+		}
+		return nil
+	})
+	kc := kubeconfigFor(t, own.Config)
+	bundle, err := pluginIn(t, kc, "export", "forget", "-n", ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{}
+	if err := c.Get(ctx, receiptKeySecret, cm); err != nil {
+		t.Fatal(err)
+	}
+	keySetFile := writeFile(t, "keyset.json", []byte(cm.Data[controllers.ReceiptKeySet]))
+	bundleFile := writeFile(t, "bundle.json", []byte(bundle))
+
+	if err := stopManager(); err != nil {
+		t.Errorf("manager: %v", err)
+	}
+	if err := own.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	stopped = true
+	if out, err := pluginIn(t, kc, "verify", "forget", "-n", ns); err == nil {
+		t.Fatalf("online verify with the API server stopped: %s", out)
+	}
+	out, err := pluginIn(t, kc, "verify", "--bundle", bundleFile, "--key-set", keySetFile)
+	if err != nil || !strings.Contains(out, "verified") {
+		t.Fatalf("verify --bundle with the API server stopped: %v\n%s", err, out)
+	}
+	html, err := pluginIn(t, kc, "report", "--bundle", bundleFile, "--key-set", keySetFile)
+	if err != nil || !strings.Contains(html, "Certificate of erasure") || strings.Contains(html, "NOT VERIFIED") {
+		t.Fatalf("report --bundle with the API server stopped: %v\n%.300s", err, html)
+	}
 }

@@ -170,10 +170,11 @@ func VerifySignatures(c Chain, ks KeySet, allowUnsigned bool) ([]PublishedKey, e
 	return used, nil
 }
 
-// shortID is a key ID's first 12 characters, for messages.
+// shortID is a key ID's first 19 characters (the SHA256: prefix and 12
+// of the fingerprint), for messages.
 func shortID(id string) string {
-	if len(id) > 12 {
-		return id[:12]
+	if len(id) > 19 {
+		return id[:19]
 	}
 	return id
 }
