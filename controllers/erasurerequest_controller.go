@@ -65,8 +65,11 @@ type ErasureRequestReconciler struct {
 	// mirrored holds, per request UID, the history length last mirrored
 	// into the database by this process.
 	mirrored sync.Map
-	// keys caches the signing key for keyTTL.
+	// keys caches the signing key for keyTTL, and the published key set.
 	keys keyCache
+	// guarded holds, per request UID, the history length whose chain and
+	// signatures the guard last verified.
+	guarded sync.Map
 
 	// ReverifyInterval is how often a completed request is checked for
 	// resurrected sessions.
@@ -149,6 +152,12 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if erasure.Terminal(er) {
 		return res, nil
 	}
+	if err := r.guard(er); err != nil {
+		// Said once per pass; the request waits for a human.
+		r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, ReasonEvidenceTampered, "Verify",
+			"%s; Lethe signs nothing more for this request until it is restored", err.Error())
+		return ctrl.Result{}, fmt.Errorf("the request's status was edited: %w", err)
+	}
 	if p.keyErr != nil {
 		// Said on the step the request is on; nothing is signed or done.
 		out := erasure.Outcome{Kind: erasure.Errored, Err: p.keyErr, Condition: stepCondition(erasure.FirstPending(er),
@@ -183,7 +192,7 @@ func (r *ErasureRequestReconciler) runSteps(ctx context.Context, p *pass) (ctrl.
 			return r.result(ctx, st.Name(), out)
 		}
 	}
-	if err := r.completed(ctx, sc, er); err != nil {
+	if err := r.completed(ctx, sc, p); err != nil {
 		return ctrl.Result{}, err
 	}
 	if !er.DeletionTimestamp.IsZero() {
@@ -201,23 +210,52 @@ func (r *ErasureRequestReconciler) newPass(ctx context.Context, er *lethev1.Eras
 	if err != nil {
 		return &pass{req: er, before: er.DeepCopy(), keyErr: fmt.Errorf("the receipt signing key signs every history entry: %w", err)}, nil
 	}
-	// The manager signs only evidence it wrote: a settled part edited by a
-	// status writer stops the request until a human restores it.
-	if err := evidence.Unchanged(er); err != nil {
-		r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, ReasonEvidenceTampered, "Verify",
-			"%s; Lethe signs nothing more for this request until it is restored", err.Error())
-		return nil, fmt.Errorf("the request's evidence was edited: %w", err)
-	}
 	return &pass{req: er, before: er.DeepCopy(), key: key}, nil
+}
+
+// guard refuses to go on with a request whose status someone else edited
+// where the manager would build on it: the manager signs only evidence it
+// wrote, on a history it signed, and skips a step only when its signed
+// milestone is there. It checks a v1 history (a legacy one is unkeyed).
+func (r *ErasureRequestReconciler) guard(er *lethev1.ErasureRequest) error {
+	if er.Status.EvidenceFormat == "" {
+		return nil
+	}
+	if n, ok := r.guarded.Load(er.UID); !ok || n.(int) != len(er.Status.History) {
+		c := evidence.ChainOf(er)
+		if err := evidence.VerifyChain(c); err != nil {
+			return err
+		}
+		if ks, ok := r.keys.published(); ok {
+			if _, err := evidence.VerifySignatures(c, ks, false); err != nil {
+				return err
+			}
+		}
+		if err := evidence.CheckParts(er.Status.History); err != nil {
+			return err
+		}
+		r.guarded.Store(er.UID, len(er.Status.History))
+	}
+	if un := erasure.UnbackedConditions(er); len(un) > 0 {
+		return fmt.Errorf("condition(s) %v are True without their milestone in the history", un)
+	}
+	return evidence.Unchanged(er, erasure.FirstPending(er))
 }
 
 // completed issues the receipt of a request whose steps are all done and
 // mirrors it, with the history, into the database. A mirror that fails (a
 // database not yet migrated to 00012) is reported, and stops nothing: the
 // re-verification that follows matters more, and the next pass mirrors.
-func (r *ErasureRequestReconciler) completed(ctx context.Context, sc *erasure.Scope, er *lethev1.ErasureRequest) error {
+func (r *ErasureRequestReconciler) completed(ctx context.Context, sc *erasure.Scope, p *pass) error {
+	er := p.req
 	if err := r.issueReceipt(ctx, er); err != nil {
 		return fmt.Errorf("issue the receipt: %w", err)
+	}
+	if !persisted(p) {
+		// Only what the API server holds goes into the database: a pass
+		// whose status write is lost would leave a history there that the
+		// request's next one does not extend. The next pass mirrors.
+		return nil
 	}
 	if err := r.mirrorProof(ctx, sc, er); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "the proof is not in the database yet; the next pass tries again")
@@ -225,6 +263,14 @@ func (r *ErasureRequestReconciler) completed(ctx context.Context, sc *erasure.Sc
 			"the receipt and history could not be written to lethe.erasure_proofs (are Lethe's migrations applied?); retried on the next pass")
 	}
 	return nil
+}
+
+// persisted reports whether the pass's receipt and history are those the
+// API server already holds (the pass read them, it did not add them).
+func persisted(p *pass) bool {
+	b := p.before.Status
+	return b.Receipt != nil && p.req.Status.Receipt != nil && b.Receipt.Digest == p.req.Status.Receipt.Digest &&
+		len(b.History) == len(p.req.Status.History)
 }
 
 // ReasonEvidenceTampered is the request's Warning when its evidence was

@@ -555,8 +555,8 @@ func assertSignedReceipt(t *testing.T, er *lethev1.ErasureRequest) {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(er), er); err != nil {
 			return err
 		}
-		if er.Status.Receipt == nil || er.Status.Receipt.Envelope == "" {
-			return fmt.Errorf("no signed receipt: %+v", er.Status.Receipt)
+		if er.Status.Receipt == nil || er.Status.Receipt.Envelope == "" || er.Status.Receipt.Log == nil {
+			return fmt.Errorf("no signed receipt in the store's log: %+v", er.Status.Receipt)
 		}
 		return nil
 	})

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,6 +37,11 @@ func (r *ErasureRequestReconciler) finalize(ctx context.Context, er *lethev1.Era
 		// The store's record keeps what was erased once the object is gone,
 		// so that a later restore of the database is still found.
 		if err := r.recordErasure(ctx, er); err != nil {
+			return ctrl.Result{}, err
+		}
+		// So does the proof: a request deleted before a pass mirrored it
+		// has it mirrored now (its status is what the API server holds).
+		if err := r.mirrorBeforeRelease(ctx, er); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -142,4 +148,28 @@ func (r *ErasureRequestReconciler) recordErasure(ctx context.Context, er *lethev
 		store = nil
 	}
 	return r.Records.Add(ctx, store, er)
+}
+
+// mirrorBeforeRelease mirrors a completed request's proof into its store's
+// database before the object goes, unless this process did already or the
+// store is gone (nothing to write it to).
+func (r *ErasureRequestReconciler) mirrorBeforeRelease(ctx context.Context, er *lethev1.ErasureRequest) error {
+	if er.Status.Receipt == nil {
+		return nil
+	}
+	if n, ok := r.mirrored.Load(er.UID); ok && n.(int) == len(er.Status.History) {
+		return nil
+	}
+	store := &lethev1.MemoryStore{}
+	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: er.Namespace, Name: er.Spec.StoreRef.Name}, store); {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return err
+	}
+	ports, err := r.Connector.Ports(ctx, store)
+	if err != nil {
+		return fmt.Errorf("mirror the proof before the request goes: %w", err)
+	}
+	return r.mirrorProof(ctx, &erasure.Scope{Request: er, Store: store, Ports: ports}, er)
 }

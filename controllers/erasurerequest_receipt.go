@@ -91,7 +91,7 @@ func (r *ErasureRequestReconciler) mirrorProof(ctx context.Context, sc *erasure.
 	if err != nil {
 		return fmt.Errorf("mirror the proof into the database: %w", err)
 	}
-	if key != nil && idx >= 0 && er.Status.EvidenceFormat != "" {
+	if key != nil && idx >= 0 {
 		if err := r.logInclusion(ctx, sc, er, idx, key); err != nil {
 			return err
 		}
@@ -112,7 +112,8 @@ func (r *ErasureRequestReconciler) logInclusion(ctx context.Context, sc *erasure
 	if err != nil {
 		return err
 	}
-	incl, err := evidence.Include(leaves, idx, string(er.UID), evidence.Head(er.Status.History), n, receiptlog.Origin(string(sc.Store.UID)), key, held)
+	ks, _ := r.keys.published()
+	incl, err := evidence.Include(leaves, idx, string(er.UID), evidence.Head(er.Status.History), n, receiptlog.Origin(string(sc.Store.UID)), key, ks, held)
 	if err != nil {
 		r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, ReasonReceiptLogInconsistent, "Log",
 			"the store's receipt log does not extend the checkpoints its requests hold; Lethe signs no checkpoint of it")
@@ -157,11 +158,19 @@ func (r *ErasureRequestReconciler) keyTTL() time.Duration {
 	return keyTTL
 }
 
-// keyCache holds the signing key last read.
+// keyCache holds the signing key last read and the key set published with it.
 type keyCache struct {
 	mu    sync.Mutex
 	key   *evidence.Key
+	set   evidence.KeySet
 	until time.Time
+}
+
+// published is the key set last published, ok when there is one.
+func (k *keyCache) published() (evidence.KeySet, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.set, len(k.set.Keys) > 0
 }
 
 // signingKey is the receipt signing key, nil when none is configured.
@@ -225,6 +234,7 @@ func (r *ErasureRequestReconciler) publishKey(ctx context.Context, key *evidence
 	if err != nil {
 		return err
 	}
+	r.keys.set = ks
 	if !changed && found && cm.Data[ReceiptPublicKey] == string(pub) {
 		return nil
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -454,5 +455,65 @@ func TestBundleVerifiesAfterTheAPIServerStops(t *testing.T) {
 	html, err := pluginIn(t, kc, "report", "--bundle", bundleFile, "--key-set", keySetFile)
 	if err != nil || !strings.Contains(html, "Certificate of erasure") || strings.Contains(html, "NOT VERIFIED") {
 		t.Fatalf("report --bundle with the API server stopped: %v\n%.300s", err, html)
+	}
+}
+
+// The manager signs only evidence it wrote and skips a step only when its
+// signed milestone is there: a status writer who edits settled evidence or
+// marks a step done during the grace period stops the request
+// (EvidenceTampered) instead of having the edit signed.
+func TestTamperedStatusIsNeverSigned(t *testing.T) {
+	ctx := context.Background()
+	e := newMemoryEnv(t, "tampered")
+	for name, tamper := range map[string]func(er *lethev1.ErasureRequest){
+		"settled evidence edited": func(er *lethev1.ErasureRequest) {
+			er.Status.Evidence.Steps[0].Counts[0].Rows += 100
+		},
+		"a step marked done without its milestone": func(er *lethev1.ErasureRequest) {
+			meta.SetStatusCondition(&er.Status.Conditions, metav1.Condition{Type: lethev1.ConditionGracePeriodElapsed,
+				Status: metav1.ConditionTrue, Reason: lethev1.ReasonGraceElapsed, Message: "forged", ObservedGeneration: er.Generation})
+		},
+		"a step's evidence added out of turn": func(er *lethev1.ErasureRequest) {
+			er.Status.Evidence.Steps = append(er.Status.Evidence.Steps, lethev1.StepEvidence{Step: lethev1.ConditionDeleted,
+				Counts: []lethev1.TableCount{{Table: "memory.rounds", Rows: 5}}})
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			er := e.request(t, "t-"+strings.Trim(strings.Map(func(r rune) rune {
+				if r >= 'a' && r <= 'z' {
+					return r
+				}
+				return '-'
+			}, name), "-"), func(r *lethev1.ErasureRequest) {
+				r.Spec.SessionIDs = []lethev1.SessionID{erasedA}
+				r.Spec.Immediate, r.Spec.Reason = false, ""
+				r.Spec.GracePeriod = &metav1.Duration{Duration: time.Hour}
+			})
+			waitStepReason(t, er, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonWaitingForGrace)
+			entries := len(er.Status.History)
+			tamper(er)
+			if err := k8s.Status().Update(ctx, er); err != nil {
+				t.Fatal(err)
+			}
+			// A spec change starts a pass (a status write does not); the
+			// cancel is not honoured either: nothing more is signed.
+			patch := client.MergeFrom(er.DeepCopy())
+			er.Spec.Cancel = true
+			if err := k8s.Patch(ctx, er, patch); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 20*time.Second, func() error {
+				if requestEvents(t, er, controllers.ReasonEvidenceTampered) == 0 {
+					return errors.New("no EvidenceTampered event")
+				}
+				return nil
+			})
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(er), er); err != nil {
+				t.Fatal(err)
+			}
+			if len(er.Status.History) != entries {
+				t.Fatalf("the manager appended to a tampered history: %d entries, had %d", len(er.Status.History), entries)
+			}
+		})
 	}
 }

@@ -223,7 +223,7 @@ func TestHistoryIsAppendOnly(t *testing.T) {
 		if err := k8s.Create(ctx, r); err != nil {
 			t.Fatal(err)
 		}
-		r.Status.History = []lethev1.HistoryEntry{historyEntry(1), historyEntry(2)}
+		r.Status.EvidenceFormat, r.Status.History = "lethe.dev/evidence/v1", []lethev1.HistoryEntry{historyEntry(1), historyEntry(2)}
 		if err := k8s.Status().Update(ctx, r); err != nil {
 			t.Fatalf("first history write refused: %v", err)
 		}
@@ -297,6 +297,9 @@ func TestEvidenceFormatIsFixedOnceSet(t *testing.T) {
 	}
 	e := historyEntry(1)
 	e.EvidenceParts = map[string]string{"plan": fmt.Sprintf("sha256:%064d", 5)}
+	legacy := r.DeepCopy()
+	legacy.Status.History = []lethev1.HistoryEntry{e}
+	refused(t, k8s.Status().Update(ctx, legacy), "a history begins with status.evidenceFormat")
 	r.Status.EvidenceFormat, r.Status.History = "lethe.dev/evidence/v1", []lethev1.HistoryEntry{e}
 	if err := k8s.Status().Update(ctx, r); err != nil {
 		t.Fatalf("the first entry with its format: %v", err)

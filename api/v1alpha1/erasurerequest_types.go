@@ -442,6 +442,7 @@ type ErasureRequestStatus struct {
 // +kubebuilder:resource:shortName=erasure;er,categories=lethe
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.history) || (has(self.status) && has(self.status.history) && self.status.history.size() >= oldSelf.status.history.size() && oldSelf.status.history.all(i, e, self.status.history[i] == e))",message="status.history is append-only: the old history must stay an exact prefix of the new one (no entry edited, removed, reordered or inserted)"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.evidenceFormat) || (has(self.status) && has(self.status.evidenceFormat) && self.status.evidenceFormat == oldSelf.status.evidenceFormat)",message="status.evidenceFormat may not change once set"
+// +kubebuilder:validation:XValidation:rule="(has(oldSelf.status) && has(oldSelf.status.history) && size(oldSelf.status.history) > 0) || !has(self.status) || !has(self.status.history) || size(self.status.history) == 0 || (has(self.status.evidenceFormat) && self.status.evidenceFormat == 'lethe.dev/evidence/v1')",message="a history begins with status.evidenceFormat lethe.dev/evidence/v1 (the legacy, unkeyed format is only read)"
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Sessions",type=integer,JSONPath=`.status.sessions`

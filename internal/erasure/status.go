@@ -197,3 +197,22 @@ func FirstPending(er *lethev1.ErasureRequest) string { return firstPending(er.St
 
 // Deadline is one calendar month after the request (GDPR Art. 12(3)).
 func Deadline(requested time.Time) time.Time { return deadline(requested) }
+
+// UnbackedConditions lists the step conditions that are True without the
+// milestone entry that always comes with them in the history: set by
+// someone else than the manager, they would make it skip a step.
+func UnbackedConditions(er *lethev1.ErasureRequest) []string {
+	reached := map[lethev1.Phase]bool{}
+	for _, e := range er.Status.History {
+		if e.Event != lethev1.ReasonResurrected {
+			reached[e.Phase] = true
+		}
+	}
+	var out []string
+	for _, t := range stepConditions {
+		if meta.IsStatusConditionTrue(er.Status.Conditions, t) && !reached[milestoneOf[t]] {
+			out = append(out, t)
+		}
+	}
+	return out
+}

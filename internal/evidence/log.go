@@ -1,6 +1,7 @@
 package evidence
 
 import (
+	"crypto/ed25519"
 	"fmt"
 	"strings"
 
@@ -75,9 +76,10 @@ func verifyLog(rep *Report, er *lethev1.ErasureRequest, ks KeySet) error {
 // history head and length given (the database wrote the leaf).
 //
 // It signs nothing that drops or changes a receipt: the log must be
-// consistent with every checkpoint in held that key signed (those the
-// store's live requests carry); otherwise it returns an error naming it.
-func Include(leaves [][32]byte, index int64, uid, head string, length int, origin string, key *Key, held [][]byte) (*lethev1.LogInclusion, error) {
+// consistent with every checkpoint in held signed by key or a key of ks
+// (those the store's live requests carry); otherwise it returns an error
+// naming it.
+func Include(leaves [][32]byte, index int64, uid, head string, length int, origin string, key *Key, ks KeySet, held [][]byte) (*lethev1.LogInclusion, error) {
 	if index < 0 || index >= int64(len(leaves)) {
 		return nil, fmt.Errorf("the receipt log has %d leaves, no leaf %d", len(leaves), index)
 	}
@@ -92,7 +94,11 @@ func Include(leaves [][32]byte, index int64, uid, head string, length int, origi
 	if err != nil {
 		return nil, err
 	}
-	if err := consistentWithHeld(tree, origin, key, held); err != nil {
+	pubs, err := ks.publicKeys()
+	if err != nil {
+		return nil, err
+	}
+	if err := consistentWithHeld(tree, origin, append(pubs, key.pub), held); err != nil {
 		return nil, err
 	}
 	note, err := receiptlog.SignCheckpoint(origin, tree.Size(), tree.Root(), key.priv)
@@ -108,10 +114,10 @@ func Include(leaves [][32]byte, index int64, uid, head string, length int, origi
 }
 
 // consistentWithHeld checks the tree against the checkpoints key signed.
-func consistentWithHeld(tree *receiptlog.Tree, origin string, key *Key, held [][]byte) error {
+func consistentWithHeld(tree *receiptlog.Tree, origin string, pubs []ed25519.PublicKey, held [][]byte) error {
 	now := receiptlog.Checkpoint{Origin: origin, Size: tree.Size(), Root: tree.Root()}
 	for _, note := range held {
-		old, err := receiptlog.OpenCheckpoint(note, origin, key.pub)
+		old, err := receiptlog.OpenCheckpoint(note, origin, pubs...)
 		if err != nil {
 			continue // another store's, or another key's: not this one's to hold
 		}

@@ -11,6 +11,31 @@ import (
 // PlanPart names the plan among the evidence parts.
 const PlanPart = "plan"
 
+// stepNames are the only evidence steps Lethe writes, each at most once.
+var stepNames = map[string]bool{
+	lethev1.ConditionTombstoned: true, lethev1.ConditionDeleted: true, lethev1.ConditionGraphReconciled: true,
+	lethev1.ConditionBackupsRotated: true, lethev1.ReasonResurrected: true, lethev1.ReasonCancelled: true,
+}
+
+// CheckStepNames refuses evidence with a step Lethe never writes or a step
+// twice (either would let one step's evidence hide behind another's).
+func CheckStepNames(er *lethev1.ErasureRequest) error {
+	if er.Status.Evidence == nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	for _, s := range er.Status.Evidence.Steps {
+		if !stepNames[s.Step] {
+			return fmt.Errorf("status.evidence has a step %q Lethe never writes", s.Step)
+		}
+		if seen[s.Step] {
+			return fmt.Errorf("status.evidence has step %s twice", s.Step)
+		}
+		seen[s.Step] = true
+	}
+	return nil
+}
+
 // PartsOf is the digest of each part of er's evidence as it stands: the
 // plan ("plan") and each step's evidence (by step name).
 func PartsOf(er *lethev1.ErasureRequest) map[string]string {
@@ -139,14 +164,29 @@ func CheckParts(h []lethev1.HistoryEntry) error {
 // Unchanged checks the request's evidence as it stands against what its
 // history recorded: a settled part that differs was edited by someone
 // else than the manager (which changes a settled part only with an entry
-// that rewrites it). The manager runs it before it signs anything.
-func Unchanged(er *lethev1.ErasureRequest) error {
+// that rewrites it), and a part the history has not recorded may only be
+// the evidence of the step the request is on (current; Lethe writes a
+// step's evidence before its milestone only while it works on it). The
+// manager runs it before it signs anything.
+func Unchanged(er *lethev1.ErasureRequest, current string) error {
 	if er.Status.EvidenceFormat == "" {
 		return nil
+	}
+	if err := CheckStepNames(er); err != nil {
+		return err
 	}
 	cur := lethev1.HistoryEntry{EvidenceParts: PartsOf(er)}
 	if err := changedSettled(er.Status.History, cur); err != nil {
 		return err
+	}
+	var last map[string]string
+	if h := er.Status.History; len(h) > 0 {
+		last = h[len(h)-1].EvidenceParts
+	}
+	for part := range cur.EvidenceParts {
+		if _, recorded := last[part]; !recorded && part != current {
+			return fmt.Errorf("%s appeared without a history entry, and the request is not on that step", partNames([]string{part}))
+		}
 	}
 	return nil
 }

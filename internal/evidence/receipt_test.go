@@ -170,6 +170,14 @@ func TestTamperingIsNamed(t *testing.T) {
 			er.Status.Evidence.Steps[0].Counts[0].Rows = 30
 			milestone(t, er, lethev1.PhaseBackupsRotated, t0.Add(9*time.Hour), key)
 		}, "history entry 4 changed settled evidence: evidence of step Deleted was edited"},
+		"duplicate step hiding the real one": {func(er *lethev1.ErasureRequest) {
+			fake := er.Status.Evidence.Steps[0]
+			fake.Counts = []lethev1.TableCount{{Table: "memory.rounds", Rows: 99}}
+			er.Status.Evidence.Steps = append([]lethev1.StepEvidence{fake}, er.Status.Evidence.Steps...)
+		}, "step Deleted twice"},
+		"a step named plan": {func(er *lethev1.ErasureRequest) {
+			er.Status.Evidence.Steps = append(er.Status.Evidence.Steps, lethev1.StepEvidence{Step: "plan"})
+		}, "never writes"},
 		"reordered entries": {func(er *lethev1.ErasureRequest) {
 			h := er.Status.History
 			h[1], h[2] = h[2], h[1]
@@ -278,11 +286,22 @@ func TestInProgressAndUnchanged(t *testing.T) {
 	if err != nil || !rep.InProgress || rep.Complete() {
 		t.Fatalf("in progress: %v, report %+v", err, rep)
 	}
-	if err := evidence.Unchanged(er); err != nil {
+	if err := evidence.Unchanged(er, lethev1.ConditionBackupsRotated); err != nil {
 		t.Fatalf("a step in progress is not tampering: %v", err)
 	}
+	// Evidence of a step the request is not on, with no entry for it: added by someone else.
+	fake := er.DeepCopy()
+	fake.Status.Evidence.Steps = append(fake.Status.Evidence.Steps, lethev1.StepEvidence{Step: lethev1.ReasonResurrected})
+	if err := evidence.Unchanged(fake, lethev1.ConditionBackupsRotated); err == nil || !strings.Contains(err.Error(), "appeared without a history entry") {
+		t.Fatalf("an added step: %v", err)
+	}
+	dup := er.DeepCopy()
+	dup.Status.Evidence.Steps = append([]lethev1.StepEvidence{{Step: lethev1.ConditionDeleted}}, dup.Status.Evidence.Steps...)
+	if err := evidence.Unchanged(dup, lethev1.ConditionBackupsRotated); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Fatalf("a step twice: %v", err)
+	}
 	er.Status.Evidence.Steps[0].Verification[0].Found = 1
-	if err := evidence.Unchanged(er); err == nil || !strings.Contains(err.Error(), "evidence of step Deleted was edited") {
+	if err := evidence.Unchanged(er, lethev1.ConditionBackupsRotated); err == nil || !strings.Contains(err.Error(), "evidence of step Deleted was edited") {
 		t.Fatalf("an edit of settled evidence: %v", err)
 	}
 }

@@ -43,8 +43,11 @@ type Report struct {
 	InProgress bool
 	// Unlogged: the signed receipt has no place in the store's receipt log yet.
 	Unlogged bool
-	Receipt  *ReceiptCheck
-	Log      *LogCheck
+	// milestones: the entries the receipt covers reach every milestone of
+	// an erasure, in order.
+	milestones bool
+	Receipt    *ReceiptCheck
+	Log        *LogCheck
 	// Checks are the checks that passed, one sentence each.
 	Checks []string
 }
@@ -63,6 +66,8 @@ func (r *Report) Incomplete() string {
 		return "in progress: the request has not finished; its evidence so far verifies"
 	case r.Receipt == nil:
 		return "no receipt: the request did not complete an erasure (cancelled, planned or still running)"
+	case !r.milestones:
+		return "the receipt does not cover a history that reached every milestone (Tombstoned, GracePeriod, Deleted, GraphReconciled, BackupsRotated)"
 	case !r.Receipt.Signed:
 		return "the receipt is unsigned"
 	case r.Unlogged || r.Log == nil:
@@ -179,6 +184,9 @@ func verifyEvidence(rep *Report, er *lethev1.ErasureRequest, opts Options) error
 			return fmt.Errorf("evidence: history entry %d's evidence digest does not cover its parts for this request, store and sessions (spec.storeRef or spec.sessionIDs edited?)", i)
 		}
 	}
+	if err := CheckStepNames(er); err != nil {
+		return fmt.Errorf("evidence: %w", err)
+	}
 	if err := CheckParts(h); err != nil {
 		return fmt.Errorf("evidence: %w", err)
 	}
@@ -239,6 +247,7 @@ func verifyReceipt(ctx context.Context, rep *Report, er *lethev1.ErasureRequest,
 		return nil, fmt.Errorf("receipt: it covers digest %s, which no history entry has (a receipt of another request?)", r.Digest)
 	}
 	rep.Receipt = &ReceiptCheck{Covers: at + 1}
+	rep.milestones = reachedEvery(h[:at+1])
 	if r.Envelope == "" {
 		if !opts.AllowUnsigned || !rep.Unsigned {
 			return nil, errors.New("receipt: unsigned (no signing key was configured); --allow-unsigned accepts it for an unsigned history")
@@ -299,6 +308,14 @@ func checkPredicate(pred *ReceiptPredicate, er *lethev1.ErasureRequest, at int, 
 	if pred.Request.UID != string(er.UID) || pred.HistoryLength != at+1 || pred.HistoryHead != e.Digest || pred.EvidenceDigest != e.EvidenceDigest {
 		return fmt.Errorf("the signed statement does not match history entry %d of this request", at+1)
 	}
+	if noPlan := pred.PlanDigest == mustDigest(nil) && e.EvidenceParts[PlanPart] == ""; pred.PlanDigest != e.EvidenceParts[PlanPart] && !noPlan {
+		return fmt.Errorf("the signed statement's plan digest is not the one history entry %d recorded", at+1)
+	}
+	for step, d := range pred.StepDigests {
+		if e.EvidenceParts[step] != d {
+			return fmt.Errorf("the signed statement's digest of step %s is not the one history entry %d recorded", step, at+1)
+		}
+	}
 	if pred.Store != er.Spec.StoreRef.Name {
 		return fmt.Errorf("the signed statement names store %q, the request %q", pred.Store, er.Spec.StoreRef.Name)
 	}
@@ -342,4 +359,23 @@ func predicateFrom(st *ita1.Statement) (*ReceiptPredicate, error) {
 		return nil, fmt.Errorf("the statement's format is %q, want %q", p.Format, Format)
 	}
 	return p, nil
+}
+
+// erasureMilestones are the phases an erasure reaches, in order.
+var erasureMilestones = []lethev1.Phase{lethev1.PhaseTombstoned, lethev1.PhaseGracePeriod, lethev1.PhaseDeleted,
+	lethev1.PhaseGraphReconciled, lethev1.PhaseBackupsRotated}
+
+// reachedEvery reports whether h reaches every erasure milestone in order
+// (Resurrected entries aside) and ends at the last one.
+func reachedEvery(h []lethev1.HistoryEntry) bool {
+	next := 0
+	for _, e := range h {
+		if e.Event == lethev1.ReasonResurrected {
+			continue
+		}
+		if next < len(erasureMilestones) && e.Phase == erasureMilestones[next] {
+			next++
+		}
+	}
+	return next == len(erasureMilestones) && len(h) > 0 && h[len(h)-1].Phase == lethev1.PhaseBackupsRotated
 }

@@ -28,7 +28,7 @@ func explainCache(ctx context.Context, conn *pgx.Conn, p *runPlan, s string) str
 	var b strings.Builder
 	rows, err := conn.Query(ctx, `SELECT split_part(c.text, ' of ', 1), coalesce(array_to_string(c.tenant_ids, '+'), 'NULL'),
 		coalesce((SELECT string_agg(l.request_uid || '/' || coalesce(l.tenant_id, '-') || '/erased=' || (l.erased_at IS NOT NULL) ||
-			'/cancelled=' || (l.cancelled_at IS NOT NULL), ' '), '') FROM lethe.erasure_ledger l
+			'/cancelled=' || (l.cancelled_at IS NOT NULL), ' ') FROM lethe.erasure_ledger l
 			WHERE l.scope = 'content' AND l.record_id = lethe.content_hash(c.content_sha256)), 'no ledger row')
 		FROM memory_derived.embedding_cache c WHERE strpos(c.text, $1) > 0 ORDER BY 1`, s)
 	if err != nil {
