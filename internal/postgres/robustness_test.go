@@ -97,8 +97,9 @@ func TestCancelAndDeleteRace(t *testing.T) {
 		var cancelErr, deleteErr error
 		var del erasure.DeleteResult
 		wg.Add(2)
-		// A random head start for the cancel, so that both orders happen.
-		jitter := time.Duration(rng.IntN(3000)) * time.Microsecond
+		// A random head start for the cancel (up to 20 ms: a delete takes a
+		// few ms to reach its guard), so that both orders happen.
+		jitter := time.Duration(rng.IntN(20000)) * time.Microsecond
 		go func() { defer wg.Done(); time.Sleep(jitter); _, cancelErr = a.Cancel(ctx, uid) }()
 		go func() { defer wg.Done(); del, deleteErr = b.Delete(ctx, req, 10, 0) }()
 		wg.Wait()
