@@ -199,7 +199,13 @@ func (r *ErasureRequestReconciler) runSteps(ctx context.Context, p *pass) (ctrl.
 		// Finished while being deleted: the next pass releases the finalizer.
 		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 	}
-	return r.reverify(ctx, p, sc)
+	res, err := r.reverify(ctx, p, sc)
+	if !persisted(p) && err == nil && (res.RequeueAfter == 0 || res.RequeueAfter > time.Second) {
+		// The receipt or an entry this pass added is mirrored by the next
+		// pass, once the API server holds it: soon, not at the next recheck.
+		res.RequeueAfter = time.Second
+	}
+	return res, err
 }
 
 // newPass starts a pass with the key that signs its history entries:

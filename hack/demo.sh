@@ -137,6 +137,12 @@ for r in forget-immediate forget-with-grace; do
 	kubectl -n "$ns" get erasurerequest "$r" -o jsonpath='{range .status.conditions[*]}    {.type}={.status} ({.reason}){"\n"}{end}'
 done
 
+# The receipt enters the store's receipt log on the pass after the one
+# that issued it (only what the API server holds is mirrored).
+for _ in $(seq 1 60); do
+	[ -n "$(kubectl -n "$ns" get erasurerequest forget-immediate -o jsonpath='{.status.receipt.log.checkpoint}')" ] && break
+	sleep 1
+done
 echo
 echo "What an auditor runs (the kubectl plugin):"
 echo "\$ kubectl erasure history forget-immediate -n $ns"
