@@ -2,12 +2,9 @@ package postgres
 
 import (
 	"context"
-	"errors"
-	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lethe-dev/lethe/internal/erasure"
 )
@@ -50,56 +47,19 @@ func (e *Eraser) layout(ctx context.Context, q Querier) (Layout, error) {
 	if err != nil {
 		return l, err
 	}
-	// A layout without content sources is not kept: it may have been read
-	// while a restore was half applied (the registry not yet filled), and
-	// kept it would leave the content ledger unwritten for good.
-	if len(l.ContentSources) > 0 {
-		e.loaded = &l
-	}
+	e.loaded = &l
 	return l, nil
-}
-
-// forgetLayout drops the kept layout after a transaction failed: a failure
-// is how a restore shows (connections terminated, privileges not yet
-// granted), and the database after it may not be the one the layout read.
-func (e *Eraser) forgetLayout() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.loaded = nil
 }
 
 // inTx runs fn in one transaction with the layout read in it.
 func (e *Eraser) inTx(ctx context.Context, opts pgx.TxOptions, fn func(tx pgx.Tx, l Layout) error) error {
-	err := pgx.BeginTxFunc(ctx, e.Pool, opts, func(tx pgx.Tx) error {
+	return pgx.BeginTxFunc(ctx, e.Pool, opts, func(tx pgx.Tx) error {
 		l, err := e.layout(ctx, tx)
 		if err != nil {
 			return err
 		}
 		return fn(tx, l)
 	})
-	if databaseChanged(err) {
-		e.forgetLayout()
-	}
-	return err
-}
-
-// databaseChanged reports whether err is one a restore of the database
-// causes: the connection ended or was refused, a privilege or an object
-// missing. A step's own refusals (a late cancel, a serialization failure)
-// keep the layout.
-func databaseChanged(err error) bool {
-	if err == nil {
-		return false
-	}
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
-	}
-	switch c := pgErr.Code; {
-	case strings.HasPrefix(c, "57"), strings.HasPrefix(c, "08"), c == "42501", c == "3D000", c == "42P01", c == "42883":
-		return true
-	}
-	return false
 }
 
 var readOnly = pgx.TxOptions{AccessMode: pgx.ReadOnly}
