@@ -28,8 +28,6 @@ import (
 	"github.com/lethe-dev/lethe/internal/evidence"
 	"github.com/lethe-dev/lethe/internal/evidence/auditref"
 	"github.com/lethe-dev/lethe/internal/fixture"
-	"github.com/lethe-dev/lethe/internal/postgres"
-	"github.com/lethe-dev/lethe/internal/testenv"
 )
 
 // completedWithLog waits until the request completed and its receipt's
@@ -52,20 +50,7 @@ func completedWithLog(t *testing.T, er *lethev1.ErasureRequest) {
 // that does not exist: what it does, it does with no cluster.
 func noClusterCommand(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["gone"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1"}
-	cfg.AuthInfos["gone"] = &clientcmdapi.AuthInfo{Token: "none"}
-	cfg.Contexts["gone"] = &clientcmdapi.Context{Cluster: "gone", AuthInfo: "gone"}
-	cfg.CurrentContext = "gone"
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	cmd := erasurecli.NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out})
-	cmd.SetArgs(append(args, "--kubeconfig", path))
-	err := cmd.ExecuteContext(context.Background())
-	return out.String(), err
+	return pluginIn(t, kubeconfigFor(t, &rest.Config{Host: "https://127.0.0.1:1", BearerToken: "none"}), args...)
 }
 
 func writeFile(t *testing.T, name string, b []byte) string {
@@ -157,11 +142,7 @@ func assertBundleTamperingNamed(t *testing.T, bundleJSON, otherJSON, keySetFile 
 		}
 		return b
 	}
-	forger, err := evidence.GeneratePrivateKeyPEM()
-	if err != nil {
-		t.Fatal(err)
-	}
-	forgerKey, err := evidence.ParsePrivateKey(forger)
+	forgerKey, err := evidence.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,10 +332,10 @@ func rotateReceiptKey(t *testing.T) string {
 func kubeconfigFor(t *testing.T, cfg *rest.Config) string {
 	t.Helper()
 	kc := clientcmdapi.NewConfig()
-	kc.Clusters["own"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["own"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
-	kc.Contexts["own"] = &clientcmdapi.Context{Cluster: "own", AuthInfo: "own"}
-	kc.CurrentContext = "own"
+	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["test"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
+	kc.CurrentContext = "test"
 	path := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := clientcmd.WriteToFile(*kc, path); err != nil {
 		t.Fatal(err)
@@ -377,29 +358,8 @@ func pluginIn(t *testing.T, kubeconfigPath string, args ...string) (string, erro
 // the bundle still verifies (and renders) against the saved key set.
 func TestBundleVerifiesAfterTheAPIServerStops(t *testing.T) {
 	ctx := context.Background()
-	own, err := testenv.StartControlPlaneWith(testenv.ControlPlaneOptions{CRDDirs: cp.Env.CRDDirectoryPaths})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			_ = own.Stop()
-		}
-	})
-	c, err := client.New(own.Config, client.Options{Scheme: suiteScheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := createReceiptKeyIn(ctx, c); err != nil {
-		t.Fatal(err)
-	}
-	ownPools := &postgres.Pools{Options: postgres.Options{Vector: true}}
-	t.Cleanup(ownPools.Close)
-	stopManager, err := startManager(own.Config, ownPools, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	own := startOwnCluster(t)
+	c := own.c
 	ns := newNamespaceIn(t, c, "bundle")
 	dsn := migratedDatabase(t)
 	if err := fixture.Seed(ctx, connectVector(t, dsn), fixture.Session{ID: erasedA, Tenant: "default", Rounds: 2, Text: "x"}); err != nil {
@@ -426,7 +386,7 @@ func TestBundleVerifiesAfterTheAPIServerStops(t *testing.T) {
 		}
 		return nil
 	})
-	kc := kubeconfigFor(t, own.Config)
+	kc := kubeconfigFor(t, own.cp.Config)
 	bundle, err := pluginIn(t, kc, "export", "forget", "-n", ns)
 	if err != nil {
 		t.Fatal(err)
@@ -438,13 +398,9 @@ func TestBundleVerifiesAfterTheAPIServerStops(t *testing.T) {
 	keySetFile := writeFile(t, "keyset.json", []byte(cm.Data[controllers.ReceiptKeySet]))
 	bundleFile := writeFile(t, "bundle.json", []byte(bundle))
 
-	if err := stopManager(); err != nil {
-		t.Errorf("manager: %v", err)
-	}
-	if err := own.Stop(); err != nil {
+	if err := own.stop(); err != nil {
 		t.Fatal(err)
 	}
-	stopped = true
 	if out, err := pluginIn(t, kc, "verify", "forget", "-n", ns); err == nil {
 		t.Fatalf("online verify with the API server stopped: %s", out)
 	}

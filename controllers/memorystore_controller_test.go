@@ -2,9 +2,11 @@ package controllers_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,30 +72,8 @@ func waitConditionIn(t *testing.T, c client.Client, store *lethev1.MemoryStore, 
 // runs a control plane and a manager of its own.
 func TestStoreWithEveryLayerBecomesReadyOnceVeleroIsInstalled(t *testing.T) {
 	ctx := context.Background()
-	own, err := testenv.StartControlPlaneWith(testenv.ControlPlaneOptions{CRDDirs: cp.Env.CRDDirectoryPaths})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = own.Stop() })
-	c, err := client.New(own.Config, client.Options{Scheme: suiteScheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := createReceiptKeyIn(ctx, c); err != nil {
-		t.Fatal(err)
-	}
-	ownPools := &postgres.Pools{Options: postgres.Options{Vector: true}}
-	t.Cleanup(ownPools.Close)
-	stop, err := startManager(own.Config, ownPools, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
-
+	own := startOwnCluster(t)
+	c := own.c
 	ns := newNamespaceIn(t, c, "ready")
 	dsn := migratedDatabase(t)
 	conn := connectVector(t, dsn)
@@ -122,7 +102,7 @@ func TestStoreWithEveryLayerBecomesReadyOnceVeleroIsInstalled(t *testing.T) {
 	}
 	waitStepReasonIn(t, c, er, lethev1.ConditionBackupsRotated, lethev1.ReasonVeleroNotInstalled)
 
-	if err := testenv.InstallVeleroCRDs(own.Config); err != nil {
+	if err := testenv.InstallVeleroCRDs(own.cp.Config); err != nil {
 		t.Fatal(err)
 	}
 	waitConditionIn(t, c, store, lethev1.MemoryStoreReady, metav1.ConditionTrue, lethev1.ReasonAllReady)
@@ -252,4 +232,52 @@ func TestUnreachableLayersAreReported(t *testing.T) {
 	if !strings.Contains(ready.Message, "PostgresReady") || !strings.Contains(ready.Message, "GraphReady") {
 		t.Errorf("Ready message does not name what is not ready: %q", ready.Message)
 	}
+}
+
+// ownCluster is a control plane and a manager of a test's own, with the
+// receipt signing key in place.
+type ownCluster struct {
+	cp          *testenv.ControlPlane
+	c           client.Client
+	stopManager func() error
+	once        sync.Once
+}
+
+// startOwnCluster starts them; they stop when the test ends, or at stop.
+func startOwnCluster(t *testing.T) *ownCluster {
+	t.Helper()
+	own := &ownCluster{}
+	var err error
+	if own.cp, err = testenv.StartControlPlaneWith(testenv.ControlPlaneOptions{CRDDirs: cp.Env.CRDDirectoryPaths}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := own.stop(); err != nil {
+			t.Errorf("stop the own cluster: %v", err)
+		}
+	})
+	if own.c, err = client.New(own.cp.Config, client.Options{Scheme: suiteScheme()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := createReceiptKeyIn(context.Background(), own.c); err != nil {
+		t.Fatal(err)
+	}
+	pools := &postgres.Pools{Options: postgres.Options{Vector: true}}
+	t.Cleanup(pools.Close)
+	if own.stopManager, err = startManager(own.cp.Config, pools, true); err != nil {
+		t.Fatal(err)
+	}
+	return own
+}
+
+// stop stops the manager, then the API server, once.
+func (o *ownCluster) stop() error {
+	var err error
+	o.once.Do(func() {
+		if o.stopManager != nil {
+			err = o.stopManager()
+		}
+		err = errors.Join(err, o.cp.Stop())
+	})
+	return err
 }

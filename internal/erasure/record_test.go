@@ -154,11 +154,7 @@ func TestRecordHistory(t *testing.T) {
 // in whole seconds, UTC, the parts of the evidence as they stand, a digest
 // an auditor recomputes, and the manager's signature.
 func TestRecordFirstEntryStartsTheEvidenceFormat(t *testing.T) {
-	pemKey, err := evidence.GeneratePrivateKeyPEM()
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := evidence.ParsePrivateKey(pemKey)
+	key, err := evidence.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
 	}

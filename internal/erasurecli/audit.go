@@ -146,6 +146,16 @@ func (k *keyFlags) load(ctx context.Context, cl client.Client) (evidence.KeySet,
 	return evidence.KeySet{Keys: []evidence.PublishedKey{{KeyID: key.ID(), PublicKey: pemBytes, ValidFrom: time.Unix(0, 0).UTC()}}}, where, nil
 }
 
+// nameOrBundle accepts one request NAME or --bundle FILE, not both.
+func nameOrBundle(bundleFile *string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if (*bundleFile == "") == (len(args) == 0) || len(args) > 1 {
+			return errors.New("give either one request NAME or --bundle FILE")
+		}
+		return nil
+	}
+}
+
 func newVerify(o *options) *cobra.Command {
 	var keys keyFlags
 	var bundleFile string
@@ -167,12 +177,7 @@ Exits 0 for a complete proof (signed, finished, the receipt in the store's log);
 1 naming what is wrong when anything does not verify; 2 when no key can be found;
 3 when everything verifies but the proof is not complete (in progress, cancelled,
 unsigned, or the receipt not yet in the log), saying which.`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if (bundleFile == "") == (len(args) == 0) || len(args) > 1 {
-				return errors.New("give either one request NAME or --bundle FILE")
-			}
-			return nil
-		},
+		Args: nameOrBundle(&bundleFile),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if bundleFile != "" {
 				return o.verifyBundle(cmd.Context(), bundleFile, &keys)

@@ -30,12 +30,7 @@ The verification banner is computed now, never copied from the bundle. A request
 that does not verify, or is not a complete proof (in progress, cancelled, unsigned,
 not in the receipt log), is rendered too, marked NOT VERIFIED with the reason, and
 the command exits 1 or 3 as verify does.`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if (bundleFile == "") == (len(args) == 0) || len(args) > 1 {
-				return fmt.Errorf("give either one request NAME or --bundle FILE")
-			}
-			return nil
-		},
+		Args: nameOrBundle(&bundleFile),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			er, ks, err := o.reportInput(cmd.Context(), args, bundleFile, &keys)
 			if err != nil {

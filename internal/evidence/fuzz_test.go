@@ -14,11 +14,7 @@ import (
 
 // fuzzKey is one key for every fuzz input (generating one per input is slow).
 var fuzzKey = func() *evidence.Key {
-	pemKey, err := evidence.GeneratePrivateKeyPEM()
-	if err != nil {
-		panic(err)
-	}
-	k, err := evidence.ParsePrivateKey(pemKey)
+	k, err := evidence.GenerateKey()
 	if err != nil {
 		panic(err)
 	}

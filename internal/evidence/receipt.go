@@ -51,6 +51,15 @@ func GeneratePrivateKeyPEM() ([]byte, error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
 }
 
+// GenerateKey makes a new signing key (what GeneratePrivateKeyPEM writes, parsed).
+func GenerateKey() (*Key, error) {
+	pemKey, err := GeneratePrivateKeyPEM()
+	if err != nil {
+		return nil, err
+	}
+	return ParsePrivateKey(pemKey)
+}
+
 // ParsePrivateKey reads a PEM "PRIVATE KEY" (PKCS #8) ed25519 key, as
 // `openssl genpkey -algorithm ed25519` writes it.
 func ParsePrivateKey(pemBytes []byte) (*Key, error) {

@@ -20,11 +20,7 @@ var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
 func newKey(t *testing.T) *evidence.Key {
 	t.Helper()
-	pemKey, err := evidence.GeneratePrivateKeyPEM()
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := evidence.ParsePrivateKey(pemKey)
+	k, err := evidence.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
 	}

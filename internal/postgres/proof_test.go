@@ -36,11 +36,7 @@ func proofOf(t *testing.T, uid string, n int, key *evidence.Key) erasure.Proof {
 
 func signingKey(t *testing.T) *evidence.Key {
 	t.Helper()
-	pemKey, err := evidence.GeneratePrivateKeyPEM()
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := evidence.ParsePrivateKey(pemKey)
+	k, err := evidence.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
 	}
