@@ -20,7 +20,15 @@ PG_MAJOR               ?= 15
 PGVECTOR_VERSION       ?= 0.8.0
 FALKORDB_NPM           ?= @falkordblite/linux-x64@8.2.3-falkordb.4.16.3
 FALKORDB_SHA256        ?= 7e9e39ce69780fbae2cf7a31c28e05a51b4e9177b73e755384de0c3cf9f812e5
+# Velero and what it needs, built from Go modules; the sums are the modules' go.sum hashes.
+VELERO_VERSION            ?= v1.18.1
+VELERO_SUM                ?= h1:eV+urQYesy7tJLVkGM5fs9s/nfOWKtoFezcY1r8IjJM=
+VELERO_AWS_PLUGIN_VERSION ?= v1.14.3
+VELERO_AWS_PLUGIN_SUM     ?= h1:3WuiNvatCGXWp/TfeH9e5LAq4skGMHUDxRMeej2FCAM=
+GOFAKES3_VERSION          ?= v1.2.0
+GOFAKES3_SUM              ?= h1:I9VEzPWvvAUAGzDlhYFoZjF0AXMlkcEyZlmBwiI6Oms=
 export KUBE_VERSION ETCD_VERSION PG_MAJOR PGVECTOR_VERSION FALKORDB_NPM FALKORDB_SHA256
+export VELERO_VERSION VELERO_SUM VELERO_AWS_PLUGIN_VERSION VELERO_AWS_PLUGIN_SUM GOFAKES3_VERSION GOFAKES3_SUM
 
 LETHE_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/lethe
 export LETHE_CACHE
@@ -35,6 +43,9 @@ export KUBEBUILDER_ASSETS      := $(LOCALBIN)/k8s
 export LETHE_PG_BIN            := /usr/lib/postgresql/$(PG_MAJOR)/bin
 export LETHE_FALKORDB_MODULE   := $(LOCALBIN)/falkordb.so
 export LETHE_CHROMIUM          := /usr/bin/chromium
+export LETHE_VELERO            := $(LOCALBIN)/velero
+export LETHE_VELERO_PLUGIN_AWS := $(LOCALBIN)/velero-plugin-for-aws
+export LETHE_GOFAKES3          := $(LOCALBIN)/gofakes3
 
 # -shuffle on: no test may depend on the order the tests run in (go test prints
 # the seed to replay a failing order with -shuffle N).
@@ -81,7 +92,7 @@ lint: golangci-lint ## Run golangci-lint.
 
 ##@ Test
 .PHONY: dev-deps
-dev-deps: envtest-assets postgres falkordb ## Install and cache the services the dev stack and the demo start.
+dev-deps: envtest-assets postgres falkordb velero ## Install and cache the services the dev stack and the demo start.
 
 .PHONY: test-deps
 test-deps: dev-deps helm promtool cyclonedx-gomod chromium ## Install and cache every service and tool the tests start.
@@ -173,6 +184,10 @@ envtest-assets: ## Build and cache kube-apiserver and etcd (minutes the first ti
 .PHONY: postgres
 postgres: ## Install PostgreSQL and build pgvector (needs root for apt).
 	@hack/install-postgres.sh
+
+.PHONY: velero
+velero: ## Build the Velero server, its AWS plugin and an S3-compatible server from Go modules (about 10 minutes, once per machine).
+	@hack/install-velero.sh
 
 .PHONY: falkordb
 falkordb: ## Install Valkey and the FalkorDB module.

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -109,6 +110,12 @@ type ErasureRequestReconciler struct {
 	// Reverify, when set, brings requests to a pass at once (the MemoryStore
 	// audit sends those whose erasures a restore took back).
 	Reverify <-chan event.TypedGenericEvent[client.Object]
+	// Velero, when set, is asked until Velero's CRDs are served; then the
+	// controller watches Backups and DeleteBackupRequests (veleroWatch).
+	Velero VeleroDetector
+	// VeleroDiscoveryInterval is how often Velero is looked for until found
+	// (DefaultVeleroDiscoveryInterval when zero).
+	VeleroDiscoveryInterval time.Duration
 
 	machine *erasure.Machine
 }
@@ -116,8 +123,8 @@ type ErasureRequestReconciler struct {
 // +kubebuilder:rbac:groups=erasure.lethe.dev,resources=erasurerequests,verbs=get;list;watch;update;patch;delete
 // +kubebuilder:rbac:groups=erasure.lethe.dev,resources=erasurerequests/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=erasure.lethe.dev,resources=erasurerequests/finalizers,verbs=update
-// +kubebuilder:rbac:groups=velero.io,resources=backups,verbs=get;list;patch
-// +kubebuilder:rbac:groups=velero.io,resources=deletebackuprequests,verbs=get;list;create
+// +kubebuilder:rbac:groups=velero.io,resources=backups,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=velero.io,resources=deletebackuprequests,verbs=get;list;watch;create
 
 // Reconcile runs the steps in order and writes the status once.
 func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
@@ -395,12 +402,20 @@ func (r *ErasureRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Reverify != nil {
 		b = b.WatchesRawSource(source.Channel(r.Reverify, &handler.TypedEnqueueRequestForObject[client.Object]{}))
 	}
-	return b.Named("erasurerequest").
+	c, err := b.Named("erasurerequest").
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles),
 			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](r.BackoffBase, r.BackoffMax),
 		}).
-		Complete(r)
+		Build(r)
+	if err != nil || r.Velero == nil {
+		return err
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &lethev1.ErasureRequest{}, indexWaitingOnBackups, waitingOnBackups); err != nil {
+		return err
+	}
+	return mgr.Add(&veleroWatch{detector: r.Velero, ctrl: c, cache: mgr.GetCache(), reader: mgr.GetClient(),
+		interval: cmp.Or(r.VeleroDiscoveryInterval, DefaultVeleroDiscoveryInterval)})
 }
 
 func (r *ErasureRequestReconciler) defaults() {

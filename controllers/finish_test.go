@@ -11,6 +11,7 @@ import (
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/controllers"
+	"github.com/lethe-dev/lethe/internal/backups"
 )
 
 // A request deleted right after its deletion (a GitOps prune, a namespace
@@ -21,12 +22,15 @@ import (
 func TestRequestDeletedAfterItsDeletionStillRotatesItsBackups(t *testing.T) {
 	ctx := context.Background()
 	ve := newVeleroEnv(t, "finish")
-	ve.backup(t, "nightly", ve.app, time.Now().Add(-time.Hour), time.Now().Add(48*time.Hour))
+	nightly := ve.backup(t, "nightly", ve.app, 2*day)
 	er := ve.request(t, "forget", func(er *lethev1.ErasureRequest) {
 		er.Spec.Immediate, er.Spec.Reason = false, ""
 		er.Spec.GracePeriod = &metav1.Duration{Duration: time.Millisecond}
 	})
 	waitStepReason(t, er, lethev1.ConditionBackupsRotated, lethev1.ReasonBackupsExpiring)
+	if b := ve.get(t, "nightly"); !b.Status.Expiration.Before(nightly.Status.Expiration) || backups.ReadSummary(b.Annotations).Count != 1 {
+		t.Fatalf("the Backup was not rotated: expiration %s (Velero set %s), annotations %v", b.Status.Expiration, nightly.Status.Expiration, b.Annotations)
+	}
 	if err := k8s.Delete(ctx, er); err != nil {
 		t.Fatal(err)
 	}
@@ -42,8 +46,11 @@ func TestRequestDeletedAfterItsDeletionStillRotatesItsBackups(t *testing.T) {
 	if n := requestEvents(t, live, controllers.ReasonFinishingBeforeRelease); n != 1 {
 		t.Errorf("%d FinishingBeforeRelease events, want 1", n)
 	}
-	ve.remove(t, "nightly") // Velero's garbage collection at the shortened expiration
+	ve.deleteWithVelero(t, "nightly")
 	deleteAndWaitGone(t, er)
+	if f := ve.files(t, "nightly"); f != 0 {
+		t.Errorf("the request was released with %d file(s) of its Backup in the bucket", f)
+	}
 	assertRecordKeepsNoIDs(t, ve.memoryEnv, string(er.UID))
 }
 

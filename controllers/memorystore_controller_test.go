@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/controllers"
 	"github.com/lethe-dev/lethe/internal/fixture"
 	"github.com/lethe-dev/lethe/internal/postgres"
 	"github.com/lethe-dev/lethe/internal/testenv"
@@ -244,7 +245,7 @@ type ownCluster struct {
 }
 
 // startOwnCluster starts them; they stop when the test ends, or at stop.
-func startOwnCluster(t *testing.T) *ownCluster {
+func startOwnCluster(t *testing.T, opts ...func(*controllers.ErasureRequestReconciler)) *ownCluster {
 	t.Helper()
 	own := &ownCluster{}
 	var err error
@@ -264,7 +265,7 @@ func startOwnCluster(t *testing.T) *ownCluster {
 	}
 	pools := &postgres.Pools{Options: postgres.Options{Vector: true}}
 	t.Cleanup(pools.Close)
-	if own.stopManager, err = startManager(own.cp.Config, pools, true); err != nil {
+	if own.stopManager, err = startManager(own.cp.Config, pools, true, opts...); err != nil {
 		t.Fatal(err)
 	}
 	return own

@@ -256,7 +256,7 @@ func TestRestoreBeforeTheBackupsAreGoneIsErasedAgain(t *testing.T) {
 	if err := pg.Dump(db, dump); err != nil {
 		t.Fatal(err)
 	}
-	ve.backup(t, "nightly", ve.app, time.Now().Add(-time.Hour), time.Now().Add(48*time.Hour))
+	ve.backup(t, "nightly", ve.app, 2*day)
 	er := ve.request(t, "forget", func(er *lethev1.ErasureRequest) {
 		er.Spec.Immediate, er.Spec.Reason = false, ""
 		er.Spec.GracePeriod = &metav1.Duration{Duration: time.Millisecond}
@@ -277,7 +277,7 @@ func TestRestoreBeforeTheBackupsAreGoneIsErasedAgain(t *testing.T) {
 	if again := ve.deletedAt(t, er); !again.After(firstDeletion) {
 		t.Errorf("the ledger's deletion time %s is not the re-erasure's (first deletion %s)", again, firstDeletion)
 	}
-	ve.remove(t, "nightly") // Velero's garbage collection at the expiration
+	ve.deleteWithVelero(t, "nightly")
 	waitPhase(t, er, lethev1.PhaseBackupsRotated)
 	if c := meta.FindStatusCondition(er.Status.Conditions, lethev1.ConditionBackupsRotated); c == nil || c.Reason != lethev1.ReasonBackupsGone {
 		t.Errorf("BackupsRotated %+v, want BackupsGone (the step must not conclude nothing was erased)", c)

@@ -118,7 +118,7 @@ func suiteScheme() *runtime.Scheme {
 // startManager starts a manager with both controllers, configured as the
 // suite's, against the API server of cfg; stop ends it and waits.
 // another is set for a manager beside the suite's in the same process.
-func startManager(cfg *rest.Config, pools *postgres.Pools, another bool) (stop func() error, err error) {
+func startManager(cfg *rest.Config, pools *postgres.Pools, another bool, opts ...func(*controllers.ErasureRequestReconciler)) (stop func() error, err error) {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:     suiteScheme(),
 		Metrics:    metricsserver.Options{BindAddress: "0"},
@@ -158,7 +158,7 @@ func startManager(cfg *rest.Config, pools *postgres.Pools, another bool) (stop f
 	}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
-	if err := (&controllers.ErasureRequestReconciler{
+	requests := &controllers.ErasureRequestReconciler{
 		Client:           lostStatusWrites.client(mgr.GetClient()),
 		APIReader:        mgr.GetAPIReader(),
 		SecretReader:     mgr.GetAPIReader(),
@@ -180,7 +180,14 @@ func startManager(cfg *rest.Config, pools *postgres.Pools, another bool) (stop f
 		BatchSize:        2,
 		ProbeBudget:      16,
 		RetryAfter:       300 * time.Millisecond,
-	}).SetupWithManager(mgr); err != nil {
+		Velero:           detector,
+		// Velero's watches start within moments of its CRDs appearing.
+		VeleroDiscoveryInterval: 200 * time.Millisecond,
+	}
+	for _, o := range opts {
+		o(requests)
+	}
+	if err := requests.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())

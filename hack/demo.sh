@@ -30,7 +30,7 @@ export PATH="$LOCALBIN:$PATH" # `kubectl erasure` finds the plugin on the PATH
 # cluster: receipts are signed by default).
 kubectl get namespace lethe-system >/dev/null 2>&1 || kubectl create namespace lethe-system >/dev/null
 "$LOCALBIN/manager" --kubeconfig "$KUBECONFIG" --metrics-bind-address 0 --health-probe-bind-address 127.0.0.1:0 \
-	--store-recheck-interval 30s --backup-recheck-interval 2s --receipt-key-secret lethe-system/lethe-receipt-key --record-key-secret lethe-system/lethe-erasure-record-key >.dev/manager.log 2>&1 &
+	--store-recheck-interval 30s --receipt-key-secret lethe-system/lethe-receipt-key --record-key-secret lethe-system/lethe-erasure-record-key >.dev/manager.log 2>&1 &
 echo $! >.dev/manager.pid
 
 ns=lethe-demo
@@ -61,22 +61,31 @@ kubectl -n "$ns" get memorystore memory -o jsonpath='{.status.schema.cascadingTa
 # --- erasure ---------------------------------------------------------------
 log "seeding synthetic sessions (rounds, facts, embeddings, a shared cache entry, a derived profile) and deriving their graph"
 "$LOCALBIN/demo-seed"
-# Velero's Backups of the memory system: one taken yesterday (it may hold the
-# sessions about to be erased), one of another application.
-kubectl get namespace velero >/dev/null 2>&1 || kubectl create namespace velero >/dev/null
-started=$(date -u -d '-1 day' +%Y-%m-%dT%H:%M:%SZ)
-expires=$(date -u -d '+30 days' +%Y-%m-%dT%H:%M:%SZ)
-for b in "memory-nightly:memory" "billing-nightly:billing"; do
+# Velero (a real server, started with the dev stack) backs up the memory
+# system before the erasure: a stand-in for its data volume lives in the
+# store's namespace; another application's backup is taken beside it.
+kubectl get namespace billing >/dev/null 2>&1 || kubectl create namespace billing >/dev/null
+kubectl -n "$ns" create configmap memory-volume-stand-in --from-literal=note="stand-in for the memory database's volume" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl -n billing create configmap billing-volume-stand-in --from-literal=note="another application's data" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+log "Velero takes the nightly backups"
+for b in "memory-nightly:memory:$ns" "billing-nightly:billing:billing"; do
+	IFS=: read -r name app from <<<"$b"
 	cat <<YAML | kubectl -n velero apply -f - >/dev/null
 apiVersion: velero.io/v1
 kind: Backup
 metadata:
-  name: ${b%%:*}
-  labels: {app.kubernetes.io/part-of: ${b##*:}}
-spec: {}
-status: {phase: Completed, startTimestamp: "$started", expiration: "$expires"}
+  name: $name
+  labels: {app.kubernetes.io/part-of: $app}
+spec: {includedNamespaces: [$from], ttl: 720h0m0s, storageLocation: default, snapshotVolumes: false}
 YAML
+	kubectl -n velero wait "backup/$name" --for=jsonpath='{.status.phase}'=Completed --timeout=120s >/dev/null ||
+		{ kubectl -n velero get backup "$name" -o yaml >&2; tail -n 30 .dev/stack.log >&2; die "Velero did not complete backup $name"; }
 done
+echo
+echo "\$ kubectl -n velero get backups -o custom-columns=NAME:.metadata.name,PHASE:.status.phase,STARTED:.status.startTimestamp,EXPIRES:.status.expiration"
+kubectl -n velero get backups -o custom-columns=NAME:.metadata.name,PHASE:.status.phase,STARTED:.status.startTimestamp,EXPIRES:.status.expiration
+echo "Files of memory-nightly in Velero's bucket (the object store's S3 API):"
+"$LOCALBIN/demo-seed" -backup-files memory-nightly
 psql_counts() {
 	psql "$LETHE_PG_DSN" -Atc "SELECT 'sessions=' || (SELECT count(*) FROM memory.sessions) || ' rounds=' || (SELECT count(*) FROM memory.rounds)
 		|| ' facts=' || (SELECT count(*) FROM memory.facts) || ' cache=' || (SELECT count(*) FROM memory_derived.embedding_cache)
@@ -105,15 +114,10 @@ spec:
   sessionIDs: [0d3c6f7e-1a2b-4c5d-8e9f-000000000004]
   gracePeriod: 168h
 YAML
-kubectl -n "$ns" wait erasurerequest/forget-immediate --for=jsonpath='{.status.conditions[?(@.type=="BackupsRotated")].reason}'=BackupsExpiring --timeout=120s >/dev/null ||
-	{ kubectl -n "$ns" get erasurerequest forget-immediate -o yaml >&2; die "forget-immediate did not reach the backup step"; }
-echo
-echo "forget-immediate waits for the backup taken yesterday: $(kubectl -n "$ns" get erasurerequest forget-immediate -o jsonpath='{.status.conditions[?(@.type=="BackupsRotated")].message}')"
-echo "\$ kubectl -n velero get deletebackuprequests -o custom-columns=NAME:.metadata.name,BACKUP:.spec.backupName"
-kubectl -n velero get deletebackuprequests -o custom-columns=NAME:.metadata.name,BACKUP:.spec.backupName
-echo "(billing-nightly is another application's backup: not selected, untouched)"
-log "playing Velero: processing the DeleteBackupRequest deletes the backup"
-kubectl -n velero delete backup memory-nightly >/dev/null
+# The store has deleteOnImmediate: Lethe asks Velero, with a
+# DeleteBackupRequest, to delete memory-nightly (taken before the deletion);
+# Velero deletes the backup's files, then the Backup, then its request.
+log "waiting for forget-immediate: Postgres, the graph, then Velero deleting memory-nightly"
 kubectl -n "$ns" wait erasurerequest/forget-immediate --for=jsonpath='{.status.phase}'=BackupsRotated --timeout=120s >/dev/null ||
 	{ kubectl -n "$ns" get erasurerequest forget-immediate -o yaml >&2; die "forget-immediate did not complete"; }
 kubectl -n "$ns" wait erasurerequest/forget-with-grace --for=jsonpath='{.status.phase}'=Tombstoned --timeout=60s >/dev/null ||
@@ -121,6 +125,15 @@ kubectl -n "$ns" wait erasurerequest/forget-with-grace --for=jsonpath='{.status.
 echo "memory database after:  $(psql_counts)"
 echo "knowledge graph after:  $("$LOCALBIN/demo-seed" -graph-counts)"
 echo "  (Orion and Lyra stay: sessions three and four still mention them; Vega and Draco, named only by the erased sessions, are gone)"
+echo
+echo "\$ kubectl -n velero get backups,deletebackuprequests"
+kubectl -n velero get backups,deletebackuprequests -o custom-columns=KIND:.kind,NAME:.metadata.name,PHASE:.status.phase
+echo "Files of memory-nightly left in Velero's bucket:"
+"$LOCALBIN/demo-seed" -backup-files memory-nightly
+echo "Files of billing-nightly (another application's, untouched):"
+"$LOCALBIN/demo-seed" -backup-files billing-nightly | tail -n 1
+left=$("$LOCALBIN/demo-seed" -backup-files memory-nightly | tail -n 1 | awk '{print $1}')
+[ "$left" = 0 ] || die "Velero's bucket still holds $left file(s) of memory-nightly"
 echo
 echo "\$ kubectl -n $ns get erasurerequests"
 kubectl -n "$ns" get erasurerequests

@@ -163,10 +163,15 @@ const (
 	ReasonGraphPruning        = "GraphPruning"
 	ReasonBackupsExpiring     = "BackupsExpiring"
 	ReasonBackupsGone         = "BackupsGone"
-	ReasonInvalidSpec         = "InvalidSpec"
-	ReasonCompleted           = "Completed"
-	ReasonInProgress          = "InProgress"
-	ReasonResurrected         = "Resurrected"
+	// ReasonBackupDeletionFailed: Velero processed a DeleteBackupRequest
+	// Lethe created and could not delete the Backup (its status.errors).
+	// Lethe does not ask again while that request exists: a human fixes the
+	// cause and deletes it.
+	ReasonBackupDeletionFailed = "BackupDeletionFailed"
+	ReasonInvalidSpec          = "InvalidSpec"
+	ReasonCompleted            = "Completed"
+	ReasonInProgress           = "InProgress"
+	ReasonResurrected          = "Resurrected"
 	// ReasonSigningKeyUnavailable: the configured receipt signing key
 	// cannot be read; every history entry is signed, so the request waits.
 	ReasonSigningKeyUnavailable = "SigningKeyUnavailable"

@@ -315,6 +315,7 @@ func addControllers(mgr ctrl.Manager, f managerFlags, receiptKey types.Namespace
 		Recorder:                mgr.GetEventRecorder("lethe-erasurerequest"),
 		Connector:               conn,
 		Reverify:                reverify,
+		Velero:                  detector,
 		BackupRecheck:           f.backupRecheck,
 		ReceiptKeySecret:        receiptKey,
 		MaxConcurrentReconciles: f.concurrency,

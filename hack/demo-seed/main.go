@@ -4,7 +4,9 @@
 // profile derived from two sessions; then it derives the knowledge graph from
 // the facts into FalkorDB, as the memory system would. Entities (Orion, Vega,
 // Lyra, Draco) are shared between sessions. With -graph-counts it only
-// prints how many nodes and relationships the graph holds, by label and type.
+// prints how many nodes and relationships the graph holds, by label and type;
+// with -backup-files NAME it lists the files Velero keeps in its bucket for
+// the Backup NAME (through the object store's S3 API) and their count.
 package main
 
 import (
@@ -20,6 +22,7 @@ import (
 
 	"github.com/lethe-dev/lethe/internal/fixture"
 	"github.com/lethe-dev/lethe/internal/graph"
+	"github.com/lethe-dev/lethe/internal/testenv"
 )
 
 // The demo's sessions (fixed IDs, so the demo's requests can name them).
@@ -32,10 +35,14 @@ var sessions = []fixture.Session{
 
 func main() {
 	counts := flag.Bool("graph-counts", false, "print the graph's nodes and relationships by label and type, and exit")
+	backupFiles := flag.String("backup-files", "", "list the files Velero keeps in its bucket for this Backup, and exit")
 	flag.Parse()
 	run := seed
-	if *counts {
+	switch {
+	case *counts:
 		run = graphCounts
+	case *backupFiles != "":
+		run = func() error { return listBackupFiles(*backupFiles) }
 	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "demo-seed:", err)
@@ -130,4 +137,23 @@ func seed() error {
 	}
 	defer done()
 	return fixture.DeriveGraph(ctx, conn, "memory", g)
+}
+
+// listBackupFiles prints the objects under backups/NAME/ in Velero's bucket
+// and how many there are.
+func listBackupFiles(name string) error {
+	url := os.Getenv("LETHE_S3_URL")
+	if url == "" {
+		return fmt.Errorf("LETHE_S3_URL is not set: source .dev/env first")
+	}
+	store := &testenv.ObjectStore{URL: url}
+	keys, err := store.Keys(testenv.VeleroBucket, "backups/"+name+"/")
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		fmt.Printf("    s3://%s/%s\n", testenv.VeleroBucket, k)
+	}
+	fmt.Printf("    %d file(s) of Backup %s in the bucket\n", len(keys), name)
+	return nil
 }

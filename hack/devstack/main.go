@@ -1,6 +1,7 @@
 // Command devstack runs Lethe's local dev stack in the foreground: the
 // control plane (with Lethe's and Velero's CRDs), PostgreSQL with the
-// reference schema migrated, and FalkorDB. It writes a sourceable env file
+// reference schema migrated, FalkorDB, and a real Velero server (with its
+// AWS plugin) storing its backups in an S3-compatible server. It writes a sourceable env file
 // and stops every service by its PID on SIGINT/SIGTERM. hack/dev-stack.sh
 // runs it in the background.
 package main
@@ -80,7 +81,15 @@ func run(dir string) error {
 	}
 	say("kube-apiserver at %s", cp.Config.Host)
 
-	if err := writeEnv(dir, kubeconfigPath, dsn, fdb.URL()); err != nil {
+	say("starting Velero (namespace velero) and its object store")
+	velero, err := testenv.StartVelero(cp.Config, testenv.VeleroOptions{Namespace: "velero"})
+	if err != nil {
+		return err
+	}
+	defer velero.Stop()
+	say("Velero ready; its bucket %q is served at %s", testenv.VeleroBucket, velero.Store.URL)
+
+	if err := writeEnv(dir, kubeconfigPath, dsn, fdb.URL(), velero.Store.URL); err != nil {
 		return err
 	}
 	say("ready; env written to %s", filepath.Join(dir, "env"))
@@ -126,13 +135,14 @@ func writeAdminKubeconfig(cp *testenv.ControlPlane, dir string) (string, error) 
 
 // writeEnv writes the sourceable env file dir/env: written aside, then
 // renamed into place.
-func writeEnv(dir, kubeconfigPath, dsn, falkorURL string) error {
+func writeEnv(dir, kubeconfigPath, dsn, falkorURL, s3URL string) error {
 	env := fmt.Sprintf(`# Written by hack/dev-stack.sh; source it: . .dev/env
 export KUBECONFIG=%q
 export LETHE_PG_DSN=%q
 export LETHE_FALKORDB_URL=%q
+export LETHE_S3_URL=%q
 export LETHE_DEV_STACK_PID=%d
-`, kubeconfigPath, dsn, falkorURL, os.Getpid())
+`, kubeconfigPath, dsn, falkorURL, s3URL, os.Getpid())
 	tmp := filepath.Join(dir, "env.tmp")
 	if err := os.WriteFile(tmp, []byte(env), 0o600); err != nil {
 		return err

@@ -103,7 +103,7 @@ func (r Rotator) rotate(ctx context.Context, sc Scope, req Request) ([]Backup, e
 	// order let a pass see the Backup, then not the request Velero had
 	// just finished, and ask for a second deletion (the history checker
 	// found it).
-	var dbrs map[string]string
+	var dbrs map[string]deleteRequest
 	var err error
 	if sc.DeletesBackups(req) {
 		if dbrs, err = r.deleteRequests(ctx, sc.Namespace); err != nil {
@@ -138,7 +138,7 @@ func (r Rotator) rotate(ctx context.Context, sc Scope, req Request) ([]Backup, e
 // rotateOne marks one Backup as holding the request's erased data and either
 // shortens its expiration to the deadline or, for an immediate request the
 // scope lets delete, asks Velero to delete it.
-func (r Rotator) rotateOne(ctx context.Context, b *velerov1.Backup, sc Scope, req Request, dbrs map[string]string) (Backup, error) {
+func (r Rotator) rotateOne(ctx context.Context, b *velerov1.Backup, sc Scope, req Request, dbrs map[string]deleteRequest) (Backup, error) {
 	res := Backup{Name: b.Name, UID: string(b.UID), StartedAt: b.Status.StartTimestamp.Time}
 	orig := b.DeepCopy()
 	ann := b.GetAnnotations()
@@ -213,10 +213,12 @@ func shortenExpiration(b *velerov1.Backup, ann map[string]string, deadline time.
 }
 
 // requestDeletion records in res the DeleteBackupRequest for the Backup: the
-// existing one, else one it creates.
-func (r Rotator) requestDeletion(ctx context.Context, b *velerov1.Backup, req Request, dbrs map[string]string, res *Backup) error {
-	if name, ok := dbrs[dbrKey(b.Name, string(b.UID))]; ok {
-		res.DeleteRequest = name
+// existing one (with Velero's errors when it failed: a failed request is
+// not replaced, so a cause a human must fix is not retried blindly; deleting
+// it lets Lethe ask again), else one it creates.
+func (r Rotator) requestDeletion(ctx context.Context, b *velerov1.Backup, req Request, dbrs map[string]deleteRequest, res *Backup) error {
+	if d, ok := dbrs[dbrKey(b.Name, string(b.UID))]; ok {
+		res.DeleteRequest, res.DeleteFailed = d.name, d.failed
 		return nil
 	}
 	dbr := &velerov1.DeleteBackupRequest{
@@ -240,15 +242,33 @@ func (r Rotator) requestDeletion(ctx context.Context, b *velerov1.Backup, req Re
 	return nil
 }
 
+// deleteRequest is an existing DeleteBackupRequest: its name, and Velero's
+// errors when Velero processed it and could not delete the Backup.
+type deleteRequest struct{ name, failed string }
+
+// maxDeleteError bounds the Velero error text carried into a condition.
+const maxDeleteError = 300
+
 // deleteRequests maps backup (name, uid) to an existing DeleteBackupRequest.
-func (r Rotator) deleteRequests(ctx context.Context, ns string) (map[string]string, error) {
+func (r Rotator) deleteRequests(ctx context.Context, ns string) (map[string]deleteRequest, error) {
 	list := &velerov1.DeleteBackupRequestList{}
 	if err := r.Reader.List(ctx, list, client.InNamespace(ns)); err != nil {
 		return nil, fmt.Errorf("list DeleteBackupRequests in %s: %w", ns, err)
 	}
-	out := map[string]string{}
+	out := map[string]deleteRequest{}
 	for _, d := range list.Items {
-		out[dbrKey(d.Spec.BackupName, d.Labels[velerov1.BackupUIDLabel])] = d.Name
+		key := dbrKey(d.Spec.BackupName, d.Labels[velerov1.BackupUIDLabel])
+		if _, ok := out[key]; ok && len(d.Status.Errors) > 0 {
+			continue // a pending or successful request for it wins over a failed one
+		}
+		dr := deleteRequest{name: d.Name}
+		if d.Status.Phase == velerov1.DeleteBackupRequestPhaseProcessed && len(d.Status.Errors) > 0 {
+			dr.failed = strings.Join(d.Status.Errors, "; ")
+			if len(dr.failed) > maxDeleteError {
+				dr.failed = dr.failed[:maxDeleteError] + "…"
+			}
+		}
+		out[key] = dr
 	}
 	return out, nil
 }

@@ -55,6 +55,10 @@ func (b BackupRotation) Run(ctx context.Context, s *Scope) Outcome {
 		out.Milestone = &Milestone{Phase: lethev1.PhaseBackupsRotated, At: now, Evidence: ev, Note: ev.Note}
 		return out
 	}
+	if out, failed := deletionFailed(b.Config, found); failed {
+		out.Evidence, out.Work = &ev, Work{Backups: found}
+		return out
+	}
 	earliest, latest := expirationRange(remaining)
 	msg := fmt.Sprintf("%d Velero Backup(s) that may hold the erased sessions remain", len(remaining))
 	switch {
@@ -148,6 +152,25 @@ func (b BackupRotation) Reverify(ctx context.Context, s *Scope) Outcome {
 		Warning: &Warning{Reason: lethev1.ReasonResurrected, Action: "Rotate",
 			Note: fmt.Sprintf("%d Velero Backup(s) holding erased data reappeared and were made to expire again", len(changed))},
 	}
+}
+
+// deletionFailed is the step waiting on a human when Velero failed a
+// DeleteBackupRequest: the condition names the Backup, the request and
+// Velero's error, and the step rechecks without asking Velero again.
+func deletionFailed(cfg Config, found []Backup) (Outcome, bool) {
+	var failed []Backup
+	for _, bk := range found {
+		if bk.DeleteFailed != "" {
+			failed = append(failed, bk)
+		}
+	}
+	if len(failed) == 0 {
+		return Outcome{}, false
+	}
+	f := failed[0]
+	msg := fmt.Sprintf("Velero could not delete %d Backup(s); Backup %s (DeleteBackupRequest %s): %s. Fix the cause, then delete the failed DeleteBackupRequest and Lethe asks Velero again",
+		len(failed), f.Name, f.DeleteRequest, f.DeleteFailed)
+	return waiting(cfg.BackupRecheck, lethev1.ConditionBackupsRotated, lethev1.ReasonBackupDeletionFailed, msg), true
 }
 
 // keptPastDeadline counts the Backups set to expire after the deadline (a

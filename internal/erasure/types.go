@@ -300,6 +300,9 @@ type Backup struct {
 	Expiration         *time.Time
 	// DeleteRequest names the DeleteBackupRequest for it (immediate requests).
 	DeleteRequest string
+	// DeleteFailed is Velero's error when it processed that request and
+	// could not delete the Backup (empty otherwise).
+	DeleteFailed string
 	// Changed is true when this call shortened it or requested its deletion.
 	Changed bool
 }

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	velerocrds "github.com/vmware-tanzu/velero/config/crd/v1/crds"
+	velerov2alpha1crds "github.com/vmware-tanzu/velero/config/crd/v2alpha1/crds"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -24,13 +26,14 @@ func KubeAssets() string {
 	return filepath.Join(root, "bin", "k8s")
 }
 
-// VeleroCRDs returns Velero's CRDs as Velero's own Go package ships them
-// (github.com/vmware-tanzu/velero/config/crd/v1/crds), compiled into the
-// binary: nothing is looked up in the Go module cache at run time. Each call
-// returns fresh copies, since installing a CRD fills in its fields.
+// VeleroCRDs returns Velero's CRDs as Velero's own Go packages ship them
+// (github.com/vmware-tanzu/velero/config/crd/v1/crds and v2alpha1/crds: the
+// server refuses to start without both), compiled into the binary: nothing is
+// looked up in the Go module cache at run time. Each call returns fresh
+// copies, since installing a CRD fills in its fields.
 func VeleroCRDs() []*apiextensionsv1.CustomResourceDefinition {
-	out := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(velerocrds.CRDs))
-	for _, crd := range velerocrds.CRDs {
+	out := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(velerocrds.CRDs)+len(velerov2alpha1crds.CRDs))
+	for _, crd := range append(slices.Clone(velerocrds.CRDs), velerov2alpha1crds.CRDs...) {
 		out = append(out, crd.DeepCopy())
 	}
 	return out

@@ -21,6 +21,9 @@ func TestMissingBinariesSayWhatToRun(t *testing.T) {
 	wantMake(t, err, "make postgres")
 	_, err = testenv.StartFalkorDB()
 	wantMake(t, err, "make falkordb")
+	t.Setenv("LETHE_VELERO", empty+"/velero")
+	_, err = testenv.StartVelero(nil, testenv.VeleroOptions{})
+	wantMake(t, err, "make velero")
 }
 
 func wantMake(t *testing.T, err error, cmd string) {

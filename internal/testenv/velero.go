@@ -1,0 +1,364 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// VeleroBucket is the bucket every Velero instance stores its backups in
+// (each instance has an object store of its own).
+const VeleroBucket = "velero"
+
+// veleroLockFile serializes Velero servers across test binaries: Velero's
+// controller framework binds :8080 on every interface, whatever its flags.
+var veleroLockFile = filepath.Join(os.TempDir(), "lethe-velero-8080.lock")
+
+// Velero is a real, unmodified Velero server with the AWS object-store
+// plugin, running as a host process against a test API server, and an
+// S3-compatible server (gofakes3) holding its bucket in a fresh folder.
+// Only one runs on a host at a time: StartVelero waits for the one before
+// it to stop.
+type Velero struct {
+	// Namespace is the namespace the server works in; its
+	// BackupStorageLocation "default" points at the bucket.
+	Namespace string
+	// Store is the object store's API.
+	Store *ObjectStore
+
+	dir    string
+	args   []string
+	env    []string
+	server *process
+	s3     *process
+	lock   *os.File
+	c      client.Client
+}
+
+// VeleroOptions are what a Velero instance differs in.
+type VeleroOptions struct {
+	// Namespace Velero works in (default "velero"), created if missing.
+	Namespace string
+}
+
+// veleroBinaries are the server, its plugin and the object store's server:
+// $LETHE_VELERO, $LETHE_VELERO_PLUGIN_AWS, $LETHE_GOFAKES3, else bin/.
+func veleroBinaries() (server, plugin, s3 string, err error) {
+	root, _ := RepoRoot()
+	find := func(env, name string) (string, error) {
+		p := envOr(env, filepath.Join(root, "bin", name))
+		if _, err := os.Stat(p); err != nil {
+			return "", missing(name, p, "velero")
+		}
+		return filepath.Abs(p)
+	}
+	if server, err = find("LETHE_VELERO", "velero"); err != nil {
+		return "", "", "", err
+	}
+	if plugin, err = find("LETHE_VELERO_PLUGIN_AWS", "velero-plugin-for-aws"); err != nil {
+		return "", "", "", err
+	}
+	s3, err = find("LETHE_GOFAKES3", "gofakes3")
+	return server, plugin, s3, err
+}
+
+// StartVelero starts an object store with an empty bucket and a Velero
+// server against the API server of cfg (installing Velero's CRDs if they
+// are not there), and returns once its BackupStorageLocation is Available.
+// It blocks while another Velero runs on this host.
+func StartVelero(cfg *rest.Config, o VeleroOptions) (v *Velero, err error) {
+	server, plugin, s3, err := veleroBinaries()
+	if err != nil {
+		return nil, err
+	}
+	if o.Namespace == "" {
+		o.Namespace = "velero"
+	}
+	v = &Velero{Namespace: o.Namespace}
+	defer func() {
+		if err != nil {
+			v.Stop()
+			v = nil
+		}
+	}()
+	if v.lock, err = lockExclusive(veleroLockFile); err != nil {
+		return v, err
+	}
+	if err = portFree(8080); err != nil {
+		return v, err
+	}
+	if v.dir, err = os.MkdirTemp("", "lethe-velero-"); err != nil {
+		return v, err
+	}
+	if v.s3, v.Store, err = startObjectStore(s3, filepath.Join(v.dir, "s3")); err != nil {
+		return v, err
+	}
+	if v.c, err = veleroClient(cfg); err != nil {
+		return v, err
+	}
+	if err = v.prepareCluster(cfg, plugin); err != nil {
+		return v, err
+	}
+	metrics, err := FreePort()
+	if err != nil {
+		return v, err
+	}
+	// Started by absolute path: Velero re-executes itself to run plugins.
+	v.args = []string{server, "server", "--kubeconfig", filepath.Join(v.dir, "kubeconfig"), "--namespace", v.Namespace,
+		"--plugin-dir", filepath.Join(v.dir, "plugins"), "--default-volumes-to-fs-backup=false",
+		"--metrics-address", fmt.Sprintf("127.0.0.1:%d", metrics), "--profiler-address", "",
+		"--garbage-collection-frequency", "1s", "--backup-sync-period", "1s", "--store-validation-frequency", "5s"}
+	v.env = append(os.Environ(), "AWS_SHARED_CREDENTIALS_FILE="+filepath.Join(v.dir, "credentials"), "TMPDIR="+filepath.Join(v.dir, "tmp"))
+	return v, v.launch()
+}
+
+// prepareCluster writes Velero's kubeconfig, credentials and plugin folder,
+// and creates its CRDs, namespace and BackupStorageLocation.
+func (v *Velero) prepareCluster(cfg *rest.Config, plugin string) error {
+	for _, d := range []string{"plugins", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(v.dir, d), 0o700); err != nil {
+			return err
+		}
+	}
+	if err := os.Symlink(plugin, filepath.Join(v.dir, "plugins", "velero-plugin-for-aws")); err != nil {
+		return err
+	}
+	// gofakes3 checks no signature; the plugin needs some credentials.
+	creds := "[default]\naws_access_key_id = lethe-test\naws_secret_access_key = lethe-test\n"
+	if err := os.WriteFile(filepath.Join(v.dir, "credentials"), []byte(creds), 0o600); err != nil {
+		return err
+	}
+	if err := writeKubeconfig(cfg, filepath.Join(v.dir, "kubeconfig")); err != nil {
+		return err
+	}
+	if err := InstallVeleroCRDs(cfg); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v.Namespace}}
+	if err := v.c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", v.Namespace, err)
+	}
+	bsl := &velerov1.BackupStorageLocation{
+		ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: v.Namespace},
+		Spec: velerov1.BackupStorageLocationSpec{
+			Provider: "aws", Default: true,
+			StorageType: velerov1.StorageType{ObjectStorage: &velerov1.ObjectStorageLocation{Bucket: VeleroBucket}},
+			Config:      map[string]string{"region": "us-east-1", "s3ForcePathStyle": "true", "s3Url": v.Store.URL},
+		},
+	}
+	if err := v.c.Create(ctx, bsl); err != nil {
+		return fmt.Errorf("create BackupStorageLocation %s/default: %w", v.Namespace, err)
+	}
+	return nil
+}
+
+// launch starts the server and waits for its storage location to be Available.
+func (v *Velero) launch() error {
+	cmd := exec.Command(v.args[0], v.args[1:]...)
+	cmd.Env = v.env
+	// Its own process group: Stop signals the plugin processes it started too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	proc, err := start("velero", cmd, syscall.SIGKILL)
+	if err != nil {
+		return err
+	}
+	v.server = proc
+	return proc.waitFor(60*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		bsl := &velerov1.BackupStorageLocation{}
+		if err := v.c.Get(ctx, client.ObjectKey{Namespace: v.Namespace, Name: "default"}, bsl); err != nil {
+			return err
+		}
+		if bsl.Status.Phase != velerov1.BackupStorageLocationPhaseAvailable {
+			return fmt.Errorf("storage location phase %q: %s", bsl.Status.Phase, bsl.Status.Message)
+		}
+		return nil
+	})
+}
+
+// Restart stops the server and starts it again, as a redeployed Velero
+// would come back: its first sync of the bucket runs at once (the periodic
+// one runs every minute whatever --backup-sync-period says).
+func (v *Velero) Restart() error {
+	v.stopServer()
+	return v.launch()
+}
+
+// StopServer stops the Velero server only (an outage, an upgrade): its
+// objects stay, nothing processes them until StartServer.
+func (v *Velero) StopServer() { v.stopServer() }
+
+// StartServer starts a stopped server again and waits until it is ready.
+func (v *Velero) StartServer() error { return v.launch() }
+
+// Log is what the server has written so far (for test failures).
+func (v *Velero) Log() string {
+	if v == nil || v.server == nil {
+		return ""
+	}
+	return v.server.log.String()
+}
+
+// Stop stops the server (and its plugins), then the object store, removes
+// their folder and lets the next Velero start.
+func (v *Velero) Stop() {
+	if v == nil {
+		return
+	}
+	v.stopServer()
+	v.s3.stop(syscall.SIGTERM, 5*time.Second)
+	if v.dir != "" {
+		_ = os.RemoveAll(v.dir)
+	}
+	if v.lock != nil {
+		_ = v.lock.Close() // releases the flock
+	}
+}
+
+func (v *Velero) stopServer() {
+	if v.server == nil || v.server.exited() {
+		return
+	}
+	pgid := v.server.cmd.Process.Pid
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	select {
+	case <-v.server.done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-v.server.done
+	}
+	// The plugin processes are in the group; they end with the server.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+}
+
+// PauseObjectStore stops the object store's process (SIGSTOP, by PID):
+// requests to it hang until ResumeObjectStore, as with a stalled upload.
+func (v *Velero) PauseObjectStore() error { return v.s3.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// ResumeObjectStore continues a paused object store.
+func (v *Velero) ResumeObjectStore() error { return v.s3.cmd.Process.Signal(syscall.SIGCONT) }
+
+// lockExclusive takes an exclusive flock on path, waiting for its holder.
+// The lock is released when the file is closed or the process dies.
+func lockExclusive(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o666)
+	if err != nil {
+		return nil, fmt.Errorf("open the Velero lock %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// portFree fails when something outside Lethe's tests holds the port.
+func portFree(port int) error {
+	l, err := net.Listen("tcp", fmt.Sprintf(":%d", port))
+	if err != nil {
+		return fmt.Errorf("port %d is taken and Velero binds it unconditionally; stop what holds it: %w", port, err)
+	}
+	return l.Close()
+}
+
+func veleroClient(cfg *rest.Config) (client.Client, error) {
+	scheme := runtime.NewScheme()
+	if err := errors.Join(corev1.AddToScheme(scheme), velerov1.AddToScheme(scheme)); err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: scheme})
+}
+
+// writeKubeconfig writes a kubeconfig with cfg's server and credentials.
+func writeKubeconfig(cfg *rest.Config, path string) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["test"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
+	kc.CurrentContext = "test"
+	return clientcmd.WriteToFile(*kc, path)
+}
+
+// Client reads and writes Velero's objects on the instance's API server.
+func (v *Velero) Client() client.Client { return v.c }
+
+// BackupOptions describe a Backup for Velero to take.
+type BackupOptions struct {
+	// Labels are set on the Backup (the store's backupSelector matches them).
+	Labels map[string]string
+	// Namespaces Velero backs up.
+	Namespaces []string
+	// TTL sets the expiration Velero gives the Backup (default 720h).
+	TTL time.Duration
+}
+
+// TakeBackup asks Velero for a Backup and returns it once Velero has started
+// it (phase past New, start time set): Velero itself sets its start time and
+// expiration. WaitBackup waits for it to complete.
+func (v *Velero) TakeBackup(ctx context.Context, name string, o BackupOptions) (*velerov1.Backup, error) {
+	if o.TTL == 0 {
+		o.TTL = 720 * time.Hour
+	}
+	b := &velerov1.Backup{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: v.Namespace, Labels: o.Labels},
+		Spec: velerov1.BackupSpec{IncludedNamespaces: o.Namespaces, TTL: metav1.Duration{Duration: o.TTL},
+			StorageLocation: "default", SnapshotVolumes: new(bool)},
+	}
+	if err := v.c.Create(ctx, b); err != nil {
+		return nil, fmt.Errorf("create Backup %s/%s: %w", v.Namespace, name, err)
+	}
+	return v.waitBackup(ctx, name, func(b *velerov1.Backup) bool { return b.Status.StartTimestamp != nil })
+}
+
+// WaitBackup waits until Velero has finished the Backup and returns it; a
+// Backup that ends in any phase but Completed is an error.
+func (v *Velero) WaitBackup(ctx context.Context, name string) (*velerov1.Backup, error) {
+	b, err := v.waitBackup(ctx, name, func(b *velerov1.Backup) bool {
+		switch b.Status.Phase {
+		case velerov1.BackupPhaseCompleted, velerov1.BackupPhaseFailed, velerov1.BackupPhasePartiallyFailed,
+			velerov1.BackupPhaseFailedValidation:
+			return true
+		}
+		return false
+	})
+	if err == nil && b.Status.Phase != velerov1.BackupPhaseCompleted {
+		err = fmt.Errorf("backup %s ended %s: %v", name, b.Status.Phase, b.Status.ValidationErrors)
+	}
+	return b, err
+}
+
+func (v *Velero) waitBackup(ctx context.Context, name string, done func(*velerov1.Backup) bool) (*velerov1.Backup, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		b := &velerov1.Backup{}
+		err := v.c.Get(ctx, client.ObjectKey{Namespace: v.Namespace, Name: name}, b)
+		if err == nil && done(b) {
+			return b, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("backup %s: phase %q after 2m (last error %w)\n%s", name, b.Status.Phase, err, v.Log())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
