@@ -320,7 +320,7 @@ func (c *checker) velero() {
 	}
 	perBackup := map[string]int{}
 	for _, d := range c.rec.DBRs {
-		if d.BackupName != c.p.Backup && d.BackupName != c.p.Decoy {
+		if (d.BackupName != c.p.Backup && d.BackupName != c.p.Decoy) || !d.ByLethe {
 			continue
 		}
 		if d.BackupName == c.p.Decoy {

@@ -73,7 +73,7 @@ func cleanRecord() runRecord {
 			{Name: "decoy", Expiration: ptrTime(t0.Add(90 * 24 * time.Hour))},
 			{Name: "bk", Expiration: ptrTime(t0.Add(time.Second)), Annotations: map[string]string{"erasure.lethe.dev/erased-uid-a": "x"}},
 		},
-		DBRs:        []dbrObs{{Name: "d1", BackupName: "bk", BackupUID: "bu"}},
+		DBRs:        []dbrObs{{Name: "d1", BackupName: "bk", BackupUID: "bu", ByLethe: true}},
 		GraphWrites: []graphWrite{{Key: "g", IDs: []string{s0}}, {Key: "other", IDs: []string{s1}}},
 		Final:       final,
 		GraphBefore: map[string]int{"Session " + s0: 1, "Session " + s1: 1, "MENTIONS " + s1 + " 2 2>ada": 1, "Entity ada  Ada": 1},
@@ -164,7 +164,7 @@ func TestCheckerFindsPlantedViolations(t *testing.T) {
 			r.Backups = append(r.Backups, backupObs{Name: "bk", Expiration: ptrTime(time.Now().Add(1000 * time.Hour))})
 		}, "expiration lengthened"},
 		{"two delete requests for one Backup", func(r *runRecord) {
-			r.DBRs = append(r.DBRs, dbrObs{Name: "d2", BackupName: "bk", BackupUID: "bu"})
+			r.DBRs = append(r.DBRs, dbrObs{Name: "d2", BackupName: "bk", BackupUID: "bu", ByLethe: true})
 		}, "2 DeleteBackupRequests"},
 		{"a delete request without an immediate erasure", func(r *runRecord) {
 			r.Plan.Requests[0].Immediate, r.Plan.Requests[0].Grace = false, 0

@@ -15,9 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -269,8 +267,6 @@ func (r *round) run(ctx context.Context, n int) ([]string, error) {
 	defer stopFaults()
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
-	wg.Add(1)
-	go func() { defer wg.Done(); playVelero(faultCtx, e) }()
 	start := time.Now()
 	for _, p := range plans {
 		if err := createRequests(ctx, e, p); err != nil {
@@ -566,36 +562,6 @@ func injectFaults(ctx context.Context, t *testing.T, e *env, db *database, m *ma
 			f.mu.Lock()
 			f.graphRest++
 			f.mu.Unlock()
-		}
-	}
-}
-
-// playVelero does what Velero's server would: it deletes a Backup named by
-// a DeleteBackupRequest, and a Backup whose expiration has passed.
-func playVelero(ctx context.Context, e *env) {
-	for ctx.Err() == nil {
-		dbrs := &velerov1.DeleteBackupRequestList{}
-		if err := e.k8s.List(ctx, dbrs, client.InNamespace(veleroNS)); err == nil {
-			for i := range dbrs.Items {
-				d := &dbrs.Items[i]
-				_ = client.IgnoreNotFound(e.k8s.Delete(ctx, &velerov1.Backup{ObjectMeta: metaOf(veleroNS, d.Spec.BackupName)}))
-				_ = client.IgnoreNotFound(e.k8s.Delete(ctx, d))
-			}
-		}
-		backups := &velerov1.BackupList{}
-		if err := e.k8s.List(ctx, backups, client.InNamespace(veleroNS)); err == nil {
-			for i := range backups.Items {
-				b := &backups.Items[i]
-				if b.Status.Expiration != nil && b.Status.Expiration.Time.Before(time.Now()) {
-					if err := e.k8s.Delete(ctx, b); err != nil && !apierrors.IsNotFound(err) {
-						continue
-					}
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }

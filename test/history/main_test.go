@@ -48,12 +48,18 @@ type env struct {
 	bin        string
 	kubeconfig string
 	dir        string
+	// velero is the real Velero server every run's Backups are taken by
+	// and removed by.
+	velero *testenv.Velero
 }
 
 var shared *env
 
 const (
-	veleroNS       = "velero"
+	veleroNS = "velero"
+	// decoyBackup is another application's Backup, taken once: no store
+	// selects it, nothing may touch it.
+	decoyBackup    = "history-decoy-nightly"
 	receiptKeyNS   = "lethe-system"
 	receiptKeyName = "lethe-receipt-key"
 )
@@ -115,10 +121,15 @@ func setup(m *testing.M) (int, error) {
 	if err := installRecorder(ctx, e.dsn); err != nil {
 		return 1, err
 	}
-	for _, ns := range []string{veleroNS, receiptKeyNS} {
-		if err := e.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			return 1, err
-		}
+	if err := e.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: receiptKeyNS}}); err != nil {
+		return 1, err
+	}
+	if e.velero, err = testenv.StartVelero(e.cp.Config, testenv.VeleroOptions{Namespace: veleroNS}); err != nil {
+		return 1, err
+	}
+	defer e.velero.Stop()
+	if err := takeDecoyBackup(ctx, e); err != nil {
+		return 1, err
 	}
 	key, err := evidence.GeneratePrivateKeyPEM()
 	if err != nil {
@@ -134,6 +145,22 @@ func setup(m *testing.M) (int, error) {
 		fmt.Fprintf(os.Stderr, "manager log: %s (kept)\n", e.keepLog())
 	}
 	return code, nil
+}
+
+// takeDecoyBackup has Velero back up another application's namespace.
+func takeDecoyBackup(ctx context.Context, e *env) error {
+	const ns = "history-decoy"
+	if err := e.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return err
+	}
+	if err := e.k8s.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "other-app", Namespace: ns}, Data: map[string]string{"k": "v"}}); err != nil {
+		return err
+	}
+	if _, err := e.velero.TakeBackup(ctx, decoyBackup, testenv.BackupOptions{Labels: map[string]string{"app": ns}, Namespaces: []string{ns}, TTL: 90 * 24 * time.Hour}); err != nil {
+		return err
+	}
+	_, err := e.velero.WaitBackup(ctx, decoyBackup)
+	return err
 }
 
 // keepLog copies the manager's log out of the temp folder for a failed run.

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/backups"
 )
 
 // statusObs is one observed version of an ErasureRequest.
@@ -42,6 +43,9 @@ type backupObs struct {
 type dbrObs struct {
 	Name, BackupName, BackupUID string
 	Added                       bool
+	// ByLethe: it carries Lethe's request label (Velero's own garbage
+	// collection creates DeleteBackupRequests too, at expiration).
+	ByLethe bool
 }
 
 // apiRecorder watches the objects Lethe writes in the API server. The
@@ -157,6 +161,7 @@ func (r *apiRecorder) dbr(t watch.EventType, o client.Object) {
 		return
 	}
 	r.mu.Lock()
-	r.dbrs = append(r.dbrs, dbrObs{Name: d.Name, BackupName: d.Spec.BackupName, BackupUID: d.Labels[velerov1.BackupUIDLabel], Added: true})
+	r.dbrs = append(r.dbrs, dbrObs{Name: d.Name, BackupName: d.Spec.BackupName, BackupUID: d.Labels[velerov1.BackupUIDLabel], Added: true,
+		ByLethe: d.Labels[backups.LabelRequestUID] != ""})
 	r.mu.Unlock()
 }

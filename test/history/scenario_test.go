@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	pgxvec "github.com/pgvector/pgvector-go/pgx"
-	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/lethe-dev/lethe/internal/evidence"
 	"github.com/lethe-dev/lethe/internal/fixture"
 	"github.com/lethe-dev/lethe/internal/graph"
+	"github.com/lethe-dev/lethe/internal/testenv"
 )
 
 // plannedRequest is one ErasureRequest of a run, as the run created it.
@@ -172,16 +172,18 @@ func seedRun(ctx context.Context, e *env, conn *pgx.Conn, g *graph.Graph, p *run
 		StringData: map[string]string{"dsn": e.managerDSN, "url": e.fdb.URL()}}); err != nil {
 		return err
 	}
-	p.Backup, p.Decoy = p.NS+"-nightly", p.NS+"-other-app"
-	for _, b := range []struct{ name, app string }{{p.Backup, p.NS}, {p.Decoy, p.NS + "-other"}} {
-		if err := e.k8s.Create(ctx, &velerov1.Backup{
-			ObjectMeta: metav1.ObjectMeta{Name: b.name, Namespace: veleroNS, Labels: map[string]string{"app": b.app}},
-			Status: velerov1.BackupStatus{Phase: velerov1.BackupPhaseCompleted,
-				StartTimestamp: &metav1.Time{Time: time.Now().Add(-time.Hour)},
-				Expiration:     &metav1.Time{Time: time.Now().Add(90 * 24 * time.Hour)}},
-		}); err != nil {
-			return err
-		}
+	// Velero backs the run's namespace up (a stand-in data object in it)
+	// before any request: its Backup may hold every erasure of the run.
+	p.Backup, p.Decoy = p.NS+"-nightly", decoyBackup
+	if err := e.k8s.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "memory-stand-in", Namespace: p.NS},
+		Data: map[string]string{"run": p.NS}}); err != nil {
+		return err
+	}
+	if _, err := e.velero.TakeBackup(ctx, p.Backup, testenv.BackupOptions{Labels: map[string]string{"app": p.NS}, Namespaces: []string{p.NS}, TTL: 90 * 24 * time.Hour}); err != nil {
+		return err
+	}
+	if _, err := e.velero.WaitBackup(ctx, p.Backup); err != nil {
+		return err
 	}
 	ref := func(key string) lethev1.SecretKeyRef { return lethev1.SecretKeyRef{Name: "memory", Key: key} }
 	return e.k8s.Create(ctx, &lethev1.MemoryStore{
