@@ -1,9 +1,11 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"encoding/xml"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -104,4 +106,38 @@ func (s *ObjectStore) list(bucket string, q url.Values) (*listBucketResult, erro
 // (backups/<name>/ in its bucket).
 func (v *Velero) BackupFiles(name string) ([]string, error) {
 	return v.Store.Keys(VeleroBucket, "backups/"+name+"/")
+}
+
+// Get reads an object.
+func (s *ObjectStore) Get(bucket, key string) ([]byte, error) {
+	return s.do(http.MethodGet, bucket, key, nil)
+}
+
+// Put writes an object.
+func (s *ObjectStore) Put(bucket, key string, data []byte) error {
+	_, err := s.do(http.MethodPut, bucket, key, data)
+	return err
+}
+
+func (s *ObjectStore) do(method, bucket, key string, body []byte) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	u := s.URL + "/" + url.PathEscape(bucket) + "/" + (&url.URL{Path: key}).EscapedPath()
+	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s/%s: %w", method, bucket, key, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s %s/%s: %s", method, bucket, key, resp.Status)
+	}
+	return out, nil
 }

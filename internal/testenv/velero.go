@@ -2,12 +2,14 @@ package testenv
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -361,4 +363,49 @@ func (v *Velero) waitBackup(ctx context.Context, name string, done func(*velerov
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// CopyBackupInBucket writes a copy of a Backup's files under another name
+// into the bucket (its metadata renamed), as another cluster's Velero
+// sharing the bucket would have left them; Velero's sync creates the Backup
+// object. It is how a benchmark gets many real Backups without waiting for
+// Velero to take each one.
+func (v *Velero) CopyBackupInBucket(from, to string) error {
+	keys, err := v.BackupFiles(from)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		data, err := v.Store.Get(VeleroBucket, k)
+		if err != nil {
+			return err
+		}
+		file := strings.TrimPrefix(k, "backups/"+from+"/")
+		if file == "velero-backup.json" {
+			if data, err = renamedBackupMetadata(data, to); err != nil {
+				return err
+			}
+		}
+		file = strings.Replace(file, from, to, 1)
+		if err := v.Store.Put(VeleroBucket, "backups/"+to+"/"+file, data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// renamedBackupMetadata is velero-backup.json for a Backup of another name.
+func renamedBackupMetadata(data []byte, name string) ([]byte, error) {
+	var obj map[string]any
+	if err := json.Unmarshal(data, &obj); err != nil {
+		return nil, fmt.Errorf("read velero-backup.json: %w", err)
+	}
+	meta, ok := obj["metadata"].(map[string]any)
+	if !ok {
+		return nil, errors.New("velero-backup.json has no metadata")
+	}
+	meta["name"] = name
+	delete(meta, "uid")
+	delete(meta, "resourceVersion")
+	return json.Marshal(obj)
 }
