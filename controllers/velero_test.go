@@ -229,6 +229,10 @@ func TestVeleroFailingADeletionIsSurfacedNotRetriedBlindly(t *testing.T) {
 	if !strings.Contains(c.Message, "read-only") || !strings.Contains(c.Message, "hourly") {
 		t.Fatalf("condition message %q: want Velero's reason and the Backup", c.Message)
 	}
+	if stalled := meta.FindStatusCondition(er.Status.Conditions, lethev1.ConditionStalled); stalled == nil ||
+		stalled.Status != metav1.ConditionTrue || stalled.Reason != lethev1.ReasonBackupDeletionFailed {
+		t.Errorf("Stalled %+v: want True/BackupDeletionFailed (a human must act)", stalled)
+	}
 	time.Sleep(3 * time.Second) // several of the manager's passes
 	dbrs := ve.deleteRequests(t)
 	if len(dbrs) != 1 || len(dbrs[0].Status.Errors) == 0 {

@@ -156,3 +156,52 @@ func TestClockSkewMargin(t *testing.T) {
 		}
 	}
 }
+
+// A DeleteBackupRequest Velero processed with errors is reported with its
+// error and not replaced; a newer one, pending, wins over it; with none
+// left, Lethe asks again.
+func TestFailedDeleteRequestIsReportedNotReplaced(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := velerov1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	failed := &velerov1.DeleteBackupRequest{ObjectMeta: metav1.ObjectMeta{Name: "failed", Namespace: "velero",
+		Labels: map[string]string{velerov1.BackupUIDLabel: "u1"}},
+		Spec:   velerov1.DeleteBackupRequestSpec{BackupName: "nightly"},
+		Status: velerov1.DeleteBackupRequestStatus{Phase: velerov1.DeleteBackupRequestPhaseProcessed, Errors: []string{"location is read-only", strings.Repeat("x", 400)}}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(failed,
+		&velerov1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: "velero", UID: "u1", Labels: map[string]string{"app": "m"}},
+			Status: velerov1.BackupStatus{StartTimestamp: &metav1.Time{Time: deleted.Add(-time.Hour)}}}).Build()
+	sc := backups.Scope{Namespace: "velero", Selector: labels.SelectorFromSet(labels.Set{"app": "m"}), DeleteOnImmediate: true}
+	req := backups.Request{UID: "r", Namespace: "team", Name: "a", Immediate: true, DeletedAt: deleted, Window: time.Hour}
+	r := backups.Rotator{Client: c, Reader: c}
+	ctx := context.Background()
+	got, err := r.Rotate(ctx, sc, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].DeleteRequest != "failed" || !strings.HasPrefix(got[0].DeleteFailed, "location is read-only; ") || len(got[0].DeleteFailed) > 310 {
+		t.Fatalf("got %+v: want the failed request named with Velero's error, bounded", got)
+	}
+	dbrs := &velerov1.DeleteBackupRequestList{}
+	if err := c.List(ctx, dbrs); err != nil || len(dbrs.Items) != 1 {
+		t.Fatalf("%d DeleteBackupRequests (%v): the failed one was replaced", len(dbrs.Items), err)
+	}
+	pending := failed.DeepCopy()
+	pending.Name, pending.ResourceVersion, pending.Status = "pending", "", velerov1.DeleteBackupRequestStatus{}
+	if err := c.Create(ctx, pending); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = r.Rotate(ctx, sc, req); err != nil || got[0].DeleteRequest != "pending" || got[0].DeleteFailed != "" {
+		t.Fatalf("got %+v (%v): the pending request wins over the failed one", got, err)
+	}
+	for _, d := range []*velerov1.DeleteBackupRequest{failed, pending} {
+		if err := c.Delete(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err = r.Rotate(ctx, sc, req); err != nil || got[0].DeleteRequest == "" || got[0].DeleteFailed != "" || !got[0].Changed {
+		t.Fatalf("got %+v (%v): with the failed request deleted, Lethe asks again", got, err)
+	}
+}

@@ -170,7 +170,7 @@ func deletionFailed(cfg Config, found []Backup) (Outcome, bool) {
 	f := failed[0]
 	msg := fmt.Sprintf("Velero could not delete %d Backup(s); Backup %s (DeleteBackupRequest %s): %s. Fix the cause, then delete the failed DeleteBackupRequest and Lethe asks Velero again",
 		len(failed), f.Name, f.DeleteRequest, f.DeleteFailed)
-	return waiting(cfg.BackupRecheck, lethev1.ConditionBackupsRotated, lethev1.ReasonBackupDeletionFailed, msg), true
+	return stalled(cfg.BackupRecheck, lethev1.ConditionBackupsRotated, lethev1.ReasonBackupDeletionFailed, msg), true
 }
 
 // keptPastDeadline counts the Backups set to expire after the deadline (a

@@ -116,6 +116,10 @@ func TestBackupRotationImmediate(t *testing.T) {
 	ev := rotatedEvidence(lethev1.ConditionBackupsRotated, 0, 1, 0,
 		"1 Backup(s) may hold the erased sessions; immediate: a DeleteBackupRequest asks Velero to delete each now", entry)
 	cond := expiring("1 Velero Backup(s) that may hold the erased sessions remain; a DeleteBackupRequest was created for each")
+	failedDeletion := deleting
+	failedDeletion.DeleteFailed = "cannot delete backup because backup storage location default is currently in read-only mode"
+	failedCond := condition(lethev1.ConditionBackupsRotated, false, lethev1.ReasonBackupDeletionFailed,
+		"Velero could not delete 1 Backup(s); Backup daily-0109 (DeleteBackupRequest erase-alice-daily-0109): cannot delete backup because backup storage location default is currently in read-only mode. Fix the cause, then delete the failed DeleteBackupRequest and Lethe asks Velero again")
 	er := reached(4, immediate)
 	allowed := newStore(withVelero, func(s *lethev1.MemoryStore) { s.Spec.Velero.DeleteOnImmediate = true })
 	// Not allowed: the Backup is shortened to the deadline, and kept past it by a floor.
@@ -134,6 +138,12 @@ func TestBackupRotationImmediate(t *testing.T) {
 			er: er, store: allowed, fakes: backupFakes([]Backup{deleting}),
 			want: stepWant{out: Outcome{Kind: Waiting, Condition: cond, Evidence: &ev, Work: Work{Backups: []Backup{deleting}}, RequeueAfter: time.Hour},
 				status: after(er, withCond(cond), withEvidence(ev)),
+				calls: []string{installedCall, deletedAtCall,
+					"Backups.Rotate(velero-ns app=memory deleteOnImmediate, {req-uid tenant-a/erase-alice immediate=true deletedAt=2030-01-10T09:00:00.5Z window=24h0m0s})"}}},
+		"DeletionFailed": {reason: "Velero failed the DeleteBackupRequest: the step stalls on a human with Velero's error, and asks nothing more of Velero.",
+			er: er, store: allowed, fakes: backupFakes([]Backup{failedDeletion}),
+			want: stepWant{out: Outcome{Kind: Stalled, Condition: failedCond, Evidence: &ev, Work: Work{Backups: []Backup{failedDeletion}}, RequeueAfter: time.Hour},
+				status: after(er, withCond(failedCond), withEvidence(ev)),
 				calls: []string{installedCall, deletedAtCall,
 					"Backups.Rotate(velero-ns app=memory deleteOnImmediate, {req-uid tenant-a/erase-alice immediate=true deletedAt=2030-01-10T09:00:00.5Z window=24h0m0s})"}}},
 		"ImmediateNotAllowedFloored": {reason: "Without deleteOnImmediate an immediate request shortens, and says so; a retention floor keeps the Backup past the deadline, and the condition says so.",

@@ -61,10 +61,11 @@ func terminal(conds []metav1.Condition) bool {
 // uses one of them, and the Stalled condition is True while the pending
 // step has one.
 var stalledReasons = map[string]bool{
-	lethev1.ReasonResidueFound:        true,
-	lethev1.ReasonVerificationFailed:  true,
-	lethev1.ReasonStoreNotFound:       true,
-	lethev1.ReasonGracePeriodTooShort: true,
+	lethev1.ReasonResidueFound:         true,
+	lethev1.ReasonVerificationFailed:   true,
+	lethev1.ReasonStoreNotFound:        true,
+	lethev1.ReasonGracePeriodTooShort:  true,
+	lethev1.ReasonBackupDeletionFailed: true,
 }
 
 // summary computes Ready and Stalled from the step conditions.
