@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/backups"
 	"github.com/lethe-dev/lethe/internal/storerecord"
 )
 
@@ -256,13 +257,16 @@ func TestRestoreBeforeTheBackupsAreGoneIsErasedAgain(t *testing.T) {
 	if err := pg.Dump(db, dump); err != nil {
 		t.Fatal(err)
 	}
-	ve.backup(t, "nightly", ve.app, 2*day)
+	nightly := ve.backup(t, "nightly", ve.app, 2*day)
 	er := ve.request(t, "forget", func(er *lethev1.ErasureRequest) {
 		er.Spec.Immediate, er.Spec.Reason = false, ""
 		er.Spec.GracePeriod = &metav1.Duration{Duration: time.Millisecond}
 	})
 	waitStepReason(t, er, lethev1.ConditionBackupsRotated, lethev1.ReasonBackupsExpiring)
 	firstDeletion := ve.deletedAt(t, er)
+	if b := ve.get(t, "nightly"); !b.Status.Expiration.Before(nightly.Status.Expiration) || backups.ReadSummary(b.Annotations).Count != 1 {
+		t.Fatalf("the Backup was not rotated: expiration %s (Velero set %s), annotations %v", b.Status.Expiration, nightly.Status.Expiration, b.Annotations)
+	}
 
 	if err := pg.Restore(ctx, db, dump); err != nil {
 		t.Fatal(err)

@@ -47,10 +47,10 @@ func waitPhaseWithin(t *testing.T, er *lethev1.ErasureRequest, phase lethev1.Pha
 // taken after the deletion and one that already expires sooner are left as
 // they are.
 func TestBackupsThatMayHoldErasedDataAreShortenedUntilGone(t *testing.T) {
-	const window = 40 * time.Second
+	const window = 60 * time.Second
 	ve := newVeleroEnv(t, "rotate", func(v *lethev1.VeleroSpec) { v.RotationWindow = &metav1.Duration{Duration: window} })
 	nightly1 := ve.backup(t, "nightly-1", ve.app, 90*day)
-	nightly2 := ve.backup(t, "nightly-2", ve.app, 30*time.Second) // expires before the window ends
+	nightly2 := ve.backup(t, "nightly-2", ve.app, 45*time.Second) // expires before the window ends
 	other := ve.backup(t, "other-store", "someone-else", 90*day)
 
 	er := ve.request(t, "forget", notImmediate)
@@ -109,8 +109,9 @@ func TestBackupsThatMayHoldErasedDataAreShortenedUntilGone(t *testing.T) {
 			t.Errorf("evidence of %s is incomplete: %+v", b.Name, b)
 		}
 	}
-	if b := ev.Backups[0]; b.Name != "nightly-1" || !b.OriginalExpiration.Equal(nightly1.Status.Expiration) || !b.Expiration.Time.Equal(deadline) {
-		t.Errorf("evidence of nightly-1: %+v", b)
+	if b := ev.Backups[0]; b.Name != "nightly-1" || !b.OriginalExpiration.Equal(nightly1.Status.Expiration) || !b.Expiration.Time.Equal(deadline) ||
+		b.GoneAt.Time.Before(deadline) {
+		t.Errorf("evidence of nightly-1: %+v; want it gone at its new expiration %s or after (Velero's garbage collection)", b, deadline)
 	}
 	assertNoPersonalData(t, er)
 }
@@ -168,6 +169,12 @@ func TestImmediateRequestsAskVeleroToDeleteEachBackupOnce(t *testing.T) {
 	ve.v.StopServer()
 	er := ve.request(t, "forget", nil)
 	waitStepReason(t, er, lethev1.ConditionBackupsRotated, lethev1.ReasonBackupsExpiring)
+	eventually(t, 30*time.Second, func() error {
+		if dbrs := ve.deleteRequests(t); len(dbrs) != 2 {
+			return fmt.Errorf("the manager created DeleteBackupRequests %s, want one per Backup", joinNames(dbrs))
+		}
+		return nil
+	})
 
 	// A restarted manager (nothing in memory) and several passes: still one
 	// DeleteBackupRequest per Backup.
@@ -264,12 +271,22 @@ func setAccessMode(t *testing.T, ve *veleroEnv, mode velerov1.BackupStorageLocat
 }
 
 // A Backup Velero is still taking (phase InProgress) when the deletion
-// commits may hold the data: it is shortened like a finished one, Velero
-// finishing it keeps Lethe's expiration, and garbage collection removes it.
+// commits may hold the data. Shortened: it is shortened like a finished one,
+// Velero finishing it keeps Lethe's expiration, and garbage collection
+// removes it. Deleted (deleteOnImmediate): Lethe asks for its deletion once
+// Velero has finished it (Velero refuses to delete a Backup in progress), and
+// the request does not stall on a human meanwhile.
 func TestBackupInProgressAtTheDeletionHoldsTheData(t *testing.T) {
+	t.Run("Shortened", func(t *testing.T) { testBackupInProgress(t, false) })
+	t.Run("DeleteOnImmediate", func(t *testing.T) { testBackupInProgress(t, true) })
+}
+
+func testBackupInProgress(t *testing.T, deletes bool) {
 	ctx := context.Background()
 	const window = 30 * time.Second
-	ve := newVeleroEnv(t, "in-progress", func(v *lethev1.VeleroSpec) { v.RotationWindow = &metav1.Duration{Duration: window} })
+	ve := newVeleroEnv(t, "in-progress", func(v *lethev1.VeleroSpec) {
+		v.RotationWindow, v.DeleteOnImmediate = &metav1.Duration{Duration: window}, deletes
+	})
 	if err := ve.v.PauseObjectStore(); err != nil { // the upload stalls: the Backup stays InProgress
 		t.Fatal(err)
 	}
@@ -287,14 +304,26 @@ func TestBackupInProgressAtTheDeletionHoldsTheData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	er := ve.request(t, "forget", notImmediate)
-	waitStepReason(t, er, lethev1.ConditionBackupsRotated, lethev1.ReasonBackupsExpiring)
+	mutate := notImmediate
+	if deletes {
+		mutate = nil
+	}
+	er := ve.request(t, "forget", mutate)
+	c := waitStepReason(t, er, lethev1.ConditionBackupsRotated, lethev1.ReasonBackupsExpiring)
 	deadline := ve.deletedAt(t, er).Add(window).Truncate(time.Second)
 	b := ve.get(t, "nightly")
 	if b.Status.Phase != velerov1.BackupPhaseInProgress {
 		t.Fatalf("the Backup is %s, not InProgress, when the step ran: the test shows nothing", b.Status.Phase)
 	}
-	if !b.Status.Expiration.Time.Equal(deadline) || !b.Status.StartTimestamp.Equal(started.Status.StartTimestamp) {
+	if backups.ReadSummary(b.Annotations).Count != 1 || !b.Status.StartTimestamp.Equal(started.Status.StartTimestamp) {
+		t.Fatalf("the in-progress Backup was not marked as holding the data: %v", b.Annotations)
+	}
+	if deletes {
+		time.Sleep(2 * time.Second) // several passes while Velero is still taking it
+		if dbrs := ve.deleteRequests(t); len(dbrs) != 0 || !strings.Contains(c.Message, "still being taken") {
+			t.Fatalf("DeleteBackupRequests %s for a Backup in progress (condition %q)", joinNames(dbrs), c.Message)
+		}
+	} else if !b.Status.Expiration.Time.Equal(deadline) {
 		t.Fatalf("in-progress Backup: expiration %s, want %s", b.Status.Expiration, deadline)
 	}
 	resume()
@@ -302,12 +331,15 @@ func TestBackupInProgressAtTheDeletionHoldsTheData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !done.Status.Expiration.Time.Equal(deadline) {
+	if !deletes && !done.Status.Expiration.Time.Equal(deadline) {
 		t.Fatalf("Velero finished the Backup with expiration %s, want Lethe's %s", done.Status.Expiration, deadline)
 	}
 	waitPhaseWithin(t, er, lethev1.PhaseBackupsRotated, window+time.Minute)
 	if f := ve.files(t, "nightly"); f != 0 {
 		t.Fatalf("%d file(s) of the Backup left", f)
+	}
+	if st := meta.FindStatusCondition(er.Status.Conditions, lethev1.ConditionBackupsRotated); st.Reason != lethev1.ReasonBackupsGone {
+		t.Fatalf("BackupsRotated %s", st.Reason)
 	}
 }
 
@@ -330,6 +362,14 @@ func TestDryRunPlansTheBackupStep(t *testing.T) {
 	ve := newVeleroEnv(t, "velero-plan")
 	nightly := ve.backup(t, "nightly", ve.app, 2*day)
 	other := ve.backup(t, "other-app", "someone-else", 2*day)
+	// Queued while Velero is down: not started, it will read the database
+	// after any deletion.
+	ve.v.StopServer()
+	queued := &velerov1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "queued", Namespace: ve.velero, Labels: map[string]string{"app": ve.app}},
+		Spec: velerov1.BackupSpec{IncludedNamespaces: []string{ve.app}}}
+	if err := k8s.Create(context.Background(), queued); err != nil {
+		t.Fatal(err)
+	}
 	er := ve.request(t, "plan", func(er *lethev1.ErasureRequest) { er.Spec.DryRun = true })
 	waitPhase(t, er, lethev1.PhasePlanned)
 	got := &lethev1.ErasureRequest{}
@@ -337,7 +377,10 @@ func TestDryRunPlansTheBackupStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.Status.Plan == nil || got.Status.Plan.Backups != 1 {
-		t.Fatalf("plan %+v: want 1 Backup (nightly)", got.Status.Plan)
+		t.Fatalf("plan %+v: want 1 Backup (nightly; not the other application's, not the queued one)", got.Status.Plan)
+	}
+	if b := ve.get(t, "queued"); len(b.Annotations) != 0 {
+		t.Errorf("a dry run annotated the queued Backup: %v", b.Annotations)
 	}
 	for _, want := range []*velerov1.Backup{nightly, other} {
 		b := ve.get(t, want.Name)

@@ -19,8 +19,10 @@ import (
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 )
 
-// indexWaitingOnBackups indexes the requests on the backup step (their
-// deletion done, BackupsRotated not yet) by the name of their store.
+// indexWaitingOnBackups indexes the requests that are or will be on the
+// backup step (tombstoned, BackupsRotated not yet) by the name of their
+// store: from Tombstoned on, so that a Velero event arriving before the cache
+// has the request's latest phase still finds it.
 const indexWaitingOnBackups = "erasure.lethe.dev/waiting-on-backups"
 
 // DefaultVeleroDiscoveryInterval is how often the manager asks whether
@@ -120,15 +122,15 @@ func (w *veleroWatch) requestsWaitingIn(ctx context.Context, obj client.Object) 
 	return out
 }
 
-// waitingOnBackups is the index function: the store of a request whose
-// deletion is done and whose backup step is not.
+// waitingOnBackups is the index function: the store of a request that is
+// tombstoned and whose backup step is not done.
 func waitingOnBackups(obj client.Object) []string {
 	er, ok := obj.(*lethev1.ErasureRequest)
 	if !ok {
 		return nil
 	}
 	switch er.Status.Phase {
-	case lethev1.PhaseDeleted, lethev1.PhaseGraphReconciled:
+	case lethev1.PhaseTombstoned, lethev1.PhaseGracePeriod, lethev1.PhaseDeleted, lethev1.PhaseGraphReconciled:
 		return []string{er.Spec.StoreRef.Name}
 	}
 	return nil

@@ -165,8 +165,9 @@ const (
 	ReasonBackupsGone         = "BackupsGone"
 	// ReasonBackupDeletionFailed: Velero processed a DeleteBackupRequest
 	// Lethe created and could not delete the Backup (its status.errors).
-	// Lethe does not ask again while that request exists: a human fixes the
-	// cause and deletes it.
+	// Lethe does not ask again while that request exists (a human fixes the
+	// cause and deletes it; Velero itself removes processed requests after
+	// a day).
 	ReasonBackupDeletionFailed = "BackupDeletionFailed"
 	ReasonInvalidSpec          = "InvalidSpec"
 	ReasonCompleted            = "Completed"

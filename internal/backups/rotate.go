@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	"github.com/vmware-tanzu/velero/pkg/label"
@@ -212,13 +213,18 @@ func shortenExpiration(b *velerov1.Backup, ann map[string]string, deadline time.
 	res.Changed = true
 }
 
-// requestDeletion records in res the DeleteBackupRequest for the Backup: the
-// existing one (with Velero's errors when it failed: a failed request is
-// not replaced, so a cause a human must fix is not retried blindly; deleting
-// it lets Lethe ask again), else one it creates.
+// requestDeletion records in res the DeleteBackupRequest for the Backup:
+// the existing one (with Velero's errors when it was Lethe's and failed: it
+// is not replaced, so a cause a human must fix is not retried blindly;
+// deleting it lets Lethe ask again), else one it creates. A Backup Velero is
+// still taking gets none yet (Velero refuses to delete it, and the failure
+// would read as one a human must fix): the step waits for it to finish.
 func (r Rotator) requestDeletion(ctx context.Context, b *velerov1.Backup, req Request, dbrs map[string]deleteRequest, res *Backup) error {
 	if d, ok := dbrs[dbrKey(b.Name, string(b.UID))]; ok {
 		res.DeleteRequest, res.DeleteFailed = d.name, d.failed
+		return nil
+	}
+	if !finished(b) {
 		return nil
 	}
 	dbr := &velerov1.DeleteBackupRequest{
@@ -242,14 +248,31 @@ func (r Rotator) requestDeletion(ctx context.Context, b *velerov1.Backup, req Re
 	return nil
 }
 
+// finished reports whether Velero is done taking the Backup (whatever the
+// outcome): only then does it process a DeleteBackupRequest for it.
+func finished(b *velerov1.Backup) bool {
+	switch b.Status.Phase {
+	case velerov1.BackupPhaseCompleted, velerov1.BackupPhasePartiallyFailed, velerov1.BackupPhaseFailed, velerov1.BackupPhaseFailedValidation:
+		return true
+	}
+	return false
+}
+
 // deleteRequest is an existing DeleteBackupRequest: its name, and Velero's
-// errors when Velero processed it and could not delete the Backup.
+// errors when Velero processed Lethe's request and could not delete the
+// Backup.
 type deleteRequest struct{ name, failed string }
 
 // maxDeleteError bounds the Velero error text carried into a condition.
 const maxDeleteError = 300
 
-// deleteRequests maps backup (name, uid) to an existing DeleteBackupRequest.
+// deleteRequests maps backup (name, uid) to the DeleteBackupRequest that
+// stands for it: one Velero has yet to process (anyone's: Lethe does not
+// add a second), else Lethe's own that Velero failed. A failed request of
+// someone else's (Velero's garbage collection, a human's `velero backup
+// delete`) does not stop Lethe asking. Velero itself removes processed
+// requests after a day, and the others of a Backup when it processes a new
+// one: a failure stands until then.
 func (r Rotator) deleteRequests(ctx context.Context, ns string) (map[string]deleteRequest, error) {
 	list := &velerov1.DeleteBackupRequestList{}
 	if err := r.Reader.List(ctx, list, client.InNamespace(ns)); err != nil {
@@ -258,19 +281,31 @@ func (r Rotator) deleteRequests(ctx context.Context, ns string) (map[string]dele
 	out := map[string]deleteRequest{}
 	for _, d := range list.Items {
 		key := dbrKey(d.Spec.BackupName, d.Labels[velerov1.BackupUIDLabel])
-		if _, ok := out[key]; ok && len(d.Status.Errors) > 0 {
-			continue // a pending or successful request for it wins over a failed one
+		failed := d.Status.Phase == velerov1.DeleteBackupRequestPhaseProcessed && len(d.Status.Errors) > 0
+		switch {
+		case !failed:
+			out[key] = deleteRequest{name: d.Name}
+		case d.Labels[LabelRequestUID] == "":
+			// someone else's failure: not Lethe's to report
+		case out[key].name == "":
+			out[key] = deleteRequest{name: d.Name, failed: boundedErrors(d.Status.Errors)}
 		}
-		dr := deleteRequest{name: d.Name}
-		if d.Status.Phase == velerov1.DeleteBackupRequestPhaseProcessed && len(d.Status.Errors) > 0 {
-			dr.failed = strings.Join(d.Status.Errors, "; ")
-			if len(dr.failed) > maxDeleteError {
-				dr.failed = dr.failed[:maxDeleteError] + "…"
-			}
-		}
-		out[key] = dr
 	}
 	return out, nil
+}
+
+// boundedErrors joins Velero's errors, cut to maxDeleteError bytes on a
+// character boundary.
+func boundedErrors(errs []string) string {
+	s := strings.Join(errs, "; ")
+	if len(s) <= maxDeleteError {
+		return s
+	}
+	cut := maxDeleteError
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 func dbrKey(name, uid string) string { return name + "\x00" + uid }

@@ -33,7 +33,7 @@ func TestRotateEdgeCases(t *testing.T) {
 			Status: velerov1.BackupStatus{StartTimestamp: before}},
 		&velerov1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "not-started", Namespace: "velero", Labels: map[string]string{"app": "m"}}},
 		&velerov1.Backup{ObjectMeta: metav1.ObjectMeta{Name: longName, Namespace: "velero", Labels: map[string]string{"app": "m"}, UID: "u1"},
-			Status: velerov1.BackupStatus{StartTimestamp: before}},
+			Status: velerov1.BackupStatus{Phase: velerov1.BackupPhaseCompleted, StartTimestamp: before}},
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
 	r := backups.Rotator{Client: c, Reader: c, Concurrency: 2}
@@ -157,9 +157,10 @@ func TestClockSkewMargin(t *testing.T) {
 	}
 }
 
-// A DeleteBackupRequest Velero processed with errors is reported with its
-// error and not replaced; a newer one, pending, wins over it; with none
-// left, Lethe asks again.
+// Lethe's DeleteBackupRequest that Velero processed with errors is reported
+// with its error and not replaced; a newer one, pending, wins over it; with
+// none left, Lethe asks again. Someone else's failed request does not stop
+// Lethe asking; a Backup Velero is still taking gets none yet.
 func TestFailedDeleteRequestIsReportedNotReplaced(t *testing.T) {
 	scheme := runtime.NewScheme()
 	if err := velerov1.AddToScheme(scheme); err != nil {
@@ -167,12 +168,14 @@ func TestFailedDeleteRequestIsReportedNotReplaced(t *testing.T) {
 	}
 	deleted := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	failed := &velerov1.DeleteBackupRequest{ObjectMeta: metav1.ObjectMeta{Name: "failed", Namespace: "velero",
-		Labels: map[string]string{velerov1.BackupUIDLabel: "u1"}},
+		Labels: map[string]string{velerov1.BackupUIDLabel: "u1", backups.LabelRequestUID: "r"}},
 		Spec:   velerov1.DeleteBackupRequestSpec{BackupName: "nightly"},
 		Status: velerov1.DeleteBackupRequestStatus{Phase: velerov1.DeleteBackupRequestPhaseProcessed, Errors: []string{"location is read-only", strings.Repeat("x", 400)}}}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(failed,
 		&velerov1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: "velero", UID: "u1", Labels: map[string]string{"app": "m"}},
-			Status: velerov1.BackupStatus{StartTimestamp: &metav1.Time{Time: deleted.Add(-time.Hour)}}}).Build()
+			Status: velerov1.BackupStatus{Phase: velerov1.BackupPhaseCompleted, StartTimestamp: &metav1.Time{Time: deleted.Add(-time.Hour)}}},
+		&velerov1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "taking", Namespace: "velero", UID: "u2", Labels: map[string]string{"app": "m"}},
+			Status: velerov1.BackupStatus{Phase: velerov1.BackupPhaseInProgress, StartTimestamp: &metav1.Time{Time: deleted.Add(-time.Minute)}}}).Build()
 	sc := backups.Scope{Namespace: "velero", Selector: labels.SelectorFromSet(labels.Set{"app": "m"}), DeleteOnImmediate: true}
 	req := backups.Request{UID: "r", Namespace: "team", Name: "a", Immediate: true, DeletedAt: deleted, Window: time.Hour}
 	r := backups.Rotator{Client: c, Reader: c}
@@ -181,8 +184,11 @@ func TestFailedDeleteRequestIsReportedNotReplaced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 1 || got[0].DeleteRequest != "failed" || !strings.HasPrefix(got[0].DeleteFailed, "location is read-only; ") || len(got[0].DeleteFailed) > 310 {
+	if len(got) != 2 || got[0].DeleteRequest != "failed" || !strings.HasPrefix(got[0].DeleteFailed, "location is read-only; ") || len(got[0].DeleteFailed) > 310 {
 		t.Fatalf("got %+v: want the failed request named with Velero's error, bounded", got)
+	}
+	if got[1].Name != "taking" || got[1].DeleteRequest != "" || got[1].DeleteFailed != "" {
+		t.Fatalf("got %+v: a Backup Velero is still taking gets no DeleteBackupRequest yet", got[1])
 	}
 	dbrs := &velerov1.DeleteBackupRequestList{}
 	if err := c.List(ctx, dbrs); err != nil || len(dbrs.Items) != 1 {
@@ -200,6 +206,13 @@ func TestFailedDeleteRequestIsReportedNotReplaced(t *testing.T) {
 		if err := c.Delete(ctx, d); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// Velero's garbage collection failed its own request: Lethe still asks.
+	gcFailed := failed.DeepCopy()
+	gcFailed.Name, gcFailed.ResourceVersion = "gc-failed", ""
+	delete(gcFailed.Labels, backups.LabelRequestUID)
+	if err := c.Create(ctx, gcFailed); err != nil {
+		t.Fatal(err)
 	}
 	if got, err = r.Rotate(ctx, sc, req); err != nil || got[0].DeleteRequest == "" || got[0].DeleteFailed != "" || !got[0].Changed {
 		t.Fatalf("got %+v (%v): with the failed request deleted, Lethe asks again", got, err)

@@ -48,7 +48,7 @@ var started = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 
 func nightly(ann map[string]string, exp time.Time) *velerov1.Backup {
 	return &velerov1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: "velero", Annotations: ann},
-		Status: velerov1.BackupStatus{StartTimestamp: &metav1.Time{Time: started}, Expiration: &metav1.Time{Time: exp}}}
+		Status: velerov1.BackupStatus{Phase: velerov1.BackupPhaseCompleted, StartTimestamp: &metav1.Time{Time: started}, Expiration: &metav1.Time{Time: exp}}}
 }
 
 // Many requests rotating one Backup leave one annotation of bounded size

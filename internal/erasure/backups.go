@@ -63,7 +63,11 @@ func (b BackupRotation) Run(ctx context.Context, s *Scope) Outcome {
 	msg := fmt.Sprintf("%d Velero Backup(s) that may hold the erased sessions remain", len(remaining))
 	switch {
 	case sc.DeletesBackups(req):
-		msg += "; a DeleteBackupRequest was created for each"
+		if taking := stillTaken(found); taking > 0 {
+			msg += fmt.Sprintf("; a DeleteBackupRequest was created for each Velero has finished taking, and %d still being taken will get one when done", taking)
+		} else {
+			msg += "; a DeleteBackupRequest was created for each"
+		}
 	case earliest != nil:
 		msg += fmt.Sprintf("; they expire between %s and %s", earliest.UTC().Format(time.RFC3339), latest.UTC().Format(time.RFC3339))
 	}
@@ -71,6 +75,11 @@ func (b BackupRotation) Run(ctx context.Context, s *Scope) Outcome {
 		msg += fmt.Sprintf("; %d kept past the request's deadline %s by the store's velero.minRetention", kept, req.Deadline().UTC().Format(time.RFC3339))
 	}
 	wait := b.Config.BackupRecheck
+	if sc.DeletesBackups(req) {
+		// Velero processes a DeleteBackupRequest within seconds; the watch
+		// brings the pass, this is the backstop.
+		wait = min(wait, deleteRecheck)
+	}
 	if earliest != nil {
 		if until := earliest.Sub(now); until > 0 {
 			wait = min(wait, until+time.Second)
@@ -152,6 +161,22 @@ func (b BackupRotation) Reverify(ctx context.Context, s *Scope) Outcome {
 		Warning: &Warning{Reason: lethev1.ReasonResurrected, Action: "Rotate",
 			Note: fmt.Sprintf("%d Velero Backup(s) holding erased data reappeared and were made to expire again", len(changed))},
 	}
+}
+
+// deleteRecheck bounds the wait of a request whose Backups Velero was asked
+// to delete.
+const deleteRecheck = 30 * time.Second
+
+// stillTaken counts the Backups found without a DeleteBackupRequest: Velero
+// is still taking them.
+func stillTaken(found []Backup) int {
+	n := 0
+	for _, bk := range found {
+		if bk.DeleteRequest == "" {
+			n++
+		}
+	}
+	return n
 }
 
 // deletionFailed is the step waiting on a human when Velero failed a

@@ -136,7 +136,7 @@ func TestBackupRotationImmediate(t *testing.T) {
 	runCases(t, runBackupRotation, map[string]stepCase{
 		"Immediate": {reason: "An immediate request, where the store allows it, asks Velero to delete each Backup and waits for them to go.",
 			er: er, store: allowed, fakes: backupFakes([]Backup{deleting}),
-			want: stepWant{out: Outcome{Kind: Waiting, Condition: cond, Evidence: &ev, Work: Work{Backups: []Backup{deleting}}, RequeueAfter: time.Hour},
+			want: stepWant{out: Outcome{Kind: Waiting, Condition: cond, Evidence: &ev, Work: Work{Backups: []Backup{deleting}}, RequeueAfter: deleteRecheck},
 				status: after(er, withCond(cond), withEvidence(ev)),
 				calls: []string{installedCall, deletedAtCall,
 					"Backups.Rotate(velero-ns app=memory deleteOnImmediate, {req-uid tenant-a/erase-alice immediate=true deletedAt=2030-01-10T09:00:00.5Z window=24h0m0s})"}}},

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -28,9 +29,13 @@ import (
 // (each instance has an object store of its own).
 const VeleroBucket = "velero"
 
-// veleroLockFile serializes Velero servers across test binaries: Velero's
+// veleroLockFile serializes Velero servers on the host (across test
+// binaries, the dev stack and benchmarks, whatever their $TMPDIR): Velero's
 // controller framework binds :8080 on every interface, whatever its flags.
-var veleroLockFile = filepath.Join(os.TempDir(), "lethe-velero-8080.lock")
+const veleroLockFile = "/tmp/lethe-velero-8080.lock"
+
+// veleroLockWait bounds the wait for another Velero to stop.
+const veleroLockWait = 30 * time.Minute
 
 // Velero is a real, unmodified Velero server with the AWS object-store
 // plugin, running as a host process against a test API server, and an
@@ -178,6 +183,9 @@ func (v *Velero) launch() error {
 	cmd.Env = v.env
 	// Its own process group: Stop signals the plugin processes it started too.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// The location's status a server before this one left says nothing:
+	// ready is a validation by this one.
+	launched := metav1.Now().Rfc3339Copy()
 	proc, err := start("velero", cmd, syscall.SIGKILL)
 	if err != nil {
 		return err
@@ -192,6 +200,9 @@ func (v *Velero) launch() error {
 		}
 		if bsl.Status.Phase != velerov1.BackupStorageLocationPhaseAvailable {
 			return fmt.Errorf("storage location phase %q: %s", bsl.Status.Phase, bsl.Status.Message)
+		}
+		if t := bsl.Status.LastValidationTime; t == nil || t.Before(&launched) {
+			return fmt.Errorf("storage location not validated since the server started (last %v)", t)
 		}
 		return nil
 	})
@@ -237,19 +248,21 @@ func (v *Velero) Stop() {
 }
 
 func (v *Velero) stopServer() {
-	if v.server == nil || v.server.exited() {
+	if v.server == nil {
 		return
 	}
 	pgid := v.server.cmd.Process.Pid
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	select {
-	case <-v.server.done:
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		<-v.server.done
+	if !v.server.exited() {
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		select {
+		case <-v.server.done:
+		case <-time.After(10 * time.Second):
+		}
 	}
-	// The plugin processes are in the group; they end with the server.
+	// The plugin processes are in the group: they go too, even when the
+	// server itself had already died.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	<-v.server.done
 }
 
 // PauseObjectStore stops the object store's process (SIGSTOP, by PID):
@@ -259,16 +272,40 @@ func (v *Velero) PauseObjectStore() error { return v.s3.cmd.Process.Signal(sysca
 // ResumeObjectStore continues a paused object store.
 func (v *Velero) ResumeObjectStore() error { return v.s3.cmd.Process.Signal(syscall.SIGCONT) }
 
-// lockExclusive takes an exclusive flock on path, waiting for its holder.
-// The lock is released when the file is closed or the process dies.
+// lockExclusive takes an exclusive flock on path, waiting for its holder
+// (named on stderr, once) up to veleroLockWait; it writes its own PID into
+// the file. The lock is released when the file is closed or the process dies.
 func lockExclusive(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o666)
 	if err != nil {
 		return nil, fmt.Errorf("open the Velero lock %s: %w", path, err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("lock %s: %w", path, err)
+	_ = f.Chmod(0o666) // other users' tests share it (the umask cut the mode)
+	deadline := time.Now().Add(veleroLockWait)
+	for said := false; ; {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			_ = f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		holder, _ := os.ReadFile(path)
+		if time.Now().After(deadline) {
+			_ = f.Close()
+			return nil, fmt.Errorf("another Velero (process %s, the dev stack or another test binary) held %s for %s; stop it (make dev-down) and run again",
+				strings.TrimSpace(string(holder)), path, veleroLockWait)
+		}
+		if !said {
+			said = true
+			fmt.Fprintf(os.Stderr, "testenv: waiting for the Velero on this host (process %s, lock %s) to stop; only one runs at a time\n",
+				strings.TrimSpace(string(holder)), path)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	return f, nil
 }
