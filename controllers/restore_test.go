@@ -257,7 +257,7 @@ func TestRestoreBeforeTheBackupsAreGoneIsErasedAgain(t *testing.T) {
 	if err := pg.Dump(db, dump); err != nil {
 		t.Fatal(err)
 	}
-	nightly := ve.backup(t, "nightly", ve.app, 2*day)
+	nightly := ve.backup(t, "nightly", ve.app, 90*day) // expires after the deadline: shortened
 	er := ve.request(t, "forget", func(er *lethev1.ErasureRequest) {
 		er.Spec.Immediate, er.Spec.Reason = false, ""
 		er.Spec.GracePeriod = &metav1.Duration{Duration: time.Millisecond}
