@@ -120,9 +120,16 @@ history: test-deps ## Run the crash-safety history checker in full (HISTORY_RUNS
 	LETHE_HISTORY_RUNS=$(HISTORY_RUNS) LETHE_HISTORY_PER_ROUND=$(HISTORY_PER_ROUND) \
 		go test -run '^TestRandomizedFaultHistories$$' -count 1 -timeout 6h -v ./test/history
 
+# Each benchmark runs BENCH_COUNT times; the table gives each figure's median
+# and spread over the runs, its target and whether it is met.
+BENCH_COUNT ?= 3
+BENCH_REPORT := $(CURDIR)/.bench/report.jsonl
+
 .PHONY: bench
-bench: test-deps ## Run the benchmarks (ratios against a baseline in the same run).
-	go test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 60m ./...
+bench: test-deps ## Run the benchmarks (ratios against a baseline in the same run) BENCH_COUNT times, then print the table of figures and targets.
+	@mkdir -p $(dir $(BENCH_REPORT)) && rm -f $(BENCH_REPORT)
+	LETHE_BENCH_REPORT=$(BENCH_REPORT) go test -run '^$$' -bench . -benchtime 1x -count $(BENCH_COUNT) -timeout 4h ./...
+	@go run ./hack/benchtable $(BENCH_REPORT)
 
 ##@ Build
 .PHONY: build

@@ -34,6 +34,7 @@ import (
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/controllers"
+	"github.com/lethe-dev/lethe/internal/benchreport"
 	"github.com/lethe-dev/lethe/internal/connector"
 	"github.com/lethe-dev/lethe/internal/fixture"
 	"github.com/lethe-dev/lethe/internal/graph"
@@ -271,6 +272,11 @@ func BenchmarkP3ThousandRequests(b *testing.B) {
 		stop()
 		name := fmt.Sprintf("qps%.0f-burst%d-conc%d", s.qps, s.burst, s.conc)
 		b.ReportMetric(took.Seconds(), name+"-s")
+		setting := fmt.Sprintf("%d immediate requests of 1–5 sessions, QPS %.0f, burst %d, %d concurrent reconciles", n, s.qps, s.burst, s.conc)
+		benchreport.Record(b, benchreport.Row{ID: "P3", Figure: "all requests at BackupsRotated", Setting: setting, Unit: "s",
+			Runs: []float64{took.Seconds()}, Target: float64(n) * 0.06, HasTarget: true})
+		benchreport.Record(b, benchreport.Row{ID: "P3", Figure: "manager API calls per request", Setting: setting, Unit: "calls",
+			Runs: []float64{float64(reqs) / float64(n)}})
 		b.Logf("P3 (%d immediate requests, 1-5 sessions each, %d sessions with 3 facts; client QPS %.0f burst %d, %d concurrent reconciles): all BackupsRotated in %.1f s (target ≤ 120 s); %.1f requests/s; %.1f manager API calls per request",
 			n, n*3, s.qps, s.burst, s.conc, took.Seconds(), float64(n)/took.Seconds(), float64(reqs)/float64(n))
 	}
@@ -311,6 +317,9 @@ func BenchmarkP4TenThousandInCache(b *testing.B) {
 			name = "keep-managed-fields"
 		}
 		b.ReportMetric(rss/(1<<20), name+"-rss-MiB")
+		benchreport.Record(b, benchreport.Row{ID: "P4", Figure: "manager resident memory, most over 10 s",
+			Setting: fmt.Sprintf("%d requests cached, --cache-strip-managed-fields=%v", n, strip), Unit: "MiB",
+			Runs: []float64{rss / (1 << 20)}, Target: 200, HasTarget: true})
 		b.Logf("P4 (%d planned requests of 10 session IDs in the cache, manager binary with its default flags: client QPS 100 burst 200, 4 concurrent reconciles, GOGC default; --cache-strip-managed-fields=%v): resident set %.0f MiB at most over 10 s, Go heap in use %.0f MiB (target ≤ 200 MiB resident)",
 			n, strip, rss/(1<<20), heap/(1<<20))
 	}
