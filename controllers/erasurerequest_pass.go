@@ -104,7 +104,7 @@ func (r *ErasureRequestReconciler) record(p *pass, out erasure.Outcome) {
 	if w := out.Warning; w != nil {
 		r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, w.Reason, w.Action, "%s", w.Note)
 	}
-	if m := out.Milestone; m != nil {
+	if m := out.Milestone; m != nil && milestoneEvent(m) {
 		reason := string(m.Phase)
 		if m.Event != "" {
 			reason = m.Event
@@ -112,6 +112,14 @@ func (r *ErasureRequestReconciler) record(p *pass, out erasure.Outcome) {
 		r.Recorder.Eventf(er, nil, corev1.EventTypeNormal, reason, "Erase", "%s", m.Note)
 	}
 	countWork(out.Work)
+}
+
+// milestoneEvent reports whether a milestone gets an event of its own: the
+// ends (Planned, Cancelled) and a resurrection. The steps on the way are in
+// the signed history; a completed request's one event is its receipt's,
+// which sums it up (an event per step cost five API calls per request).
+func milestoneEvent(m *erasure.Milestone) bool {
+	return m.Event == lethev1.ReasonResurrected || m.Phase == lethev1.PhaseCancelled || m.Phase == lethev1.PhasePlanned
 }
 
 // result turns an outcome into what controller-runtime is told: an error

@@ -51,10 +51,12 @@ func (r *ErasureRequestReconciler) issueReceipt(ctx context.Context, er *lethev1
 		return err
 	}
 	er.Status.Receipt = rc
+	// The completed request's one event: what it did, and its receipt.
+	done := fmt.Sprintf("erasure complete after %d history entries (kubectl erasure history shows them)", len(er.Status.History))
 	if key == nil {
-		r.Recorder.Eventf(er, nil, corev1.EventTypeNormal, "ReceiptUnsigned", "Receipt", "receipt issued over %s, unsigned: no signing key is configured", rc.Digest)
+		r.Recorder.Eventf(er, nil, corev1.EventTypeNormal, "ReceiptUnsigned", "Receipt", "%s; receipt issued over %s, unsigned: no signing key is configured", done, rc.Digest)
 	} else {
-		r.Recorder.Eventf(er, nil, corev1.EventTypeNormal, "ReceiptSigned", "Receipt", "receipt over %s signed with key %s", rc.Digest, rc.KeyID)
+		r.Recorder.Eventf(er, nil, corev1.EventTypeNormal, "ReceiptSigned", "Receipt", "%s; receipt over %s signed with key %s", done, rc.Digest, rc.KeyID)
 	}
 	return nil
 }
