@@ -115,11 +115,16 @@ func (r *ErasureRequestReconciler) record(p *pass, out erasure.Outcome) {
 }
 
 // milestoneEvent reports whether a milestone gets an event of its own: the
-// ends (Planned, Cancelled) and a resurrection. The steps on the way are in
-// the signed history; a completed request's one event is its receipt's,
-// which sums it up (an event per step cost five API calls per request).
+// start (Tombstoned: the sessions are hidden, the undo window opens), the
+// ends (Planned, Cancelled) and a resurrection. The steps between are in
+// the signed history; a completed request's closing event is its receipt's,
+// which sums it up (an event per step cost four more API calls per request).
 func milestoneEvent(m *erasure.Milestone) bool {
-	return m.Event == lethev1.ReasonResurrected || m.Phase == lethev1.PhaseCancelled || m.Phase == lethev1.PhasePlanned
+	switch m.Phase {
+	case lethev1.PhaseTombstoned, lethev1.PhaseCancelled, lethev1.PhasePlanned:
+		return true
+	}
+	return m.Event == lethev1.ReasonResurrected
 }
 
 // result turns an outcome into what controller-runtime is told: an error
