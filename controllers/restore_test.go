@@ -180,9 +180,13 @@ func TestStoreAuditDetectsARestore(t *testing.T) {
 		}
 		return nil
 	})
-	if n := restoresDetected(t, e.ns); n != 1 {
-		t.Errorf("lethe_memorystore_restores_detected_total for the store: %v, want 1", n)
-	}
+	// Counted by the same audit after its re-erasure: wait for it.
+	eventually(t, 10*time.Second, func() error {
+		if n := restoresDetected(t, e.ns); n != 1 {
+			return fmt.Errorf("lethe_memorystore_restores_detected_total for the store: %v, want 1", n)
+		}
+		return nil
+	})
 
 	pausedNamespaces.Delete(e.ns)
 	waitHistoryEntry(t, er, string(lethev1.PhaseBackupsRotated)+"/"+lethev1.ReasonResurrected)
@@ -315,6 +319,9 @@ func TestRestoreAfterTheRequestIsDeletedIsErasedAgain(t *testing.T) {
 		}
 	})
 	assertRecordKeepsNoIDs(t, e, string(er.UID))
+	// The counter counts a store going from intact to not: the audit must
+	// have seen it intact first (a quick run restored before it had).
+	waitCondition(t, e.store, lethev1.MemoryStoreErasuresIntact, metav1.ConditionTrue, lethev1.ReasonErasuresHeld)
 
 	if err := pg.Restore(ctx, db, dump); err != nil {
 		t.Fatal(err)
@@ -340,9 +347,13 @@ func TestRestoreAfterTheRequestIsDeletedIsErasedAgain(t *testing.T) {
 	if n := storeEvents(t, e.store, lethev1.ReasonResurrected); n < 1 {
 		t.Errorf("%d Resurrected events on the store, want at least 1", n)
 	}
-	if n := restoresDetected(t, e.ns); n != 1 {
-		t.Errorf("lethe_memorystore_restores_detected_total for the store: %v, want 1", n)
-	}
+	// Counted by the same audit after its re-erasure: wait for it.
+	eventually(t, 10*time.Second, func() error {
+		if n := restoresDetected(t, e.ns); n != 1 {
+			return fmt.Errorf("lethe_memorystore_restores_detected_total for the store: %v, want 1", n)
+		}
+		return nil
+	})
 	waitCondition(t, e.store, lethev1.MemoryStoreErasuresIntact, metav1.ConditionTrue, lethev1.ReasonErasuresHeld)
 	// The transcript files stay on disk: their re-ingestion is refused again.
 	tx, err := e.conn.Begin(ctx)
