@@ -4,7 +4,9 @@
 // erased sources (00005) and their wiring (00006), late derivations (00007)
 // and their wiring (00008), keyed content hashes and tenant-scoped content
 // erasure with its reference wiring (00009), and the reference tables' own
-// role with row-level security forced on them (00010).
+// role with row-level security forced on them (00010), erasure proofs and
+// the receipt log (00011, 00012), and the batch guard of a deletion in one
+// round trip (00013).
 package migrations
 
 import "embed"

@@ -3,9 +3,12 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/erasure"
@@ -124,6 +127,7 @@ func TestAuditNamesEachBrokenRuleAndTheDeletionRefuses(t *testing.T) {
 			if _, err := e.Tombstone(ctx, req); err != nil {
 				t.Fatal(err)
 			}
+			primed := primedEraser(t, dsn, conn)
 			mustExec(t, conn, tc.setup)
 
 			rep, err := postgres.AuditSchema(ctx, conn, "memory")
@@ -140,14 +144,24 @@ func TestAuditNamesEachBrokenRuleAndTheDeletionRefuses(t *testing.T) {
 				}
 			}
 
-			_, err = e.Delete(ctx, req, 10, 0)
-			var ce *erasure.ConfigError
 			table := strings.Fields(tc.want[0])[1]
-			if !errors.As(err, &ce) || ce.Reason != lethev1.ReasonSchemaChanged || !strings.Contains(ce.Message, table) {
-				t.Fatalf("deletion: %v, want a %s configuration error naming %s", err, lethev1.ReasonSchemaChanged, table)
+			// A fresh Eraser takes the long way; one that deleted before the
+			// change remembers the catalog it audited and tries the short way.
+			for _, way := range []struct {
+				name string
+				e    *postgres.Eraser
+			}{{"long way", e}, {"short way", primed}} {
+				_, err = way.e.Delete(ctx, req, 10, 0)
+				var ce *erasure.ConfigError
+				if !errors.As(err, &ce) || ce.Reason != lethev1.ReasonSchemaChanged || !strings.Contains(ce.Message, table) {
+					t.Fatalf("deletion (%s): %v, want a %s configuration error naming %s", way.name, err, lethev1.ReasonSchemaChanged, table)
+				}
+				if n := count(t, conn, `SELECT count(*) FROM memory.sessions WHERE id = $1`, sessA); n != 1 {
+					t.Errorf("the session was deleted (%s) though the schema breaks the rules (%d left)", way.name, n)
+				}
 			}
-			if n := count(t, conn, `SELECT count(*) FROM memory.sessions WHERE id = $1`, sessA); n != 1 {
-				t.Errorf("the session was deleted though the schema breaks the rules (%d left)", n)
+			if w := primed.Ways(); w.Short != 1 || w.Declined != 1 {
+				t.Errorf("the primed Eraser's batches: %+v, want 1 short before the change and 1 declined after it", w)
 			}
 		})
 	}
@@ -178,4 +192,26 @@ func TestAuditWithoutLethesRegistry(t *testing.T) {
 			t.Errorf("%s: %q does not say the registry is missing", v.Table, v.Message)
 		}
 	}
+}
+
+// primedEraser is an Eraser that has erased two sessions of requests of
+// its own, one batch each: the first the long way (auditing the schema),
+// the second the short way.
+func primedEraser(t *testing.T, dsn string, conn *pgx.Conn) *postgres.Eraser {
+	t.Helper()
+	ctx := context.Background()
+	e := eraser(t, dsn, "t1")
+	for i, id := range seedTiny(t, conn, "cccccccc", 2) {
+		req := erasure.Request{UID: fmt.Sprintf("uid-prime-%d", i), SessionIDs: []string{id}}
+		if _, err := e.Tombstone(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Delete(ctx, req, 10, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w := e.Ways(); w != (postgres.BatchWays{Short: 1, Long: 1}) {
+		t.Fatalf("priming batches: %+v, want the first the long way and the second the short way", w)
+	}
+	return e
 }

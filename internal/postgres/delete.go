@@ -43,7 +43,7 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 			return out, fmt.Errorf("batch %d: %w", b, err)
 		}
 		if len(sample.erased) > 0 {
-			if err := e.afterCommit(ctx, req.UID, sample.erased); err != nil {
+			if out.CommitLSN, err = e.afterCommit(ctx, req.UID, sample.erased); err != nil {
 				return out, fmt.Errorf("batch %d: %w", b, err)
 			}
 		}
@@ -58,6 +58,10 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 		}
 		b++
 	}
+	if out.CommitLSN != "" {
+		return out, nil
+	}
+	// Every batch had been done: the position now is past their commits.
 	if err := e.Pool.QueryRow(ctx, walPositionSQL).Scan(&out.CommitLSN); err != nil {
 		return out, fmt.Errorf("read WAL position: %w", err)
 	}
@@ -67,16 +71,20 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 // afterCommitSQL moves the erased_at of the sessions $2 of the request $1
 // to now, once their batch committed: a synchronous commit can wait on a
 // standby after the batch's last statement, and a backup that started
-// meanwhile still read the sessions. Later is the safe direction.
-const afterCommitSQL = `UPDATE lethe.erasure_ledger SET erased_at = greatest(erased_at, clock_timestamp())
-	WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) AND erased_at IS NOT NULL`
+// meanwhile still read the sessions. Later is the safe direction. It
+// returns the WAL position, past the batch's commit, for the replica wait.
+const afterCommitSQL = `WITH u AS (UPDATE lethe.erasure_ledger SET erased_at = greatest(erased_at, clock_timestamp())
+	WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) AND erased_at IS NOT NULL RETURNING 1)
+	SELECT pg_current_wal_lsn()::text FROM (SELECT count(*) FROM u) n`
 
-// afterCommit dates the sessions a batch erased by the end of its commit.
-func (e *Eraser) afterCommit(ctx context.Context, uid string, erased []string) error {
-	if _, err := e.Pool.Exec(ctx, afterCommitSQL, uid, erased); err != nil {
-		return fmt.Errorf("date the deletion by its commit: %w", err)
+// afterCommit dates the sessions a batch erased by the end of its commit
+// and returns the WAL position after it.
+func (e *Eraser) afterCommit(ctx context.Context, uid string, erased []string) (string, error) {
+	var lsn string
+	if err := e.Pool.QueryRow(ctx, afterCommitSQL, uid, erased).Scan(&lsn); err != nil {
+		return "", fmt.Errorf("date the deletion by its commit: %w", err)
 	}
-	return nil
+	return lsn, nil
 }
 
 // eligibleSQL is the guard: of the sessions $2, those the request $1 holds
@@ -119,11 +127,61 @@ type batchSample struct {
 	textRows   int64
 }
 
+// deleteBatch erases one batch, the short way when the catalog is the one
+// last audited compliant and the whole batch is eligible, else the long
+// way (batchguard.go).
 func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []string, budget sampleBudget) (erasure.BatchResult, batchSample, error) {
+	if epoch := e.auditedEpoch(); epoch != "" {
+		res, sample, err := e.deleteBatchShort(ctx, uid, batch, ids, budget, epoch)
+		if !errors.Is(err, errShortWayDeclined) {
+			if err == nil {
+				e.ways.short.Add(1)
+			}
+			return res, sample, err
+		}
+		e.ways.declined.Add(1)
+	}
+	res, sample, err := e.deleteBatchLong(ctx, uid, batch, ids, budget)
+	if err == nil {
+		e.ways.long.Add(1)
+	}
+	return res, sample, err
+}
+
+// deleteBatchShort sends the guard and the whole deletion in one pipeline,
+// then the receipt, then the commit.
+func (e *Eraser) deleteBatchShort(ctx context.Context, uid string, batch int, ids []string, budget sampleBudget,
+	epoch string) (erasure.BatchResult, batchSample, error) {
 	res := erasure.BatchResult{Batch: batch}
-	var sample batchSample
+	var sample *batchSample
 	err := e.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx, l Layout) error {
-		if err := guardSchema(ctx, tx, e.Schema); err != nil {
+		var p pipeline
+		p.queryRow("guard the batch", batchGuardSQL(l), []any{uid, ids, e.tenant(), epoch}, func(row pgx.Row) error {
+			var ok bool
+			return row.Scan(&ok)
+		})
+		sample = queueErase(&p, l, uid, ids, e.tenant(), budget, &res)
+		if err := p.send(ctx, tx); err != nil {
+			if declined(&p, err) {
+				return errShortWayDeclined
+			}
+			return err
+		}
+		return e.finishBatch(ctx, tx, l, uid, batch, ids, budget, &res, sample)
+	})
+	if err != nil {
+		return res, batchSample{}, err
+	}
+	return res, *sample, nil
+}
+
+// deleteBatchLong audits the schema in the transaction, finds the eligible
+// sessions, marks those already gone and deletes the rest.
+func (e *Eraser) deleteBatchLong(ctx context.Context, uid string, batch int, ids []string, budget sampleBudget) (erasure.BatchResult, batchSample, error) {
+	res := erasure.BatchResult{Batch: batch}
+	var sample *batchSample
+	err := e.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx, l Layout) error {
+		if err := e.guardSchemaRemembered(ctx, tx); err != nil {
 			return err
 		}
 		eligible, err := collectStrings(ctx, tx, eligibleSQL(l), uid, ids, e.tenant())
@@ -138,41 +196,51 @@ func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []s
 		}
 		if len(eligible) == 0 {
 			res.Skipped = true
+			sample = &batchSample{}
 			return tx.QueryRow(ctx, nowSQL).Scan(&res.DeletedAt)
 		}
-		if sample, err = eraseLocked(ctx, tx, l, uid, eligible, e.tenant(), budget, &res); err != nil {
+		var p pipeline
+		sample = queueErase(&p, l, uid, eligible, e.tenant(), budget, &res)
+		if err := p.send(ctx, tx); err != nil {
 			return err
 		}
-		sample.erased = eligible
-		// The receipt counts what the evidence reports, so a pass after a
-		// restart reports the batches done before it from the receipts.
-		counts := append(slices.Clone(res.Rows),
-			erasure.Count{Table: erasure.CountContentIndexEntries, Rows: res.ContentIndexEntries},
-			erasure.Count{Table: erasure.CountDerivedRecords, Rows: res.DerivedRecords})
-		return receipt{uid: uid, step: erasure.StepDeleted, batch: batch, sessions: res.Sessions, counts: counts, of: res}.write(ctx, tx)
+		return e.finishBatch(ctx, tx, l, uid, batch, eligible, budget, &res, sample)
 	})
 	if err != nil {
 		return res, batchSample{}, err
 	}
-	return res, sample, nil
+	return res, *sample, nil
 }
 
-// eraseLocked removes the eligible sessions (already locked by the caller's
-// guard query) and everything reached from them: content-index entries (for
-// the store's tenant, nil: every tenant),
-// derived records, the sessions and, by cascade, their rows; and marks
-// them erased in the ledger. It returns a sample of their embeddings and
-// text, within budget, read before the deletes. The statements go in one
-// pipelined batch, one round trip to the database, each with its reader.
-func eraseLocked(ctx context.Context, tx pgx.Tx, l Layout, uid string, eligible []string, tenant *string, budget sampleBudget,
-	res *erasure.BatchResult) (batchSample, error) {
-	res.Sessions = len(eligible)
-	var p pipeline
+// finishBatch completes the sample and writes the batch's receipt, in its
+// transaction. The receipt counts what the evidence reports, so a pass
+// after a restart reports the batches done before it from the receipts.
+func (e *Eraser) finishBatch(ctx context.Context, tx pgx.Tx, l Layout, uid string, batch int, erased []string, budget sampleBudget,
+	res *erasure.BatchResult, sample *batchSample) error {
+	sample.erased = erased
+	if budget.texts > 0 {
+		sample.textRows = textRows(l, res.Rows)
+	}
+	counts := append(slices.Clone(res.Rows),
+		erasure.Count{Table: erasure.CountContentIndexEntries, Rows: res.ContentIndexEntries},
+		erasure.Count{Table: erasure.CountDerivedRecords, Rows: res.DerivedRecords})
+	return receipt{uid: uid, step: erasure.StepDeleted, batch: batch, sessions: res.Sessions, counts: counts, of: *res}.write(ctx, tx)
+}
+
+// queueErase queues the removal of the sessions (locked by a statement
+// queued or run before) and everything reached from them: content-index
+// entries (for the store's tenant, nil: every tenant), derived records, the
+// sessions and, by cascade, their rows; and marks them erased in the
+// ledger. The sample it returns fills, within budget, with their
+// embeddings and text, read before the deletes, when the pipeline is sent.
+func queueErase(p *pipeline, l Layout, uid string, sessions []string, tenant *string, budget sampleBudget,
+	res *erasure.BatchResult) *batchSample {
+	res.Sessions = len(sessions)
 	counters := newDeletionCounters(l)
-	counters.queueBefore(&p)
-	var sample batchSample
+	counters.queueBefore(p)
+	sample := &batchSample{}
 	if budget.embeddings > 0 && len(l.Vectors) > 0 {
-		p.query("sample embeddings", sampleEmbeddingsSQL(l), []any{eligible, budget.embeddings}, func(rows pgx.Rows) error {
+		p.query("sample embeddings", sampleEmbeddingsSQL(l), []any{sessions, budget.embeddings}, func(rows pgx.Rows) error {
 			vs, err := pgx.CollectRows(rows, pgx.RowTo[pgvector.Vector])
 			for _, v := range vs {
 				sample.embeddings = append(sample.embeddings, erasure.Embedding(v.Slice()))
@@ -180,19 +248,13 @@ func eraseLocked(ctx context.Context, tx pgx.Tx, l Layout, uid string, eligible 
 			return err
 		})
 	}
-	queueTextSample(&p, l, eligible, budget.texts, &sample)
-	queueContentDeletes(&p, l, eligible, tenant, res)
-	queueDerivedDeletes(&p, l, eligible, res)
-	queueSessionDeletes(&p, l, eligible)
-	counters.queueAfter(&p, res)
-	queueMarkErased(&p, uid, eligible, res)
-	if err := p.send(ctx, tx); err != nil {
-		return sample, err
-	}
-	if budget.texts > 0 {
-		sample.textRows = textRows(l, res.Rows)
-	}
-	return sample, nil
+	queueTextSample(p, l, sessions, budget.texts, sample)
+	queueContentDeletes(p, l, sessions, tenant, res)
+	queueDerivedDeletes(p, l, sessions, res)
+	queueSessionDeletes(p, l, sessions)
+	counters.queueAfter(p, res)
+	queueMarkErased(p, uid, sessions, res)
+	return sample
 }
 
 // sampleEmbeddingsSQL samples at most $2 embeddings of the sessions $1,

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 
@@ -26,6 +27,21 @@ type Eraser struct {
 
 	mu     sync.Mutex
 	loaded *Layout
+	// compliant is the catalog epoch the last in-transaction schema audit
+	// found compliant ("" none): a batch may take the short way while the
+	// catalog still has it (batchguard.go).
+	compliant string
+	ways      struct{ short, declined, long atomic.Int64 }
+}
+
+// BatchWays counts the deletion batches of an Eraser by the way they took
+// (batchguard.go): Declined of them were refused by the short way's guard
+// and then ran the long way, which Long counts too.
+type BatchWays struct{ Short, Declined, Long int64 }
+
+// Ways reports how the Eraser's batches ran so far.
+func (e *Eraser) Ways() BatchWays {
+	return BatchWays{Short: e.ways.short.Load(), Declined: e.ways.declined.Load(), Long: e.ways.long.Load()}
 }
 
 var _ erasure.Ledger = (*Eraser)(nil)

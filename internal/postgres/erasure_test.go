@@ -82,7 +82,13 @@ func count(t *testing.T, conn *pgx.Conn, sql string, args ...any) int64 {
 	return n
 }
 
+// Both ways a batch can take (batchguard.go) remove the same.
 func TestEraseRemovesEveryLayerOfTheSessionAndNothingElse(t *testing.T) {
+	t.Run("long way", func(t *testing.T) { eraseEveryLayer(t, false) })
+	t.Run("short way", func(t *testing.T) { eraseEveryLayer(t, true) })
+}
+
+func eraseEveryLayer(t *testing.T, short bool) {
 	ctx := context.Background()
 	dsn := migratedDB(t)
 	conn := connect(t, dsn)
@@ -90,8 +96,11 @@ func TestEraseRemovesEveryLayerOfTheSessionAndNothingElse(t *testing.T) {
 	// A copy of one of A's embeddings in an unrelated table: residue the cascade misses.
 	mustExec(t, conn, `CREATE TABLE public.exported_vectors (id int, v vector(384))`)
 	mustExec(t, conn, `INSERT INTO public.exported_vectors SELECT 1, embedding FROM memory.rounds WHERE session_id = $1 LIMIT 1`, sessA)
-	before := snapshot(t, conn)
 	e := eraser(t, dsn, "t1")
+	if short {
+		e = primedEraser(t, dsn, conn)
+	}
+	before := snapshot(t, conn)
 	req := erasure.Request{UID: "uid-1", SessionIDs: []string{sessA, sessC}}
 
 	plan, err := e.Tombstone(ctx, req)
@@ -117,9 +126,18 @@ func TestEraseRemovesEveryLayerOfTheSessionAndNothingElse(t *testing.T) {
 		t.Fatalf("repeat tombstone differs: %v %+v", err, again)
 	}
 
-	res, err := e.Delete(ctx, req, 100, 50)
+	// A batch holding a session the request did not find (C) takes the
+	// long way: the short way erases only batches wholly eligible.
+	del := req
+	if short {
+		del.SessionIDs = plan.Found
+	}
+	res, err := e.Delete(ctx, del, 100, 50)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if w := e.Ways(); short && w.Short != 2 || !short && w.Long != 1 {
+		t.Fatalf("batches by way: %+v, want this one the %s", w, map[bool]string{true: "short way", false: "long way"}[short])
 	}
 	if len(res.Batches) != 1 || res.Batches[0].Sessions != 1 || res.Batches[0].ContentIndexEntries != 3 || res.Batches[0].DerivedRecords != 2 {
 		t.Fatalf("delete result: %+v", res.Batches)

@@ -88,8 +88,9 @@ func (e *Eraser) eraseBack(ctx context.Context, tx pgx.Tx, l Layout, uid string,
 	if _, err := tx.Exec(ctx, tombstoneSQL(l), back, uid); err != nil {
 		return fmt.Errorf("tombstone resurrected sessions: %w", err)
 	}
-	_, err := eraseLocked(ctx, tx, l, uid, back, e.tenant(), sampleBudget{}, res)
-	return err
+	var p pipeline
+	queueErase(&p, l, uid, back, e.tenant(), sampleBudget{}, res)
+	return p.send(ctx, tx)
 }
 
 // lost reports, read only, whether anything of req came back: sessions,
