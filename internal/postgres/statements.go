@@ -96,13 +96,17 @@ type counting struct {
 	args []any
 }
 
+// arguments are the statement's parameters.
+func (c counting) arguments() []any {
+	if c.args == nil {
+		return []any{c.arg}
+	}
+	return c.args
+}
+
 func (c counting) run(ctx context.Context, q Querier) (int64, error) {
 	var n int64
-	args := c.args
-	if args == nil {
-		args = []any{c.arg}
-	}
-	if err := q.QueryRow(ctx, c.sql, args...).Scan(&n); err != nil {
+	if err := q.QueryRow(ctx, c.sql, c.arguments()...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("%s: %w", c.failure, err)
 	}
 	return n, nil

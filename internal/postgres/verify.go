@@ -72,14 +72,18 @@ func leftoverChecks(l Layout, uid string, ids []string) []counting {
 	return cs
 }
 
-func runChecks(ctx context.Context, q Querier, cs []counting) ([]erasure.Verification, error) {
-	out := make([]erasure.Verification, 0, len(cs))
-	for _, c := range cs {
-		n, err := c.run(ctx, q)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, erasure.Verification{Check: c.name, Found: n})
+// runChecks runs every check in one pipelined round trip, in order.
+func runChecks(ctx context.Context, tx pgx.Tx, cs []counting) ([]erasure.Verification, error) {
+	out := make([]erasure.Verification, len(cs))
+	var p pipeline
+	for i, c := range cs {
+		out[i].Check = c.name
+		p.queryRow(c.failure, c.sql, c.arguments(), func(row pgx.Row) error {
+			return row.Scan(&out[i].Found)
+		})
+	}
+	if err := p.send(ctx, tx); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
