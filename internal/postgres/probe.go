@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -52,17 +51,29 @@ func (e *Eraser) ProbeResidue(ctx context.Context, probe []erasure.Embedding, ma
 	vecs := vectors(probe)
 	cascade := l.inCascade()
 	rows := probedContentRows(l)
-	var out []erasure.Residue
+	var p pipeline
+	found := map[string]int64{}
+	var order []string
 	for _, c := range cols {
 		if cascade[c.col.Table] || e.excluded(c.col.Table) {
 			continue
 		}
-		found, err := e.nearCopies(ctx, c, nearestSQL(c.col, rows[c.col.Table]), vecs, maxDistance)
-		if err != nil {
-			return nil, err
-		}
-		if found > 0 {
-			out = append(out, erasure.Residue{Column: c.col.String(), Found: found})
+		name := c.col.String()
+		order = append(order, name)
+		queueNearCopies(&p, c, nearestSQL(c.col, rows[c.col.Table]), vecs, maxDistance, func() { found[name]++ })
+	}
+	if len(p.names) == 0 {
+		return nil, nil
+	}
+	// One round trip for every vector of the sample against every column,
+	// in a read-only transaction (a pipeline needs one).
+	if err := pgx.BeginTxFunc(ctx, e.Pool, readOnly, func(tx pgx.Tx) error { return p.send(ctx, tx) }); err != nil {
+		return nil, err
+	}
+	var out []erasure.Residue
+	for _, name := range order {
+		if found[name] > 0 {
+			out = append(out, erasure.Residue{Column: name, Found: found[name]})
 		}
 	}
 	return out, nil
@@ -118,22 +129,20 @@ func nearestSQL(c QColumn, where string) string {
 		` WHERE ` + c.Ident() + ` IS NOT NULL` + where + ` ORDER BY ` + c.Ident() + ` <=> $1 LIMIT 1`
 }
 
-// nearCopies counts the probe vectors with a copy in c, closer than
-// maxDistance, by the statement sql (a nearestSQL).
-func (e *Eraser) nearCopies(ctx context.Context, c vectorColumn, sql string, probe []pgvector.Vector, maxDistance float64) (int64, error) {
-	var found int64
+// queueNearCopies queues, for each probe vector of c's dimensions, the
+// statement sql (a nearestSQL); near is called for each with a copy in c
+// closer than maxDistance.
+func queueNearCopies(p *pipeline, c vectorColumn, sql string, probe []pgvector.Vector, maxDistance float64, near func()) {
 	for _, v := range probe {
 		if c.dims > 0 && c.dims != len(v.Slice()) {
 			continue
 		}
-		var d *float64
-		err := e.Pool.QueryRow(ctx, sql, v).Scan(&d)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return 0, fmt.Errorf("probe %s: %w", c.col, err)
-		}
-		if d != nil && *d <= maxDistance {
-			found++
-		}
+		p.query("probe "+c.col.String(), sql, []any{v}, func(rows pgx.Rows) error {
+			ds, err := pgx.CollectRows(rows, pgx.RowTo[*float64])
+			if len(ds) > 0 && ds[0] != nil && *ds[0] <= maxDistance {
+				near()
+			}
+			return err
+		})
 	}
-	return found, nil
 }
