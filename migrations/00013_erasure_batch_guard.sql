@@ -7,26 +7,32 @@
 -- the audit reads has changed since the last audit found it compliant:
 --
 --   lethe.catalog_epoch       one row, a random token replaced by every DDL
---                             command in the database (an event trigger,
---                             enabled ALWAYS so that it fires in every
---                             session_replication_role) and every change to
---                             Lethe's registry tables (statement triggers).
+--                             command in the database (an event trigger)
+--                             and every change to Lethe's registry tables
+--                             (statement triggers), all enabled ALWAYS so
+--                             that they fire in every session_replication_role.
 --   lethe.require_batch(epoch_unchanged, all_eligible)
 --                             raises SQLSTATE LE004 unless both are true.
 --                             A batch's first statement locks its sessions
---                             and calls it: the token, with the identity of
---                             the event trigger's catalog row (a disable,
---                             re-enable or re-create changes it), must be
---                             the one read around the last compliant audit,
---                             and every session of the batch eligible. Else
---                             the pipeline aborts before any delete and the
---                             batch runs the long way, with the full audit.
+--                             and calls it: the token, with the identity
+--                             (oid, row version) of the triggers, functions
+--                             and tables that replace it (a disable,
+--                             re-enable, replacement or re-create changes
+--                             it), must be the one read around the last
+--                             compliant audit, and every session of the
+--                             batch eligible. Else the pipeline aborts
+--                             before any delete and the batch runs the long
+--                             way, with the full audit.
 --
 -- CREATE EVENT TRIGGER needs a superuser. Where the migration runs without
 -- one it creates everything else and says so (NOTICE): with no enabled event
 -- trigger, require_batch always raises and every batch takes the long way.
 -- Not seen by the event trigger (state it to whoever holds superuser): DDL
--- in single-user mode, and direct writes to the system catalogs.
+-- in single-user mode, and direct writes to the system catalogs. Objects
+-- dropped with no DDL command (a permanent table's column, constraint,
+-- trigger or policy that depends on a temporary object goes when its
+-- session ends or runs DISCARD TEMP) are not seen either: Lethe takes the
+-- short way only while no such dependency exists.
 
 -- +goose Up
 CREATE TABLE lethe.catalog_epoch (
@@ -74,6 +80,8 @@ CREATE TRIGGER content_indexes_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNC
     FOR EACH STATEMENT EXECUTE FUNCTION lethe.registry_changed();
 CREATE TRIGGER lineage_tables_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON lethe.lineage_tables
     FOR EACH STATEMENT EXECUTE FUNCTION lethe.registry_changed();
+ALTER TABLE lethe.content_indexes ENABLE ALWAYS TRIGGER content_indexes_changed;
+ALTER TABLE lethe.lineage_tables ENABLE ALWAYS TRIGGER lineage_tables_changed;
 
 -- +goose StatementBegin
 DO $$

@@ -60,8 +60,9 @@ func (c *Connector) Ledger(ctx context.Context, store *lethev1.MemoryStore) (*po
 	if err != nil {
 		return nil, err
 	}
-	return &postgres.Eraser{Pool: pool, Schema: store.Spec.Postgres.SchemaOrDefault(), TenantID: store.Spec.TenantID,
-		ProbeExclude: store.Spec.Postgres.ResidueProbeExclude}, nil
+	schema := store.Spec.Postgres.SchemaOrDefault()
+	return &postgres.Eraser{Pool: pool, Schema: schema, TenantID: store.Spec.TenantID,
+		ProbeExclude: store.Spec.Postgres.ResidueProbeExclude, Memo: c.Pools.Memo(cacheKey(store, "primary"), schema)}, nil
 }
 
 // Graph opens the store's graph.

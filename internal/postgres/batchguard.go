@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -15,22 +16,70 @@ import (
 // the batch's sessions and, through lethe.require_batch (migration 00013),
 // aborts the pipeline before any delete unless the catalog epoch is the one
 // read around the long way's last compliant audit and every session of the
-// batch is eligible. The epoch is a token every DDL command and every change
-// to the registry replaces, with the identity of the event trigger that
-// replaces it: disabling, re-enabling or re-creating the trigger changes it.
+// batch is eligible; its last statement checks the epoch again. The epoch
+// is a token every DDL command and every change to the registry replaces,
+// with the identity (oid, row version) of everything that replaces it: the
+// event trigger, the registry's triggers and tables, the functions, the
+// token's table. Changing any of them changes the epoch, and the long way
+// remembers an epoch only when that machinery is intact (mechanismIntactSQL).
 
 // catalogEpochExpr is the epoch, NULL where the event trigger is missing or
 // not enabled ALWAYS; it fails where migration 00013 is not applied.
-const catalogEpochExpr = `(SELECT e.token::text || '/' || t.oid::text || '/' || t.xmin::text
+const catalogEpochExpr = `(SELECT e.token::text || '/' || t.oid::text || ':' || t.xmin::text
+		|| '/' || (SELECT string_agg(g.oid::text || ':' || g.xmin::text || ':' || g.tgenabled::text, ',' ORDER BY g.oid) FROM pg_trigger g
+			WHERE g.tgrelid IN ('lethe.content_indexes'::regclass, 'lethe.lineage_tables'::regclass) AND NOT g.tgisinternal)
+		|| '/' || (SELECT string_agg(p.oid::text || ':' || p.xmin::text, ',' ORDER BY p.oid) FROM pg_proc p
+			WHERE p.oid IN ('lethe.bump_catalog_epoch()'::regprocedure, 'lethe.catalog_changed()'::regprocedure,
+				'lethe.registry_changed()'::regprocedure, 'lethe.require_batch(boolean, boolean)'::regprocedure))
+		|| '/' || (SELECT string_agg(c.oid::text || ':' || c.xmin::text, ',' ORDER BY c.oid) FROM pg_class c
+			WHERE c.oid IN ('lethe.catalog_epoch'::regclass, 'lethe.content_indexes'::regclass, 'lethe.lineage_tables'::regclass))
 	FROM lethe.catalog_epoch e, pg_event_trigger t
 	WHERE t.evtname = 'lethe_catalog_changed' AND t.evtevent = 'ddl_command_end' AND t.evtenabled = 'A'
 	  AND t.evtfoid = 'lethe.catalog_changed()'::regprocedure)`
 
-// catalogEpochSQL reads the epoch on its own (the long way, around its audit).
+// catalogEpochSQL reads the epoch on its own.
 const catalogEpochSQL = `SELECT ` + catalogEpochExpr
 
-// errShortWayDeclined: the short way's guard refused the batch.
-var errShortWayDeclined = errors.New("the batch's pipeline guard declined it")
+// Digests (md5 of prosrc) of the bodies migration 00013 gives the functions
+// that replace the token: the long way remembers no epoch if one was
+// replaced by another body.
+const (
+	bumpCatalogEpochBody = "094752a185352ff8159ff714bcf8da75"
+	catalogChangedBody   = "efc2a828a13f6bcfaf9fe188aad8a500"
+	registryChangedBody  = "4d62919bed72157d025d3814f69cfca2"
+)
+
+// mechanismIntactSQL is true when what replaces the token is as migration
+// 00013 made it ($1, $2, $3: the bodies' digests): the event trigger and
+// the registry's statement triggers enabled ALWAYS, the functions' bodies,
+// the token's table without rules, triggers or row-level security, no
+// table inheriting from it or from the registry, and no column,
+// constraint, trigger or policy of a permanent table depending on a
+// temporary object (ending a session or DISCARD TEMP drops it with no DDL
+// command the event trigger could see).
+const mechanismIntactSQL = `SELECT
+	EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = 'lethe_catalog_changed' AND evtevent = 'ddl_command_end'
+		AND evtenabled = 'A' AND evtfoid = 'lethe.catalog_changed()'::regprocedure)
+	AND (SELECT count(*) FROM pg_trigger g WHERE g.tgrelid IN ('lethe.content_indexes'::regclass, 'lethe.lineage_tables'::regclass)
+		AND NOT g.tgisinternal AND g.tgenabled = 'A' AND g.tgfoid = 'lethe.registry_changed()'::regprocedure
+		AND g.tgtype & 1 = 0 AND g.tgtype & 60 = 60) = 2
+	AND (SELECT md5(prosrc) FROM pg_proc WHERE oid = 'lethe.bump_catalog_epoch()'::regprocedure) = $1
+	AND (SELECT md5(prosrc) FROM pg_proc WHERE oid = 'lethe.catalog_changed()'::regprocedure) = $2
+	AND (SELECT md5(prosrc) FROM pg_proc WHERE oid = 'lethe.registry_changed()'::regprocedure) = $3
+	AND NOT EXISTS (SELECT 1 FROM pg_class WHERE oid = 'lethe.catalog_epoch'::regclass AND (relhasrules OR relhastriggers OR relrowsecurity))
+	AND NOT EXISTS (SELECT 1 FROM pg_inherits WHERE inhparent IN ('lethe.catalog_epoch'::regclass, 'lethe.content_indexes'::regclass, 'lethe.lineage_tables'::regclass))
+	AND NOT EXISTS (
+		WITH tmp(cls, oid) AS (
+			SELECT 'pg_class'::regclass, c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname LIKE 'pg\_temp\_%'
+			UNION ALL SELECT 'pg_proc'::regclass, p.oid FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname LIKE 'pg\_temp\_%'
+			UNION ALL SELECT 'pg_type'::regclass, t.oid FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE n.nspname LIKE 'pg\_temp\_%'),
+		permanent(oid) AS (SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname NOT LIKE 'pg\_temp\_%' AND n.nspname NOT LIKE 'pg\_toast\_temp\_%')
+		SELECT 1 FROM pg_depend d JOIN tmp ON tmp.cls = d.refclassid AND tmp.oid = d.refobjid
+		WHERE (d.classid = 'pg_class'::regclass AND d.objid IN (SELECT oid FROM permanent))
+		   OR (d.classid = 'pg_trigger'::regclass AND EXISTS (SELECT 1 FROM pg_trigger g WHERE g.oid = d.objid AND g.tgrelid IN (SELECT oid FROM permanent)))
+		   OR (d.classid = 'pg_constraint'::regclass AND EXISTS (SELECT 1 FROM pg_constraint k WHERE k.oid = d.objid AND k.conrelid IN (SELECT oid FROM permanent)))
+		   OR (d.classid = 'pg_policy'::regclass AND EXISTS (SELECT 1 FROM pg_policy y WHERE y.oid = d.objid AND y.polrelid IN (SELECT oid FROM permanent))))`
 
 // sqlStateBatchGuard is lethe.require_batch's SQLSTATE.
 const sqlStateBatchGuard = "LE004"
@@ -51,56 +100,67 @@ func eligibleCTEs(l Layout, uid, ids, tenant string) string {
 }
 
 // batchGuardSQL locks the batch's eligible sessions and raises LE004
-// unless the catalog epoch is $4 and all of the sessions $2 are eligible
-// ($1 the request, $3 the tenant).
+// unless the catalog epoch is $4 and every one of the sessions $2, each
+// once, is eligible ($1 the request, $3 the tenant): the later statements
+// of the pipeline then work on exactly the locked sessions.
 func batchGuardSQL(l Layout) string {
 	return `WITH ` + eligibleCTEs(l, "$1", "$2", "$3") + `
 		SELECT lethe.require_batch(` + catalogEpochExpr + ` = $4,
-			(SELECT count(*) FROM s) = cardinality($2::text[]))`
+			(SELECT count(DISTINCT s.id) FROM s) = cardinality($2::text[]))`
 }
 
-// declined reports whether the short way's pipeline failed at its guard —
-// the guard refused, or cannot run (migration 00013 not applied):
-// the long way then runs and reports what is wrong, if anything is.
-func declined(p *pipeline, err error) bool {
-	if err == nil || p.read != 0 {
+// epochStillSQL raises LE004 unless the epoch is still $1, at the end of
+// the pipeline: a DDL command that committed while the deletes waited for
+// a lock rolls the batch back.
+const epochStillSQL = `SELECT lethe.require_batch(` + catalogEpochExpr + ` = $1, true)`
+
+// declined reports whether the short way's pipeline failed at a guard —
+// refused (LE004), or unable to run (migration 00013 reverted): the
+// transaction rolls back and the long way runs and reports what is wrong,
+// if anything is. Any other error is the batch's.
+func declined(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
 		return false
 	}
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr)
+	switch pgErr.Code {
+	case sqlStateBatchGuard, "42883", "42P01": // undefined function, undefined table
+		return true
+	}
+	return false
 }
 
-// auditedEpoch is the catalog epoch the long way found compliant, or "".
-func (e *Eraser) auditedEpoch() string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.compliant
+// AuditMemo remembers, for one database schema, what the long way learnt:
+// the epoch around its last compliant audit, and a layout with the epoch
+// it was read under. The Erasers of a store share one (Pools.Memo), so
+// both outlive a pass; a memo is for one pool (a rotated DSN resets it).
+type AuditMemo struct {
+	mu          sync.Mutex
+	pool        DB
+	compliant   string
+	layout      *Layout
+	layoutEpoch string
 }
 
-// guardSchemaRemembered is guardSchema, remembering the catalog epoch when
-// the audit passes and the epoch read the same before and after it (a
-// change committed while the audit ran is not taken as audited).
-func (e *Eraser) guardSchemaRemembered(ctx context.Context, tx pgx.Tx) error {
-	before := readEpoch(ctx, tx)
-	if err := guardSchema(ctx, tx, e.Schema); err != nil {
-		e.forgetEpoch()
-		return err
+// forPool resets the memo when it was made for another pool; m.mu is held.
+func (m *AuditMemo) forPool(p DB) {
+	if m.pool != p {
+		m.pool, m.compliant, m.layout, m.layoutEpoch = p, "", nil, ""
 	}
-	if before == "" {
-		return nil
-	}
-	if after := readEpoch(ctx, tx); after == before {
-		e.mu.Lock()
-		e.compliant = after
-		e.mu.Unlock()
-	}
-	return nil
 }
 
-// readEpoch reads the catalog epoch under a savepoint, "" when there is
-// none (no enabled event trigger, migration 00013 not applied), leaving tx
-// usable.
-func readEpoch(ctx context.Context, tx pgx.Tx) string {
+// readEpoch reads the catalog epoch, "" when there is none (no enabled
+// event trigger, migration 00013 not applied). Inside a transaction it
+// reads under a savepoint, leaving the transaction usable.
+func readEpoch(ctx context.Context, q Querier) string {
+	tx, inTx := q.(pgx.Tx)
+	if !inTx {
+		var d *string
+		if q.QueryRow(ctx, catalogEpochSQL).Scan(&d) != nil || d == nil {
+			return ""
+		}
+		return *d
+	}
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return ""
@@ -116,8 +176,59 @@ func readEpoch(ctx context.Context, tx pgx.Tx) string {
 	return *d
 }
 
-func (e *Eraser) forgetEpoch() {
+// mechanismIntact runs mechanismIntactSQL in tx (under a savepoint).
+func mechanismIntact(ctx context.Context, tx pgx.Tx) bool {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return false
+	}
+	var ok bool
+	if err := sp.QueryRow(ctx, mechanismIntactSQL, bumpCatalogEpochBody, catalogChangedBody, registryChangedBody).Scan(&ok); err != nil {
+		_ = sp.Rollback(ctx)
+		return false
+	}
+	return sp.Commit(ctx) == nil && ok
+}
+
+// shortWayEpoch is the epoch a batch may take the short way under: the
+// one the last compliant audit read, if the Eraser's layout was read under
+// it too; "" when there is none.
+func (e *Eraser) shortWayEpoch() string {
+	m := e.memo()
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	e.mu.Lock()
-	e.compliant = ""
-	e.mu.Unlock()
+	defer e.mu.Unlock()
+	if m.compliant == "" || m.compliant != e.layoutEpoch {
+		return ""
+	}
+	return m.compliant
+}
+
+// guardSchemaRemembered is guardSchema, remembering the catalog epoch when
+// the audit passes, the token's machinery is intact and the epoch read the
+// same before and after (a change committed meanwhile is not taken as
+// audited).
+func (e *Eraser) guardSchemaRemembered(ctx context.Context, tx pgx.Tx) error {
+	before := readEpoch(ctx, tx)
+	if err := guardSchema(ctx, tx, e.Schema); err != nil {
+		e.remember("")
+		return err
+	}
+	if before == "" || !mechanismIntact(ctx, tx) {
+		e.remember("")
+		return nil
+	}
+	if after := readEpoch(ctx, tx); after == before {
+		e.remember(after)
+	}
+	return nil
+}
+
+// remember sets the memo's compliant epoch.
+func (e *Eraser) remember(epoch string) {
+	m := e.memo()
+	m.mu.Lock()
+	m.compliant = epoch
+	m.mu.Unlock()
 }

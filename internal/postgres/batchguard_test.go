@@ -20,7 +20,7 @@ func TestTheShortWayDeclinesABatchNotWhollyEligible(t *testing.T) {
 	ctx := context.Background()
 	dsn := migratedDB(t)
 	conn := connect(t, dsn)
-	e := primedEraser(t, dsn, conn)
+	e := primedPasses(t, dsn, conn)()
 	ids := seedTiny(t, conn, "dddddddd", 4)
 	req := erasure.Request{UID: "uid-partial", SessionIDs: ids}
 	if _, err := e.Tombstone(ctx, req); err != nil {
@@ -39,7 +39,7 @@ func TestTheShortWayDeclinesABatchNotWhollyEligible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := e.Ways(); w.Declined != 1 || w.Short != 2 {
+	if w := e.Ways(); w.Declined != 1 || w.Short != 1 {
 		t.Errorf("batches by way: %+v, want the other request's short and this one declined", w)
 	}
 	if len(res.Batches) != 1 || res.Batches[0].Sessions != 2 {
@@ -73,8 +73,8 @@ func TestWithoutTheBatchGuardEveryBatchTakesTheLongWay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := e.Ways(); w != (postgres.BatchWays{Declined: 2, Long: 3}) {
-		t.Errorf("batches by way: %+v, want 3 the long way (the last 2 declined)", w)
+	if w := e.Ways(); w != (postgres.BatchWays{Long: 3}) {
+		t.Errorf("batches by way: %+v, want all 3 the long way", w)
 	}
 	if len(res.Batches) != 3 {
 		t.Fatalf("delete result: %+v", res.Batches)
@@ -92,24 +92,26 @@ func TestTheShortWayNoticesItsEventTriggerSwitchedOffAndOn(t *testing.T) {
 	ctx := context.Background()
 	dsn := migratedDB(t)
 	conn := connect(t, dsn)
-	e := primedEraser(t, dsn, conn)
+	pass := primedPasses(t, dsn, conn)
 	ids := seedTiny(t, conn, "ffffffff", 2)
 	for i, id := range ids {
-		if _, err := e.Tombstone(ctx, erasure.Request{UID: fmt.Sprintf("uid-evt-%d", i), SessionIDs: []string{id}}); err != nil {
+		if _, err := pass().Tombstone(ctx, erasure.Request{UID: fmt.Sprintf("uid-evt-%d", i), SessionIDs: []string{id}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 
 	mustExec(t, conn, `ALTER EVENT TRIGGER lethe_catalog_changed DISABLE`)
+	e := pass()
 	if _, err := e.Delete(ctx, erasure.Request{UID: "uid-evt-0", SessionIDs: ids[:1]}, 10, 0); err != nil {
 		t.Fatal(err)
 	}
-	if w := e.Ways(); w.Declined != 1 || w.Short != 1 {
-		t.Errorf("batches by way with the event trigger disabled: %+v, want this one declined", w)
+	if w := e.Ways(); w != (postgres.BatchWays{Long: 1}) {
+		t.Errorf("batches by way with the event trigger disabled: %+v, want the long way", w)
 	}
 	mustExec(t, conn, `CREATE TABLE memory.session_tags (session_id uuid, tag text)`)
 	mustExec(t, conn, `ALTER EVENT TRIGGER lethe_catalog_changed ENABLE ALWAYS`)
 
+	e = pass()
 	_, err := e.Delete(ctx, erasure.Request{UID: "uid-evt-1", SessionIDs: ids[1:]}, 10, 0)
 	var ce *erasure.ConfigError
 	if !errors.As(err, &ce) || ce.Reason != lethev1.ReasonSchemaChanged || !strings.Contains(ce.Message, "memory.session_tags") {
@@ -149,5 +151,119 @@ func TestTheCatalogEpochChangesWithDDLButNotTemporaryTables(t *testing.T) {
 		if epoch() == before {
 			t.Errorf("%q left the catalog epoch unchanged", ddl)
 		}
+	}
+}
+
+// Ways around the catalog epoch (an adversarial review found each): a
+// first change (prep, on a connection of its own) that would let a later
+// one go unseen, a batch the long way, then the breaking change. The
+// deletion after it must refuse the way the audit does, naming the table.
+func TestTheShortWayCannotBeTurnedBlind(t *testing.T) {
+	for name, tc := range map[string]struct{ prep, change, table string }{
+		"registry trigger disabled, then the registry emptied": {
+			`ALTER TABLE lethe.lineage_tables DISABLE TRIGGER lineage_tables_changed`,
+			`DELETE FROM lethe.lineage_tables`, "lethe.lineage_tables"},
+		"registry written in replica mode": {
+			`SELECT 1`,
+			`SET session_replication_role = replica; DELETE FROM lethe.lineage_tables; SET session_replication_role = origin`, "lethe.lineage_tables"},
+		"an unguarded lineage table registered through a child of the registry": {
+			`CREATE TABLE lethe.lineage_more () INHERITS (lethe.lineage_tables)`,
+			`INSERT INTO lethe.lineage_more VALUES ('memory.facts', 'session_id', 'id', 'memory.artifacts', 'id')`, "memory.facts"},
+		"the lineage guard made to depend on a temporary function, then DISCARD TEMP": {
+			`CREATE FUNCTION pg_temp.yes() RETURNS boolean LANGUAGE sql AS 'SELECT true';
+			 DROP TRIGGER derivations_refuse_erased_lineage ON memory_derived.derivations;
+			 CREATE TRIGGER derivations_refuse_erased_lineage BEFORE INSERT OR UPDATE ON memory_derived.derivations
+				FOR EACH ROW WHEN (pg_temp.yes()) EXECUTE FUNCTION lethe.refuse_erased_lineage('source_session_id')`,
+			`DISCARD TEMP`, "memory_derived.derivations"},
+		"the token's function replaced by one that does nothing": {
+			`CREATE OR REPLACE FUNCTION lethe.bump_catalog_epoch() RETURNS void
+				LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, lethe
+				AS $$ UPDATE lethe.catalog_epoch SET token = token WHERE false $$`,
+			`CREATE TABLE memory.session_tags (session_id uuid, tag text)`, "memory.session_tags"},
+		"a rule keeping the token": {
+			`CREATE RULE keep AS ON UPDATE TO lethe.catalog_epoch DO INSTEAD NOTHING`,
+			`CREATE TABLE memory.session_tags (session_id uuid, tag text)`, "memory.session_tags"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			dsn := migratedDB(t)
+			conn := connect(t, dsn)
+			seedTenants(t, conn)
+			pass := primedPasses(t, dsn, conn)
+			req := erasure.Request{UID: "uid-blind", SessionIDs: []string{sessA}}
+			if _, err := pass().Tombstone(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			other := connect(t, dsn)
+			mustExec(t, other, tc.prep)
+			// A batch after the first change: the long way, which must not
+			// trust the epoch from then on.
+			id := seedTiny(t, conn, "abababab", 1)
+			between := erasure.Request{UID: "uid-between", SessionIDs: id}
+			e := pass()
+			if _, err := e.Tombstone(ctx, between); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.Delete(ctx, between, 10, 0); err != nil {
+				t.Fatal(err)
+			}
+			mustExec(t, other, tc.change)
+
+			e = pass()
+			_, err := e.Delete(ctx, req, 10, 0)
+			var ce *erasure.ConfigError
+			if !errors.As(err, &ce) || ce.Reason != lethev1.ReasonSchemaChanged || !strings.Contains(ce.Message, tc.table) {
+				t.Fatalf("deletion after the change: %v (batches %+v), want %s naming %s", err, e.Ways(), lethev1.ReasonSchemaChanged, tc.table)
+			}
+			if n := count(t, conn, `SELECT count(*) FROM memory.sessions WHERE id = $1`, sessA); n != 1 {
+				t.Errorf("the session was deleted (%d left)", n)
+			}
+		})
+	}
+}
+
+// A copy of a session in a table inheriting from sessions gives the guard
+// two rows for one session: the batch [A, B], B gone and still in its
+// grace period, must not pass for wholly eligible, nor B be marked erased
+// or its derived records deleted.
+func TestTheShortWayCountsSessionsNotRows(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	pass := primedPasses(t, dsn, conn)
+	req := erasure.Request{UID: "uid-rows", SessionIDs: []string{sessA, sessB}}
+	if _, err := pass().Tombstone(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, conn, `UPDATE lethe.erasure_ledger SET grace_ends_at = now() + interval '1 hour' WHERE request_uid = $1 AND record_id = $2`, req.UID, sessB)
+	mustExec(t, conn, `CREATE TABLE public.sessions_copy () INHERITS (memory.sessions)`)
+	mustExec(t, conn, `INSERT INTO public.sessions_copy SELECT * FROM ONLY memory.sessions WHERE id = $1`, sessA)
+	// B's own derivations (the profile of A and B goes with A).
+	const ownOfB = `SELECT count(*) FROM memory_derived.derivations d WHERE source_session_id = $1
+		AND NOT EXISTS (SELECT 1 FROM memory_derived.derivations x WHERE x.derived_id = d.derived_id AND x.source_session_id = $2)`
+	derivedOfB := count(t, conn, ownOfB, sessB, sessA)
+	// The CREATE TABLE changed the epoch: a batch of another request lets
+	// the long way audit it (and, if compliant, remember it).
+	between := erasure.Request{UID: "uid-between", SessionIDs: seedTiny(t, conn, "acacacac", 1)}
+	if _, err := pass().Tombstone(ctx, between); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pass().Delete(ctx, between, 10, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	e := pass()
+	if _, err := e.Delete(ctx, req, 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	if w := e.Ways(); w.Declined != 1 {
+		t.Errorf("batches by way: %+v, want the batch declined by the short way", w)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $1 AND record_id = $2 AND erased_at IS NOT NULL`, req.UID, sessB); n != 0 {
+		t.Error("B, in its grace period, was marked erased")
+	}
+	if n := count(t, conn, ownOfB, sessB, sessA); n != derivedOfB || n == 0 {
+		t.Errorf("B's derivations: %d, want %d (B is in its grace period)", n, derivedOfB)
 	}
 }

@@ -32,6 +32,11 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 	if batchSize < 1 {
 		return out, errors.New("the deletion batch size must be at least 1")
 	}
+	// The layout first, outside any transaction: whether a batch may take
+	// the short way depends on the epoch it was read under.
+	if _, err := e.layout(ctx, e.Pool); err != nil {
+		return out, err
+	}
 	ids := slices.Clone(req.SessionIDs)
 	slices.Sort(ids)
 	textBudget := min(probeBudget, erasure.TextProbeBudget)
@@ -131,12 +136,13 @@ type batchSample struct {
 // last audited compliant and the whole batch is eligible, else the long
 // way (batchguard.go).
 func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []string, budget sampleBudget) (erasure.BatchResult, batchSample, error) {
-	if epoch := e.auditedEpoch(); epoch != "" {
+	if epoch := e.shortWayEpoch(); epoch != "" {
 		res, sample, err := e.deleteBatchShort(ctx, uid, batch, ids, budget, epoch)
-		if !errors.Is(err, errShortWayDeclined) {
-			if err == nil {
-				e.ways.short.Add(1)
-			}
+		if err == nil {
+			e.ways.short.Add(1)
+			return res, sample, nil
+		}
+		if !declined(err) {
 			return res, sample, err
 		}
 		e.ways.declined.Add(1)
@@ -161,10 +167,11 @@ func (e *Eraser) deleteBatchShort(ctx context.Context, uid string, batch int, id
 			return row.Scan(&ok)
 		})
 		sample = queueErase(&p, l, uid, ids, e.tenant(), budget, &res)
+		p.queryRow("guard the batch again", epochStillSQL, []any{epoch}, func(row pgx.Row) error {
+			var ok bool
+			return row.Scan(&ok)
+		})
 		if err := p.send(ctx, tx); err != nil {
-			if declined(&p, err) {
-				return errShortWayDeclined
-			}
 			return err
 		}
 		return e.finishBatch(ctx, tx, l, uid, batch, ids, budget, &res, sample)

@@ -25,13 +25,15 @@ type Eraser struct {
 	// the residue probes skip.
 	ProbeExclude []string
 
-	mu     sync.Mutex
-	loaded *Layout
-	// compliant is the catalog epoch the last in-transaction schema audit
-	// found compliant ("" none): a batch may take the short way while the
-	// catalog still has it (batchguard.go).
-	compliant string
-	ways      struct{ short, declined, long atomic.Int64 }
+	// Memo is what the Erasers of this database schema share (Pools.Memo);
+	// nil: the Eraser keeps its own.
+	Memo *AuditMemo
+
+	mu          sync.Mutex
+	loaded      *Layout
+	layoutEpoch string
+	own         *AuditMemo
+	ways        struct{ short, declined, long atomic.Int64 }
 }
 
 // BatchWays counts the deletion batches of an Eraser by the way they took
@@ -46,24 +48,55 @@ func (e *Eraser) Ways() BatchWays {
 
 var _ erasure.Ledger = (*Eraser)(nil)
 
+// memo is the shared memo, or the Eraser's own.
+func (e *Eraser) memo() *AuditMemo {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.Memo != nil {
+		return e.Memo
+	}
+	if e.own == nil {
+		e.own = &AuditMemo{}
+	}
+	return e.own
+}
+
 // layout reads the database's layout once per Eraser (the catalog queries
-// cost more than a small deletion) and reuses it for every transaction.
+// cost more than a small deletion) and reuses it for every transaction. A
+// layout the memo holds is reused while the catalog epoch is the one it was
+// read under.
 //
 // Inside a transaction q must be that transaction: taking a second
 // connection while holding one deadlocks once every connection of the pool
 // is held by a pass waiting for another (4 concurrent reconciles on a pool
 // of 4 did, in P4).
 func (e *Eraser) layout(ctx context.Context, q Querier) (Layout, error) {
+	m := e.memo()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.loaded != nil {
 		return *e.loaded, nil
 	}
+	epoch := readEpoch(ctx, q)
+	m.mu.Lock()
+	m.forPool(e.Pool)
+	if epoch != "" && m.layout != nil && m.layoutEpoch == epoch {
+		e.loaded, e.layoutEpoch = m.layout, epoch
+		m.mu.Unlock()
+		return *e.loaded, nil
+	}
+	m.mu.Unlock()
 	l, err := LoadLayout(ctx, q, e.Schema)
 	if err != nil {
 		return l, err
 	}
 	e.loaded = &l
+	if epoch != "" && readEpoch(ctx, q) == epoch {
+		e.layoutEpoch = epoch
+		m.mu.Lock()
+		m.layout, m.layoutEpoch = &l, epoch
+		m.mu.Unlock()
+	}
 	return l, nil
 }
 

@@ -98,7 +98,7 @@ func eraseEveryLayer(t *testing.T, short bool) {
 	mustExec(t, conn, `INSERT INTO public.exported_vectors SELECT 1, embedding FROM memory.rounds WHERE session_id = $1 LIMIT 1`, sessA)
 	e := eraser(t, dsn, "t1")
 	if short {
-		e = primedEraser(t, dsn, conn)
+		e = primedPasses(t, dsn, conn)()
 	}
 	before := snapshot(t, conn)
 	req := erasure.Request{UID: "uid-1", SessionIDs: []string{sessA, sessC}}
@@ -136,7 +136,7 @@ func eraseEveryLayer(t *testing.T, short bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := e.Ways(); short && w.Short != 2 || !short && w.Long != 1 {
+	if w := e.Ways(); short && w.Short != 1 || !short && w.Long != 1 {
 		t.Fatalf("batches by way: %+v, want this one the %s", w, map[bool]string{true: "short way", false: "long way"}[short])
 	}
 	if len(res.Batches) != 1 || res.Batches[0].Sessions != 1 || res.Batches[0].ContentIndexEntries != 3 || res.Batches[0].DerivedRecords != 2 {

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -18,6 +19,14 @@ type Pools struct {
 
 	once  sync.Once
 	cache *conncache.Cache[*pgxpool.Pool]
+	memos sync.Map // key + "\x00" + schema -> *AuditMemo
+}
+
+// Memo is the audit memo shared by the Erasers of the schema of the pool
+// under key (see AuditMemo); it is dropped with the pool's key.
+func (p *Pools) Memo(key, schema string) *AuditMemo {
+	m, _ := p.memos.LoadOrStore(key+"\x00"+schema, &AuditMemo{})
+	return m.(*AuditMemo)
 }
 
 func (p *Pools) pools() *conncache.Cache[*pgxpool.Pool] {
@@ -38,7 +47,15 @@ func (p *Pools) Get(ctx context.Context, key, dsn string) (*pgxpool.Pool, error)
 
 // ForgetPrefix closes and drops every pool whose key starts with prefix (a
 // deleted store's primary and replicas).
-func (p *Pools) ForgetPrefix(prefix string) { p.pools().ForgetPrefix(prefix) }
+func (p *Pools) ForgetPrefix(prefix string) {
+	p.pools().ForgetPrefix(prefix)
+	p.memos.Range(func(k, _ any) bool {
+		if strings.HasPrefix(k.(string), prefix) {
+			p.memos.Delete(k)
+		}
+		return true
+	})
+}
 
 // Close closes every pool.
 func (p *Pools) Close() { p.pools().Close() }

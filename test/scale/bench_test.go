@@ -282,6 +282,91 @@ func BenchmarkP3ThousandRequests(b *testing.B) {
 	}
 }
 
+// P3 at scale: the manager binary, as its own process with its default
+// flags, takes 1,000 and then 10,000 immediate requests (1–5 sessions
+// each) applied at once to BackupsRotated; the time, the reconciles per
+// second and API calls per request (from its own metrics) and its largest
+// resident set while it works.
+func BenchmarkP3TenThousandRequestsManagerProcess(b *testing.B) {
+	e := start(b)
+	dir := b.TempDir()
+	bin, err := testenv.BuildManager(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	kubeconfig, err := e.cp.WriteKubeconfig(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{1000, intFlag("LETHE_P3_LARGE_REQUESTS", 10000)} {
+		ns, ids := e.store(b, n*3)
+		m := startProcess(b, bin, kubeconfig, dir, true)
+		e.waitStoreReady(b, ns)
+		before, err := m.scrape(apiCallsMetric, reconcilesMetric)
+		if err != nil {
+			b.Fatal(err)
+		}
+		stopSampling, peak := m.sampleUntilStopped(b)
+		t0 := time.Now()
+		e.createAll(b, ns, ids, n, []int{1, 2, 3, 4, 5}, false)
+		e.waitAll(b, ns, n, lethev1.PhaseBackupsRotated, 40*time.Minute)
+		took := time.Since(t0)
+		stopSampling()
+		after, err := m.scrape(apiCallsMetric, reconcilesMetric)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m.stop()
+		calls := (after[apiCallsMetric] - before[apiCallsMetric]) / float64(n)
+		reconciles := (after[reconcilesMetric] - before[reconcilesMetric]) / took.Seconds()
+		rss := float64(peak()) / (1 << 20)
+		setting := fmt.Sprintf("%d immediate requests of 1–5 sessions; manager binary, default flags (QPS 100, burst 200, 4 concurrent reconciles)", n)
+		benchreport.Record(b, benchreport.Row{ID: "P3", Figure: "all requests at BackupsRotated", Setting: setting, Unit: "s",
+			Runs: []float64{took.Seconds()}, Target: float64(n) * 0.06, HasTarget: true})
+		benchreport.Record(b, benchreport.Row{ID: "P3", Figure: "manager API calls per request", Setting: setting, Unit: "calls", Runs: []float64{calls}})
+		benchreport.Record(b, benchreport.Row{ID: "P3", Figure: "ErasureRequest reconciles per second", Setting: setting, Unit: "/s", Runs: []float64{reconciles}})
+		benchreport.Record(b, benchreport.Row{ID: "P3", Figure: "manager resident memory, most while working", Setting: setting, Unit: "MiB",
+			Runs: []float64{rss}, Target: 200, HasTarget: true})
+		b.Logf("P3 process (%d immediate requests, 1-5 sessions each; default flags): all BackupsRotated in %.1f s; %.1f reconciles/s; %.1f API calls per request; resident set at most %.0f MiB",
+			n, took.Seconds(), reconciles, calls, rss)
+	}
+}
+
+// The manager's own metrics: client-go's API requests and the
+// ErasureRequest controller's reconciles.
+const (
+	apiCallsMetric   = "rest_client_requests_total"
+	reconcilesMetric = `controller_runtime_reconcile_total{controller="erasurerequest"`
+)
+
+// sampleUntilStopped reads the manager's resident set every half second
+// until stop is called; peak returns the largest read.
+func (m *managerProc) sampleUntilStopped(b *testing.B) (stop func(), peak func() int64) {
+	b.Helper()
+	var most atomic.Int64
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for {
+			if r, err := m.p.RSS(); err == nil && int64(r) > most.Load() {
+				most.Store(int64(r))
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+	return func() { close(done); <-finished }, func() int64 {
+		if most.Load() == 0 {
+			b.Fatal("the manager's resident set was never read")
+		}
+		return most.Load()
+	}
+}
+
 // P4: the resident memory of the manager — the real binary, as its own
 // process — with 10,000 requests (10 session IDs each) in its cache. The
 // requests are planned as dry runs by a first manager; then a manager
