@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -158,6 +159,36 @@ type lostWrites struct {
 	crashed map[string]bool
 	// dropped counts the writes dropped, so a test can see crashes lost some.
 	dropped atomic.Int64
+	// failLog: namespaces whose first status write carrying a receipt's
+	// log inclusion fails (a conflict), as a write can in a living manager.
+	failLog map[string]bool
+}
+
+// failLogOnce makes the first status write of ns that records a receipt's
+// log inclusion fail.
+func (l *lostWrites) failLogOnce(ns string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.failLog == nil {
+		l.failLog = map[string]bool{}
+	}
+	l.failLog[ns] = true
+}
+
+// takeLogFailure reports whether this write of ns, recording a log
+// inclusion, is the one to fail.
+func (l *lostWrites) takeLogFailure(obj client.Object) bool {
+	er, ok := obj.(*lethev1.ErasureRequest)
+	if !ok || er.Status.Receipt == nil || er.Status.Receipt.Log == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.failLog[er.Namespace] {
+		return false
+	}
+	delete(l.failLog, er.Namespace)
+	return true
 }
 
 func (l *lostWrites) mark(ns string) {
@@ -188,6 +219,10 @@ func (l *lostWrites) client(c client.Client) client.Client {
 			if l.isCrashed(obj.GetNamespace()) {
 				l.dropped.Add(1)
 				return nil
+			}
+			if l.takeLogFailure(obj) {
+				return apierrors.NewConflict(lethev1.GroupVersion.WithResource("erasurerequests").GroupResource(), obj.GetName(),
+					errors.New("the test failed this status write"))
 			}
 			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 		},

@@ -199,7 +199,8 @@ func (r *ErasureRequestReconciler) runSteps(ctx context.Context, p *pass) (ctrl.
 			return r.result(ctx, st.Name(), out)
 		}
 	}
-	if err := r.completed(ctx, sc, p); err != nil {
+	mirrorFailed, err := r.completed(ctx, sc, p)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if !er.DeletionTimestamp.IsZero() {
@@ -212,8 +213,14 @@ func (r *ErasureRequestReconciler) runSteps(ctx context.Context, p *pass) (ctrl.
 		// pass, once the API server holds it: soon, not at the next recheck.
 		res.RequeueAfter = time.Second
 	}
+	if mirrorFailed && err == nil && (res.RequeueAfter == 0 || res.RequeueAfter > mirrorRetry) {
+		res.RequeueAfter = mirrorRetry
+	}
 	return res, err
 }
+
+// mirrorRetry is how soon a pass whose mirror failed tries again.
+const mirrorRetry = 10 * time.Second
 
 // newPass starts a pass with the key that signs its history entries:
 // without the key (configured but unreadable) the pass waits, as the
@@ -259,23 +266,24 @@ func (r *ErasureRequestReconciler) guard(er *lethev1.ErasureRequest) error {
 // mirrors it, with the history, into the database. A mirror that fails (a
 // database not yet migrated to 00012) is reported, and stops nothing: the
 // re-verification that follows matters more, and the next pass mirrors.
-func (r *ErasureRequestReconciler) completed(ctx context.Context, sc *erasure.Scope, p *pass) error {
+func (r *ErasureRequestReconciler) completed(ctx context.Context, sc *erasure.Scope, p *pass) (mirrorFailed bool, err error) {
 	er := p.req
 	if err := r.issueReceipt(ctx, er); err != nil {
-		return fmt.Errorf("issue the receipt: %w", err)
+		return false, fmt.Errorf("issue the receipt: %w", err)
 	}
 	if !persisted(p) {
 		// Only what the API server holds goes into the database: a pass
 		// whose status write is lost would leave a history there that the
 		// request's next one does not extend. The next pass mirrors.
-		return nil
+		return false, nil
 	}
 	if err := r.mirrorProof(ctx, sc, er); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "the proof is not in the database yet; the next pass tries again")
 		r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, ReasonProofNotMirrored, "Mirror",
 			"the receipt and history could not be written to lethe.erasure_proofs (are Lethe's migrations applied?); retried on the next pass")
+		return true, nil
 	}
-	return nil
+	return false, nil
 }
 
 // persisted reports whether the pass's receipt and history are those the

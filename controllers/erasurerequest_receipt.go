@@ -74,12 +74,15 @@ func (r *ErasureRequestReconciler) mirrorProof(ctx context.Context, sc *erasure.
 	if er.Status.Receipt == nil {
 		return nil
 	}
-	if n, ok := r.mirrored.Load(er.UID); ok && n.(int) == len(er.Status.History) {
-		return nil
-	}
 	key, err := r.signingKey(ctx)
 	if err != nil {
 		return err
+	}
+	// Mirrored already by this process, and, when signed, its inclusion
+	// in the status: a pass whose status write was lost left it out, and
+	// the next one records it again.
+	if n, ok := r.mirrored.Load(er.UID); ok && n.(int) == len(er.Status.History) && (key == nil || er.Status.Receipt.Log != nil) {
+		return nil
 	}
 	anon := er.DeepCopy()
 	anon.Name, anon.Namespace = "", ""

@@ -83,3 +83,14 @@ func TestProofOutlivesTheRequestObject(t *testing.T) {
 		t.Fatal("an edited history from the database verifies")
 	}
 }
+
+// The status write that records the receipt's inclusion in the store's log
+// fails once (a conflict): the next pass records it again, though this
+// process mirrored the proof already.
+func TestALostLogInclusionIsRecordedAgain(t *testing.T) {
+	e := newMemoryEnv(t, "log-lost")
+	lostStatusWrites.failLogOnce(e.ns)
+	er := e.request(t, "forget", nil)
+	waitPhase(t, er, lethev1.PhaseBackupsRotated)
+	assertSignedReceipt(t, er)
+}
