@@ -151,8 +151,8 @@ func BenchmarkP1DeleteOneSession(b *testing.B) {
 	benchreport.Record(b, benchreport.Row{ID: "P1", Figure: fmt.Sprintf("whole Deleted step (delete + verification + residue probe of %d embeddings) / raw cascade", probed/pairs),
 		Setting: setting, Unit: "×", Runs: []float64{float64(lethe+verify+probe) / float64(raw)}, Target: 1.5, HasTarget: true})
 	benchreport.Record(b, benchreport.Row{ID: "P1", Figure: "raw cascade, one session", Setting: setting, Unit: "ms", Runs: []float64{ms(raw / n)}})
-	b.Logf("P1: %d sessions each way; lethe/raw = %.2f; verification %s, residue probe of %d embeddings %s per session",
-		pairs, float64(lethe)/float64(raw), verify/n, probed/pairs, probe/n)
+	b.Logf("P1: %d sessions each way; lethe/raw = %.2f; verification %s, residue probe of %d embeddings %s per session; batches by way %+v",
+		pairs, float64(lethe)/float64(raw), verify/n, probed/pairs, probe/n, e.Ways())
 	b.Logf("P1 vacuum (lazy, the tables the deletion touched) after each erased session: median %s (min %s, max %s; %.2f× the raw delete's mean)",
 		vacuums[len(vacuums)/2], vacuums[0], vacuums[len(vacuums)-1], float64(vacuums[len(vacuums)/2])/float64(raw/n))
 }
@@ -205,7 +205,7 @@ func BenchmarkP2OneThousandSessions(b *testing.B) {
 	benchreport.Record(b, benchreport.Row{ID: "P2", Figure: "one request's Deleted step / raw cascade in the same batches",
 		Setting: fmt.Sprintf("%d sessions of 20 child rows, batches of %d", n, *benchBatch), Unit: "×",
 		Runs: []float64{float64(lethe) / float64(raw)}, Target: 1.10, HasTarget: true})
-	b.Logf("P2: %d sessions in %d transactions: raw %s, lethe %s", n, len(res.Batches), raw, lethe)
+	b.Logf("P2: %d sessions in %d transactions: raw %s, lethe %s; batches by way %+v", n, len(res.Batches), raw, lethe, e.Ways())
 }
 
 var (
