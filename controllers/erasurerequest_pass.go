@@ -104,7 +104,7 @@ func (r *ErasureRequestReconciler) record(p *pass, out erasure.Outcome) {
 	if w := out.Warning; w != nil {
 		r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, w.Reason, w.Action, "%s", w.Note)
 	}
-	if m := out.Milestone; m != nil && milestoneEvent(m) {
+	if m := out.Milestone; m != nil && milestoneEvent(m, p.req) {
 		reason := string(m.Phase)
 		if m.Event != "" {
 			reason = m.Event
@@ -114,14 +114,18 @@ func (r *ErasureRequestReconciler) record(p *pass, out erasure.Outcome) {
 	countWork(out.Work)
 }
 
-// milestoneEvent reports whether a milestone gets an event of its own: the
-// start (Tombstoned: the sessions are hidden, the undo window opens), the
-// ends (Planned, Cancelled) and a resurrection. The steps between are in
-// the signed history; a completed request's closing event is its receipt's,
-// which sums it up (an event per step cost four more API calls per request).
-func milestoneEvent(m *erasure.Milestone) bool {
+// milestoneEvent reports whether a milestone of er gets an event of its
+// own: the start when it opens an undo window (Tombstoned with a grace
+// period: the sessions are hidden and the request can still be cancelled),
+// the ends (Planned, Cancelled) and a resurrection. The steps between are
+// in the signed history; a completed request's closing event is its
+// receipt's, which sums it up (an event per step cost four more API calls
+// per request; an immediate request's start, one more).
+func milestoneEvent(m *erasure.Milestone, er *lethev1.ErasureRequest) bool {
 	switch m.Phase {
-	case lethev1.PhaseTombstoned, lethev1.PhaseCancelled, lethev1.PhasePlanned:
+	case lethev1.PhaseTombstoned:
+		return erasure.LedgerRequest(er).Grace > 0
+	case lethev1.PhaseCancelled, lethev1.PhasePlanned:
 		return true
 	}
 	return m.Event == lethev1.ReasonResurrected
