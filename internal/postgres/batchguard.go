@@ -153,24 +153,15 @@ func (m *AuditMemo) forPool(p DB) {
 // event trigger, migration 00013 not applied). Inside a transaction it
 // reads under a savepoint, leaving the transaction usable.
 func readEpoch(ctx context.Context, q Querier) string {
-	tx, inTx := q.(pgx.Tx)
-	if !inTx {
-		var d *string
-		if q.QueryRow(ctx, catalogEpochSQL).Scan(&d) != nil || d == nil {
+	var d *string
+	read := func(q Querier) error { return q.QueryRow(ctx, catalogEpochSQL).Scan(&d) }
+	if tx, inTx := q.(pgx.Tx); inTx {
+		if underSavepoint(ctx, tx, read) != nil || d == nil {
 			return ""
 		}
 		return *d
 	}
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return ""
-	}
-	var d *string
-	if err := sp.QueryRow(ctx, catalogEpochSQL).Scan(&d); err != nil {
-		_ = sp.Rollback(ctx)
-		return ""
-	}
-	if sp.Commit(ctx) != nil || d == nil {
+	if read(q) != nil || d == nil {
 		return ""
 	}
 	return *d
@@ -178,28 +169,39 @@ func readEpoch(ctx context.Context, q Querier) string {
 
 // mechanismIntact runs mechanismIntactSQL in tx (under a savepoint).
 func mechanismIntact(ctx context.Context, tx pgx.Tx) bool {
+	var ok bool
+	err := underSavepoint(ctx, tx, func(q Querier) error {
+		return q.QueryRow(ctx, mechanismIntactSQL, bumpCatalogEpochBody, catalogChangedBody, registryChangedBody).Scan(&ok)
+	})
+	return err == nil && ok
+}
+
+// underSavepoint runs read in tx under a savepoint, so that a read that
+// fails (an object 00013 adds is missing) leaves tx usable.
+func underSavepoint(ctx context.Context, tx pgx.Tx, read func(Querier) error) error {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
-		return false
+		return err
 	}
-	var ok bool
-	if err := sp.QueryRow(ctx, mechanismIntactSQL, bumpCatalogEpochBody, catalogChangedBody, registryChangedBody).Scan(&ok); err != nil {
+	if err := read(sp); err != nil {
 		_ = sp.Rollback(ctx)
-		return false
+		return err
 	}
-	return sp.Commit(ctx) == nil && ok
+	return sp.Commit(ctx)
 }
 
 // shortWayEpoch is the epoch a batch may take the short way under: the
 // one the last compliant audit read, if the Eraser's layout was read under
-// it too; "" when there is none.
+// it too; "" when there is none. It takes the two locks one after the
+// other, never nested (layout nests them Eraser first).
 func (e *Eraser) shortWayEpoch() string {
 	m := e.memo()
+	e.mu.Lock()
+	layoutEpoch := e.layoutEpoch
+	e.mu.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if m.compliant == "" || m.compliant != e.layoutEpoch {
+	if m.compliant == "" || m.compliant != layoutEpoch {
 		return ""
 	}
 	return m.compliant

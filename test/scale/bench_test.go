@@ -289,15 +289,7 @@ func BenchmarkP3ThousandRequests(b *testing.B) {
 // resident set while it works.
 func BenchmarkP3TenThousandRequestsManagerProcess(b *testing.B) {
 	e := start(b)
-	dir := b.TempDir()
-	bin, err := testenv.BuildManager(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	kubeconfig, err := e.cp.WriteKubeconfig(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
+	dir, bin, kubeconfig := e.managerBinary(b)
 	for _, n := range []int{1000, intFlag("LETHE_P3_LARGE_REQUESTS", 10000)} {
 		ns, ids := e.store(b, n*3)
 		m := startProcess(b, bin, kubeconfig, dir, true)
@@ -376,15 +368,7 @@ func (m *managerProc) sampleUntilStopped(b *testing.B) (stop func(), peak func()
 func BenchmarkP4TenThousandInCache(b *testing.B) {
 	n := intFlag("LETHE_P4_REQUESTS", 10000)
 	e := start(b)
-	dir := b.TempDir()
-	bin, err := testenv.BuildManager(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	kubeconfig, err := e.cp.WriteKubeconfig(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
+	dir, bin, kubeconfig := e.managerBinary(b)
 	ns, ids := e.store(b, 100)
 	planner := startProcess(b, bin, kubeconfig, dir, true)
 	e.waitStoreReady(b, ns)
@@ -408,6 +392,22 @@ func BenchmarkP4TenThousandInCache(b *testing.B) {
 		b.Logf("P4 (%d planned requests of 10 session IDs in the cache, manager binary with its default flags: client QPS 100 burst 200, 4 concurrent reconciles, GOGC default; --cache-strip-managed-fields=%v): resident set %.0f MiB at most over 10 s, Go heap in use %.0f MiB (target ≤ 200 MiB resident)",
 			n, strip, rss/(1<<20), heap/(1<<20))
 	}
+}
+
+// managerBinary builds the manager into a temporary folder and writes a
+// kubeconfig of the control plane there; it returns the folder, the
+// binary and the kubeconfig.
+func (e *env) managerBinary(b *testing.B) (dir, bin, kubeconfig string) {
+	b.Helper()
+	dir = b.TempDir()
+	bin, err := testenv.BuildManager(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if kubeconfig, err = e.cp.WriteKubeconfig(dir); err != nil {
+		b.Fatal(err)
+	}
+	return dir, bin, kubeconfig
 }
 
 // managerProc is a manager binary under measurement, with its metrics endpoint.
