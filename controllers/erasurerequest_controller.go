@@ -66,6 +66,10 @@ type ErasureRequestReconciler struct {
 	// mirrored holds, per request UID, the history length last mirrored
 	// into the database by this process.
 	mirrored sync.Map
+	// witnesses holds, per store UID, the receipt log checkpoints its
+	// requests hold that were found consistent with the log already
+	// (*evidence.Witness).
+	witnesses sync.Map
 	// keys caches the signing key for keyTTL, and the published key set.
 	keys keyCache
 	// guarded holds, per request UID, the history length whose chain and

@@ -108,17 +108,22 @@ func (r *ErasureRequestReconciler) mirrorProof(ctx context.Context, sc *erasure.
 // logInclusion signs the store's receipt log checkpoint at its current
 // size, records it, and puts the receipt's inclusion proof in the status.
 func (r *ErasureRequestReconciler) logInclusion(ctx context.Context, sc *erasure.Scope, er *lethev1.ErasureRequest, idx int64, key *evidence.Key) error {
+	// The held checkpoints first: each was signed over a log read before
+	// it was written to its request, so before this read of the log; read
+	// the other way round, a pass completing meanwhile would hold a larger
+	// checkpoint than this pass's log and look like removed receipts.
+	held, err := r.heldCheckpoints(ctx, sc.Store)
+	if err != nil {
+		return err
+	}
 	leaves, err := sc.Ledger.ReceiptLog(ctx)
 	if err != nil {
 		return err
 	}
 	n := len(er.Status.History)
-	held, err := r.heldCheckpoints(ctx, sc.Store)
-	if err != nil {
-		return err
-	}
 	ks, _ := r.keys.published()
-	incl, err := evidence.Include(leaves, idx, string(er.UID), evidence.Head(er.Status.History), n, receiptlog.Origin(string(sc.Store.UID)), key, ks, held)
+	w, _ := r.witnesses.LoadOrStore(sc.Store.UID, &evidence.Witness{})
+	incl, err := evidence.Include(leaves, idx, string(er.UID), evidence.Head(er.Status.History), n, receiptlog.Origin(string(sc.Store.UID)), key, ks, held, w.(*evidence.Witness))
 	if err != nil {
 		r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, ReasonReceiptLogInconsistent, "Log",
 			"the store's receipt log does not extend the checkpoints its requests hold; Lethe signs no checkpoint of it")
@@ -136,10 +141,12 @@ func (r *ErasureRequestReconciler) logInclusion(ctx context.Context, sc *erasure
 const ReasonReceiptLogInconsistent = "ReceiptLogInconsistent"
 
 // heldCheckpoints are the receipt log checkpoints the store's requests
-// carry (the cluster's copy, out of the database's reach).
+// carry (the cluster's copy, out of the database's reach). The list is
+// read from the cache without copying it (thousands of requests per
+// completion); nothing in it is changed.
 func (r *ErasureRequestReconciler) heldCheckpoints(ctx context.Context, store *lethev1.MemoryStore) ([][]byte, error) {
 	list := &lethev1.ErasureRequestList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(store.Namespace)); err != nil {
+	if err := r.Client.List(ctx, list, client.InNamespace(store.Namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	var held [][]byte

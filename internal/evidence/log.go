@@ -1,7 +1,6 @@
 package evidence
 
 import (
-	"crypto/ed25519"
 	"fmt"
 	"strings"
 
@@ -78,8 +77,9 @@ func verifyLog(rep *Report, er *lethev1.ErasureRequest, ks KeySet) error {
 // It signs nothing that drops or changes a receipt: the log must be
 // consistent with every checkpoint in held signed by key or a key of ks
 // (those the store's live requests carry); otherwise it returns an error
-// naming it.
-func Include(leaves [][32]byte, index int64, uid, head string, length int, origin string, key *Key, ks KeySet, held [][]byte) (*lethev1.LogInclusion, error) {
+// naming it. w, when not nil, remembers which held checkpoints were
+// checked already (see Witness).
+func Include(leaves [][32]byte, index int64, uid, head string, length int, origin string, key *Key, ks KeySet, held [][]byte, w *Witness) (*lethev1.LogInclusion, error) {
 	if index < 0 || index >= int64(len(leaves)) {
 		return nil, fmt.Errorf("the receipt log has %d leaves, no leaf %d", len(leaves), index)
 	}
@@ -98,7 +98,7 @@ func Include(leaves [][32]byte, index int64, uid, head string, length int, origi
 	if err != nil {
 		return nil, err
 	}
-	if err := consistentWithHeld(tree, origin, append(pubs, key.pub), held); err != nil {
+	if err := w.consistent(tree, origin, append(pubs, key.pub), held); err != nil {
 		return nil, err
 	}
 	note, err := receiptlog.SignCheckpoint(origin, tree.Size(), tree.Root(), key.priv)
@@ -113,24 +113,18 @@ func Include(leaves [][32]byte, index int64, uid, head string, length int, origi
 		InclusionProof: receiptlog.EncodeHashes(proof)}, nil
 }
 
-// consistentWithHeld checks the tree against the checkpoints key signed.
-func consistentWithHeld(tree *receiptlog.Tree, origin string, pubs []ed25519.PublicKey, held [][]byte) error {
+// extends checks that tree extends the checkpoint old.
+func extends(tree *receiptlog.Tree, origin string, old receiptlog.Checkpoint) error {
 	now := receiptlog.Checkpoint{Origin: origin, Size: tree.Size(), Root: tree.Root()}
-	for _, note := range held {
-		old, err := receiptlog.OpenCheckpoint(note, origin, pubs...)
-		if err != nil {
-			continue // another store's, or another key's: not this one's to hold
-		}
-		if old.Size > now.Size {
-			return fmt.Errorf("receipt log %s has %d receipts, fewer than the %d of a checkpoint Lethe signed: receipts were removed", origin, now.Size, old.Size)
-		}
-		proof, err := tree.ConsistencyProof(old.Size, now.Size)
-		if err != nil {
-			return err
-		}
-		if err := receiptlog.VerifyConsistency(old, now, proof); err != nil {
-			return fmt.Errorf("receipt log %s: %w", origin, err)
-		}
+	if old.Size > now.Size {
+		return removed(origin, now.Size, old.Size)
+	}
+	proof, err := tree.ConsistencyProof(old.Size, now.Size)
+	if err != nil {
+		return err
+	}
+	if err := receiptlog.VerifyConsistency(old, now, proof); err != nil {
+		return fmt.Errorf("receipt log %s: %w", origin, err)
 	}
 	return nil
 }

@@ -134,7 +134,10 @@ func declined(err error) bool {
 // the epoch around its last compliant audit, and a layout with the epoch
 // it was read under. The Erasers of a store share one (Pools.Memo), so
 // both outlive a pass; a memo is for one pool (a rotated DSN resets it).
+// The Erasers also share their post-deletion vacuums through it.
 type AuditMemo struct {
+	vacuums vacuumQueue
+
 	mu          sync.Mutex
 	pool        DB
 	compliant   string

@@ -42,8 +42,18 @@ func vacuumTables(l Layout) []Table {
 
 // Vacuum vacuums the tables a deletion touches (erasure.Ledger). Lazy keeps
 // the table's tail (TRUNCATE off: truncating takes an exclusive lock);
-// Full rewrites each table under an exclusive lock.
+// Full rewrites each table under an exclusive lock. The Erasers sharing a
+// memo share their vacuums (vacuumQueue): the result is that of a vacuum
+// that started after the call.
 func (e *Eraser) Vacuum(ctx context.Context, mode lethev1.VacuumMode) (erasure.VacuumResult, error) {
+	return e.memo().vacuums.run(ctx, e.Pool, mode, e.vacuumNow)
+}
+
+// VacuumsStarted is how many vacuums the Erasers sharing e's memo started.
+func (e *Eraser) VacuumsStarted() int64 { return e.memo().vacuums.Started() }
+
+// vacuumNow runs one vacuum of the tables a deletion touches.
+func (e *Eraser) vacuumNow(ctx context.Context, mode lethev1.VacuumMode) (erasure.VacuumResult, error) {
 	var res erasure.VacuumResult
 	permitted, denied, err := e.vacuumable(ctx)
 	res.NotPermitted = denied

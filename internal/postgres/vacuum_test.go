@@ -3,11 +3,13 @@ package postgres_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/erasure"
+	"github.com/lethe-dev/lethe/internal/postgres"
 	"github.com/lethe-dev/lethe/internal/testenv"
 )
 
@@ -146,5 +148,81 @@ func TestLazyVacuumRemovesTheErasedIndexEntriesOfALargeTable(t *testing.T) {
 	}
 	if n := inIndex(); n != 0 {
 		t.Fatalf("%d index entries still hold the erased text after the vacuum", n)
+	}
+}
+
+// Deletions share their vacuums, but a deletion that commits while a
+// vacuum runs is not covered by it: that vacuum may have passed the
+// deletion's tables already. The worst point: the running vacuum has done
+// memory.rounds and waits for memory.sessions (a lock held by the test)
+// when two deletions commit — one of them of a round holding the marker —
+// and ask for a vacuum. Both get the next vacuum, one for the two, which
+// does memory.rounds again.
+func TestAVacuumRunningWhenADeletionCommitsDoesNotCountForIt(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	mustExec(t, conn, `CREATE EXTENSION IF NOT EXISTS pageinspect`)
+	mustExec(t, conn, `ALTER TABLE memory.rounds SET (autovacuum_enabled = off)`)
+	seedTenants(t, conn)
+	mustExec(t, conn, `UPDATE memory.rounds SET user_text = $1 || ' said the round' WHERE session_id = $2 AND round_index = 2`, marker, sessA)
+	mustExec(t, conn, `VACUUM memory.rounds`)
+
+	memo := &postgres.AuditMemo{}
+	first, second, third := eraser(t, dsn, "t1"), eraser(t, dsn, "t1"), eraser(t, dsn, "t1")
+	second.Pool, third.Pool = first.Pool, first.Pool
+	first.Memo, second.Memo, third.Memo = memo, memo, memo
+	reqA := erasure.Request{UID: "uid-a", SessionIDs: []string{sessA}}
+	reqB := erasure.Request{UID: "uid-b", SessionIDs: []string{sessB}}
+	for _, r := range []erasure.Request{reqA, reqB} {
+		if _, err := first.Tombstone(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	holder := connect(t, dsn)
+	mustExec(t, holder, `BEGIN`)
+	mustExec(t, holder, `LOCK TABLE memory.sessions IN SHARE UPDATE EXCLUSIVE MODE`)
+	running := make(chan error, 1)
+	go func() { _, err := first.Vacuum(ctx, lethev1.VacuumLazy); running <- err }()
+	waitForLock(t, conn, "VACUUM %sessions%")
+
+	if _, err := second.Delete(ctx, reqA, 100, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := third.Delete(ctx, reqB, 100, 0); err != nil {
+		t.Fatal(err)
+	}
+	if tuples, _ := markerIn(t, conn); tuples != 1 {
+		t.Fatalf("%d tuples hold the marker after the deletion, want 1 (dead): the test's premise", tuples)
+	}
+	results := make(chan erasure.VacuumResult, 2)
+	for _, e := range []*postgres.Eraser{second, third} {
+		go func() {
+			res, err := e.Vacuum(ctx, lethev1.VacuumLazy)
+			if err != nil {
+				t.Error(err)
+			}
+			results <- res
+		}()
+	}
+	for deadline := time.Now().Add(20 * time.Second); first.VacuumsWaiting() != 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d deletions wait for a vacuum, want 2", first.VacuumsWaiting())
+		}
+	}
+	if n := first.VacuumsStarted(); n != 1 {
+		t.Fatalf("%d vacuums started while the first waits for its lock, want 1", n)
+	}
+	mustExec(t, holder, `COMMIT`)
+	if err := <-running; err != nil {
+		t.Fatal(err)
+	}
+	a, b := <-results, <-results
+	if tuples, _ := markerIn(t, conn); tuples != 0 {
+		t.Fatalf("%d tuples still hold the erased marker after the deletions' vacuum", tuples)
+	}
+	if n := first.VacuumsStarted(); n != 2 || a.At != b.At || a.Vacuumed == 0 {
+		t.Fatalf("%d vacuums started, the two deletions' results %+v and %+v: want 2 (the running one and one shared)", n, a, b)
 	}
 }

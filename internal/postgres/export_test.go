@@ -1,0 +1,14 @@
+package postgres
+
+// VacuumsWaiting is how many callers of the Erasers sharing e's memo wait
+// for a vacuum not yet started (tests synchronise on it).
+func (e *Eraser) VacuumsWaiting() int {
+	q := &e.memo().vacuums
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := 0
+	for _, r := range q.pending {
+		n += r.waiters
+	}
+	return n
+}

@@ -1,0 +1,91 @@
+package postgres
+
+import (
+	"context"
+	"sync"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/erasure"
+)
+
+// vacuumQueue coalesces the vacuums a store's deletions ask for. A vacuum
+// that starts after a deletion committed removes that deletion's dead
+// tuples (and index entries) just as one of its own would, so a deletion
+// need not run its own: it joins the next vacuum of its mode that has not
+// started yet. One vacuum runs at a time per store; while it runs, every
+// deletion that finishes joins the same next one.
+//
+// The contract callers rely on: run returns the result of a vacuum that
+// started after run was called.
+type vacuumQueue struct {
+	mu      sync.Mutex
+	running bool
+	pending []*vacuumRun
+	started int64 // vacuums started, for tests and benchmarks
+}
+
+// vacuumRun is one vacuum and those waiting for it.
+type vacuumRun struct {
+	mode    lethev1.VacuumMode
+	pool    DB // the database it vacuums: a rotated DSN may name another
+	vacuum  func(context.Context, lethev1.VacuumMode) (erasure.VacuumResult, error)
+	done    chan struct{}
+	waiters int // callers joined
+	res     erasure.VacuumResult
+	err     error
+}
+
+// run joins the next vacuum of mode on pool not yet started (or queues one that
+// calls vacuum) and waits for its result. The vacuum runs detached from
+// ctx: others may be waiting for it; ctx only bounds this caller's wait.
+func (q *vacuumQueue) run(ctx context.Context, pool DB, mode lethev1.VacuumMode,
+	vacuum func(context.Context, lethev1.VacuumMode) (erasure.VacuumResult, error)) (erasure.VacuumResult, error) {
+	q.mu.Lock()
+	var r *vacuumRun
+	for _, p := range q.pending {
+		if p.mode == mode && p.pool == pool {
+			r = p
+		}
+	}
+	if r == nil {
+		r = &vacuumRun{mode: mode, pool: pool, vacuum: vacuum, done: make(chan struct{})}
+		q.pending = append(q.pending, r)
+	}
+	r.waiters++
+	if !q.running {
+		q.startLocked(context.WithoutCancel(ctx))
+	}
+	q.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.res, r.err
+	case <-ctx.Done():
+		return erasure.VacuumResult{}, ctx.Err()
+	}
+}
+
+// startLocked starts the first pending vacuum, then the next one when it
+// ends, until none is pending; q.mu is held.
+func (q *vacuumQueue) startLocked(ctx context.Context) {
+	r := q.pending[0]
+	q.pending = q.pending[1:]
+	q.running = true
+	q.started++
+	go func() {
+		r.res, r.err = r.vacuum(ctx, r.mode)
+		close(r.done)
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		q.running = false
+		if len(q.pending) > 0 {
+			q.startLocked(ctx)
+		}
+	}()
+}
+
+// Started is how many vacuums the queue has started.
+func (q *vacuumQueue) Started() int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.started
+}
