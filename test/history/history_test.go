@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/benchreport"
 	"github.com/lethe-dev/lethe/internal/evidence"
 	"github.com/lethe-dev/lethe/internal/graph"
 	"github.com/lethe-dev/lethe/internal/testenv"
@@ -75,74 +76,110 @@ func envFloat(name string, def float64) float64 {
 }
 
 // TestRandomizedFaultHistories runs LETHE_HISTORY_RUNS scenarios (default 6:
-// the short mode of `make test`; `make history` runs 1,000), in rounds of
-// LETHE_HISTORY_PER_ROUND concurrent runs (default 3). Each round injects
-// faults at random moments until its requests are all done, and attempts to
-// ingest the runs' transcripts again; a round in LETHE_HISTORY_RESTORE_PROB
-// (default 0.3; the last round when none did before) then restores its
-// database from a dump taken before its requests. Every run's recorded
-// history is then checked. LETHE_HISTORY_SEED replays a seed.
+// the short mode of `make test`; `make history` runs HISTORY_RUNS), in
+// rounds of LETHE_HISTORY_PER_ROUND concurrent runs (see historyPass).
+// LETHE_HISTORY_SEED replays a seed.
 func TestRandomizedFaultHistories(t *testing.T) {
-	e := shared
 	total := envInt("LETHE_HISTORY_RUNS", 6)
-	perRound := envInt("LETHE_HISTORY_PER_ROUND", 3)
-	restoreProb := envFloat("LETHE_HISTORY_RESTORE_PROB", 0.3)
 	seed := uint64(envInt("LETHE_HISTORY_SEED", int(time.Now().UnixNano()%1e9)))
 	t.Logf("seed %d (replay with LETHE_HISTORY_SEED=%d)", seed, seed)
+	res := historyPass(t, total, envInt("LETHE_HISTORY_PER_ROUND", 3), seed)
+	for _, v := range res.violations {
+		t.Error(v)
+	}
+	f := res.faults
+	if f.kills == 0 {
+		t.Error("no manager was killed: the faults did not run")
+	}
+	if res.runs == total && res.restoreProb > 0 && f.restores == 0 {
+		t.Error("no database was restored: the restore fault did not run")
+	}
+	if res.runs == total && (f.refused == 0 || f.accepted == 0) {
+		t.Errorf("re-ingestion attempts: %d refused, %d accepted; each outcome must have been checked", f.refused, f.accepted)
+	}
+}
+
+// BenchmarkR13HistoryChecker times LETHE_BENCH_HISTORY_RUNS runs (default
+// 60) of the history checker, faults, checks and runs per round as in
+// `make history` (LETHE_HISTORY_PER_ROUND, default 10), and
+// reports the time 10,000 runs take at that rate (R13: ≤ 2 h).
+func BenchmarkR13HistoryChecker(b *testing.B) {
+	total := envInt("LETHE_BENCH_HISTORY_RUNS", 60)
+	seed := uint64(envInt("LETHE_HISTORY_SEED", int(time.Now().UnixNano()%1e9)))
+	for range b.N {
+		res := historyPass(b, total, envInt("LETHE_HISTORY_PER_ROUND", 10), seed)
+		if len(res.violations) > 0 {
+			b.Fatalf("seed %d: %d violations, the first: %s", seed, len(res.violations), res.violations[0])
+		}
+		perRun := res.elapsed.Seconds() / float64(res.runs)
+		setting := fmt.Sprintf("%d runs (seed %d), %d per round, restore probability %.2f", res.runs, seed, res.perRound, res.restoreProb)
+		benchreport.Record(b, benchreport.Row{ID: "R13", Figure: "history checker: 10,000 runs at the measured rate", Setting: setting,
+			Unit: "h", Runs: []float64{perRun * 10000 / 3600}, Target: 2, HasTarget: true})
+		benchreport.Record(b, benchreport.Row{ID: "R13", Figure: "history checker: time per run", Setting: setting, Unit: "s", Runs: []float64{perRun}})
+	}
+}
+
+// passResult is what a pass of the history checker did.
+type passResult struct {
+	runs, perRound int
+	restoreProb    float64
+	elapsed        time.Duration
+	violations     []string
+	faults         *faults
+}
+
+// historyPass runs total scenarios in rounds of perRound concurrent runs,
+// stopping after the first round with a
+// violation. Each round injects faults at random moments until its
+// requests are all done, and attempts to ingest the runs' transcripts
+// again; a round in LETHE_HISTORY_RESTORE_PROB (default 0.3; the last round
+// when none did before) then restores its database from a dump taken
+// before its requests. Every run's recorded history is then checked.
+func historyPass(tb testing.TB, total, perRound int, seed uint64) passResult {
+	e := shared
+	res := passResult{perRound: perRound, restoreProb: envFloat("LETHE_HISTORY_RESTORE_PROB", 0.3), faults: &faults{}}
 	ctx := context.Background()
 
 	db := &database{dsn: e.dsn}
 	defer db.close(ctx)
 	gc, err := graph.Open(e.fdb.URL())
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer func() { _ = gc.Close() }()
 
 	mgr, err := e.startManager()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	m := &managerHolder{e: e, p: mgr}
 	defer m.stop()
 
-	f := &faults{}
-	var violations []string
-	runs := 0
+	f := res.faults
 	started := time.Now()
-	for i := 0; runs < total; i++ {
-		n := min(perRound, total-runs)
-		r := &round{t: t, e: e, db: db, gc: gc, m: m, f: f, seed: seed + uint64(i), first: runs}
+	for i := 0; res.runs < total; i++ {
+		n := min(res.perRound, total-res.runs)
+		r := &round{t: tb, e: e, db: db, gc: gc, m: m, f: f, seed: seed + uint64(i), first: res.runs}
 		rng := rand.New(rand.NewPCG(r.seed, restoreStream))
-		if rng.Float64() < restoreProb || restoreProb > 0 && runs+n >= total && f.restores == 0 {
+		if rng.Float64() < res.restoreProb || res.restoreProb > 0 && res.runs+n >= total && f.restores == 0 {
 			r.restore = &restoreFault{file: filepath.Join(e.dir, fmt.Sprintf("round-%d.dump", i)), deleteOne: rng.IntN(2) == 0, rng: rng}
 		}
 		v, err := r.run(ctx, n)
 		if err != nil {
-			t.Fatalf("round %d (seed %d): %v", i, r.seed, err)
+			tb.Fatalf("round %d (seed %d): %v", i, r.seed, err)
 		}
-		violations = append(violations, v...)
-		runs += n
+		res.violations = append(res.violations, v...)
+		res.runs += n
 		if i%10 == 9 {
-			t.Logf("%d runs, %s: %s so far", runs, time.Since(started).Round(time.Second), f)
+			tb.Logf("%d runs, %s: %s so far", res.runs, time.Since(started).Round(time.Second), f)
 		}
-		if len(violations) > 0 {
+		if len(res.violations) > 0 {
 			break
 		}
 	}
-	t.Logf("%d runs in %s: %s; %d violations", runs, time.Since(started).Round(time.Second), f, len(violations))
-	for _, v := range violations {
-		t.Error(v)
-	}
-	if f.kills == 0 {
-		t.Error("no manager was killed: the faults did not run")
-	}
-	if runs == total && restoreProb > 0 && f.restores == 0 {
-		t.Error("no database was restored: the restore fault did not run")
-	}
-	if runs == total && (f.refused == 0 || f.accepted == 0) {
-		t.Errorf("re-ingestion attempts: %d refused, %d accepted; each outcome must have been checked", f.refused, f.accepted)
-	}
+	res.elapsed = time.Since(started)
+	tb.Logf("%d runs in %s: %s; %d violations", res.runs, res.elapsed.Round(time.Second), f, len(res.violations))
+	return res
 }
 
 // restoreStream is the random stream, beside the round's seed, that decides
@@ -187,7 +224,7 @@ func (m *managerHolder) stop() {
 
 // round is one round of concurrent runs and what it shares.
 type round struct {
-	t     *testing.T
+	t     testing.TB
 	e     *env
 	db    *database
 	gc    *graph.Client
@@ -514,7 +551,7 @@ func pendingRequests(ctx context.Context, e *env, plans []*runPlan) string {
 
 // injectFaults kills the manager, drops its database connections, or
 // restarts FalkorDB, one at a time at random intervals, until ctx ends.
-func injectFaults(ctx context.Context, t *testing.T, e *env, db *database, m *managerHolder, graphs *graphRecorder, f *faults, rng *rand.Rand) {
+func injectFaults(ctx context.Context, t testing.TB, e *env, db *database, m *managerHolder, graphs *graphRecorder, f *faults, rng *rand.Rand) {
 	for {
 		select {
 		case <-ctx.Done():
