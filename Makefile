@@ -68,15 +68,16 @@ manifests: controller-gen ## Generate the CRDs and RBAC from the markers.
 	@cp config/grafana/lethe-dashboard.json charts/lethe/files/grafana-dashboard.json
 
 .PHONY: generate
-generate: controller-gen ## Generate deepcopy code from the markers.
+generate: controller-gen ## Generate deepcopy code from the markers, and the database's redactor from internal/redact.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
+	go run ./hack/genredact migrations/00014_redaction.sql
 
 .PHONY: verify-gen
 verify-gen: generate manifests ## Fail when generated files differ from what is committed (go.mod and go.sum tidy too).
 	@go mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy; run 'go mod tidy' and commit:"; go mod tidy -diff; exit 1; }
-	@if [ -n "$$(git status --porcelain -- api config charts)" ]; then \
+	@if [ -n "$$(git status --porcelain -- api config charts migrations)" ]; then \
 		echo "generated files are out of date; run 'make generate manifests' and commit:"; \
-		git status --porcelain -- api config charts; git --no-pager diff --stat -- api config charts; exit 1; fi
+		git status --porcelain -- api config charts migrations; git --no-pager diff --stat -- api config charts migrations; exit 1; fi
 
 .PHONY: fmt
 fmt: ## go fmt.

@@ -1,0 +1,116 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"maps"
+	"strings"
+	"testing"
+
+	"github.com/lethe-dev/lethe/internal/redact"
+	"github.com/lethe-dev/lethe/internal/redact/redacttest"
+)
+
+// The database's redactor (generated from internal/redact) gives the Go
+// redactor's output, text and counts, on the regression corpus: the two
+// cannot drift.
+func TestTheDatabaseRedactsAsTheGoRedactorDoes(t *testing.T) {
+	ctx := context.Background()
+	conn := connect(t, migratedDB(t))
+	corpus := redacttest.Corpus(77, 1500)
+	texts := make([]string, len(corpus))
+	for i, tr := range corpus {
+		texts[i] = tr.Text
+	}
+	rows, err := conn.Query(ctx, `SELECT r.redacted, r.counts FROM unnest($1::text[]) WITH ORDINALITY u(t, i),
+		LATERAL lethe.redact_counted(u.t) r ORDER BY u.i`, texts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	i, differ := 0, 0
+	for rows.Next() {
+		var got string
+		var raw []byte
+		if err := rows.Scan(&got, &raw); err != nil {
+			t.Fatal(err)
+		}
+		var counts redact.Counts
+		if err := json.Unmarshal(raw, &counts); err != nil {
+			t.Fatal(err)
+		}
+		want, wantCounts := redact.Text(texts[i])
+		if got != want || !maps.Equal(counts, wantCounts) {
+			if differ++; differ <= 5 {
+				t.Errorf("trace %d: the database's redaction differs from Go's:\n sql: %q %v\n go:  %q %v", i, got, counts, want, wantCounts)
+			}
+		}
+		i++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if i != len(texts) || differ > 0 {
+		t.Fatalf("%d of %d traces compared, %d differ", i, len(texts), differ)
+	}
+}
+
+// Through the application role, an insert and an update of the reasoning
+// column store only redacted text, for a value of every detector.
+func TestTheReasoningColumnIsRedactedAtInsertAndUpdate(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	app := connect(t, asRole(t, conn, dsn, "redaction_app", "memory_app"))
+	samples := map[string]string{}
+	for _, tr := range redacttest.Corpus(5, 400) {
+		for _, p := range tr.Planted {
+			if p.Detector != "" {
+				samples[p.Detector] = p.Value
+			}
+		}
+	}
+	for _, d := range redacttest.Detectors() {
+		if samples[d] == "" {
+			t.Fatalf("the corpus planted no %s value", d)
+		}
+	}
+	for i, d := range redacttest.Detectors() {
+		v := samples[d]
+		thought := "I notice " + v + " in what they wrote; I should not repeat it."
+		if _, err := app.Exec(ctx, `INSERT INTO memory.rounds (session_id, round_index, user_text, assistant_thinking) VALUES ($1, $2, 'q', $3)`,
+			sessA, 100+i, thought); err != nil {
+			t.Fatalf("%s: insert as the application: %v", d, err)
+		}
+		if _, err := app.Exec(ctx, `INSERT INTO memory.rounds (session_id, round_index, user_text, assistant_thinking) VALUES ($1, $2, 'q', 'nothing yet')`,
+			sessA, 200+i); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := app.Exec(ctx, `UPDATE memory.rounds SET assistant_thinking = $3 WHERE session_id = $1 AND round_index = $2`,
+			sessA, 200+i, thought); err != nil {
+			t.Fatalf("%s: update as the application: %v", d, err)
+		}
+		for _, idx := range []int{100 + i, 200 + i} {
+			var stored string
+			if err := conn.QueryRow(ctx, `SELECT assistant_thinking FROM memory.rounds WHERE session_id = $1 AND round_index = $2`, sessA, idx).Scan(&stored); err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(stored, v) || !strings.Contains(stored, placeholderOf(d)) {
+				t.Errorf("%s: stored %q (round %d), want the value replaced by %s", d, stored, idx, placeholderOf(d))
+			}
+		}
+	}
+	if n := count(t, conn, `SELECT count(*) FROM memory.rounds WHERE assistant_thinking LIKE '%' || $1 || '%'`, samples["email"]); n != 0 {
+		t.Fatalf("%d rows hold the raw email", n)
+	}
+}
+
+func placeholderOf(detector string) string {
+	for _, d := range redact.Detectors {
+		if d.Name == detector {
+			return d.Placeholder
+		}
+	}
+	return "?"
+}
