@@ -67,6 +67,9 @@ type MemoryStoreReconciler struct {
 	ProbeTimeout time.Duration
 	// SweepTimeout bounds one full graph reconciliation.
 	SweepTimeout time.Duration
+	// RedactionSample bounds the values of each redacted column an audit
+	// reads (RedactionCompliant); 0 checks the triggers only.
+	RedactionSample int
 	// SweepMaxOrphanFraction refuses a sweep that would remove more than
 	// this fraction of the graph's sessions or facts (0 or 1: no limit).
 	SweepMaxOrphanFraction float64
@@ -191,6 +194,9 @@ func (r *MemoryStoreReconciler) observe(ctx context.Context, store *lethev1.Memo
 		ectx, ecancel := context.WithTimeout(ctx, r.ProbeTimeout)
 		f.restores, f.affected, f.erasuresErr = r.checkErasures(ectx, store)
 		ecancel()
+		rctx, rcancel := context.WithTimeout(ctx, r.ProbeTimeout)
+		f.redaction, f.redactionErr = r.Connector.AuditRedaction(rctx, store, r.RedactionSample)
+		rcancel()
 		if err := r.reapTombstones(ctx, store, f.schema != nil && f.schema.Compliant()); err != nil {
 			// Retried on the next audit; the tombstones keep hiding the sessions meanwhile.
 			ctrl.LoggerFrom(ctx).Error(err, "reap tombstones whose request is gone")

@@ -282,3 +282,45 @@ func (o *ownCluster) stop() error {
 	})
 	return err
 }
+
+// RedactionCompliant follows the reasoning column: True as migrated; False
+// naming the column once its trigger is disabled; False with the counts of
+// what the sample holds once it is back but rows were written without it.
+// The message never holds a value.
+func TestRedactionCompliantFollowsTheTriggerAndTheSample(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t, "redaction")
+	dsn := migratedDatabase(t)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	createSecret(t, ns, "pg", map[string]string{"dsn": dsn})
+	store := newStore(ns, nil)
+	if err := k8s.Create(ctx, store); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, store, lethev1.MemoryStoreRedactionCompliant, metav1.ConditionTrue, lethev1.ReasonRedacted)
+
+	const leaked = "grace@example.net"
+	if _, err := conn.Exec(ctx, `ALTER TABLE memory.rounds DISABLE TRIGGER lethe_redact_assistant_thinking;
+		INSERT INTO memory.sessions (id, tenant_id, summary) VALUES ('00000000-0000-4000-8000-00000000aaaa', 't', 's');
+		INSERT INTO memory.rounds (session_id, round_index, user_text, assistant_thinking)
+			VALUES ('00000000-0000-4000-8000-00000000aaaa', 0, 'q', 'write to `+leaked+` tomorrow')`); err != nil {
+		t.Fatal(err)
+	}
+	c := waitCondition(t, store, lethev1.MemoryStoreRedactionCompliant, metav1.ConditionFalse, lethev1.ReasonRedactionTriggerMissing)
+	if !strings.Contains(c.Message, "memory.rounds.assistant_thinking") || !strings.Contains(c.Message, "1 email") || strings.Contains(c.Message, leaked) {
+		t.Errorf("RedactionCompliant message %q: want the column and 1 email named, and no value", c.Message)
+	}
+	waitCondition(t, store, lethev1.MemoryStoreReady, metav1.ConditionTrue, lethev1.ReasonAllReady)
+
+	if _, err := conn.Exec(ctx, `ALTER TABLE memory.rounds ENABLE ALWAYS TRIGGER lethe_redact_assistant_thinking`); err != nil {
+		t.Fatal(err)
+	}
+	c = waitCondition(t, store, lethev1.MemoryStoreRedactionCompliant, metav1.ConditionFalse, lethev1.ReasonUnredactedValuesFound)
+	if strings.Contains(c.Message, leaked) {
+		t.Errorf("RedactionCompliant message holds the value: %q", c.Message)
+	}
+}

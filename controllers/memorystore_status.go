@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -35,6 +36,11 @@ type storeFacts struct {
 	veleroConfigured bool
 	veleroInstalled  bool
 	velero           *failure
+
+	// redaction is the audit of the redacted columns; redactionErr is set
+	// when it could not run.
+	redaction    []postgres.RedactedColumn
+	redactionErr error
 }
 
 // failure is a reason and a stable message (no timestamps, no counts that change).
@@ -112,7 +118,58 @@ func storeConditions(f storeFacts, generation int64) []metav1.Condition {
 	} else {
 		out = append(out, cond(lethev1.MemoryStoreReady, false, lethev1.ReasonNotReady, "not ready: "+strings.Join(notReady, ", ")))
 	}
-	return append(out, erasuresCondition(f, cond))
+	return append(out, erasuresCondition(f, cond), redactionCondition(f, cond))
+}
+
+// redactionCondition is RedactionCompliant: the redacted columns have
+// their trigger and a sample free of detectable values. Its message names
+// columns, detectors and counts, never a value.
+func redactionCondition(f storeFacts, cond func(string, bool, string, string) metav1.Condition) metav1.Condition {
+	var missing, leaked []string
+	sampled := 0
+	for _, c := range f.redaction {
+		sampled += c.Sampled
+		switch {
+		case !c.Exists:
+			missing = append(missing, c.Column+" (no such column)")
+		case !c.Trigger:
+			missing = append(missing, c.Column)
+		}
+		if n := c.Found.Total(); n > 0 {
+			names := slices.Sorted(maps.Keys(c.Found))
+			parts := make([]string, len(names))
+			for i, name := range names {
+				parts[i] = fmt.Sprintf("%d %s", c.Found[name], name)
+			}
+			leaked = append(leaked, fmt.Sprintf("%s: %s in %d sampled values", c.Column, strings.Join(parts, ", "), c.Sampled))
+		}
+	}
+	switch {
+	case f.postgres != nil:
+		c := cond(lethev1.MemoryStoreRedactionCompliant, false, lethev1.ReasonPostgresNotReady, "the redaction cannot be checked until Postgres is reachable")
+		c.Status = metav1.ConditionUnknown
+		return c
+	case f.redactionErr != nil:
+		c := cond(lethev1.MemoryStoreRedactionCompliant, false, lethev1.ReasonRedactionCheckFailed, "the redaction check could not run; it is retried on the next audit")
+		c.Status = metav1.ConditionUnknown
+		return c
+	case len(missing) > 0:
+		msg := "no enabled redaction trigger (lethe.redact_column) on " + strings.Join(missing, ", ")
+		if len(leaked) > 0 {
+			msg += "; " + strings.Join(leaked, "; ")
+		}
+		return cond(lethev1.MemoryStoreRedactionCompliant, false, lethev1.ReasonRedactionTriggerMissing, msg)
+	case len(leaked) > 0:
+		return cond(lethev1.MemoryStoreRedactionCompliant, false, lethev1.ReasonUnredactedValuesFound,
+			strings.Join(leaked, "; ")+" (written before the trigger? kubectl erasure redact)")
+	default:
+		cols := make([]string, len(f.redaction))
+		for i, c := range f.redaction {
+			cols[i] = c.Column
+		}
+		return cond(lethev1.MemoryStoreRedactionCompliant, true, lethev1.ReasonRedacted,
+			fmt.Sprintf("%s redacted at insert; no detectable value in the sample", strings.Join(cols, ", ")))
+	}
 }
 
 // erasuresCondition is ErasuresIntact: whether the database still holds

@@ -9,6 +9,7 @@ import (
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/erasure"
 	"github.com/lethe-dev/lethe/internal/postgres"
+	"github.com/lethe-dev/lethe/internal/redact"
 )
 
 func TestStoreConditions(t *testing.T) {
@@ -78,6 +79,26 @@ func TestStoreConditions(t *testing.T) {
 				lethev1.MemoryStoreErasuresIntact: {"False", lethev1.ReasonRestoreDetected},
 			},
 		},
+		"a redacted column without its trigger leaves the store Ready": {
+			facts: storeFacts{schema: compliant, redaction: []postgres.RedactedColumn{{Column: "memory.rounds.assistant_thinking", Exists: true}}},
+			want: map[string]want{
+				lethev1.MemoryStoreReady:              {"True", lethev1.ReasonAllReady},
+				lethev1.MemoryStoreRedactionCompliant: {"False", lethev1.ReasonRedactionTriggerMissing},
+			},
+		},
+		"unredacted values in the sample": {
+			facts: storeFacts{schema: compliant, redaction: []postgres.RedactedColumn{{Column: "memory.rounds.assistant_thinking", Exists: true, Trigger: true,
+				Sampled: 200, Found: redact.Counts{"email": 2, "card": 1}}}},
+			want: map[string]want{lethev1.MemoryStoreRedactionCompliant: {"False", lethev1.ReasonUnredactedValuesFound}},
+		},
+		"redacted": {
+			facts: storeFacts{schema: compliant, redaction: []postgres.RedactedColumn{{Column: "memory.rounds.assistant_thinking", Exists: true, Trigger: true, Sampled: 200}}},
+			want:  map[string]want{lethev1.MemoryStoreRedactionCompliant: {"True", lethev1.ReasonRedacted}},
+		},
+		"postgres down makes the redaction unknown": {
+			facts: storeFacts{postgres: fail(lethev1.ReasonConnectionFailed, "primary: refused")},
+			want:  map[string]want{lethev1.MemoryStoreRedactionCompliant: {"Unknown", lethev1.ReasonPostgresNotReady}},
+		},
 		"an erasure check that failed is Unknown": {
 			facts: storeFacts{schema: compliant, erasuresErr: errors.New("timeout")},
 			want: map[string]want{
@@ -94,8 +115,8 @@ func TestStoreConditions(t *testing.T) {
 				}
 				got[c.Type] = c
 			}
-			if len(got) != 6 {
-				t.Fatalf("want 6 conditions, got %d", len(got))
+			if len(got) != 7 {
+				t.Fatalf("want 7 conditions, got %d", len(got))
 			}
 			for typ, w := range tc.want {
 				if c := got[typ]; string(c.Status) != w.status || c.Reason != w.reason {
@@ -103,6 +124,22 @@ func TestStoreConditions(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The condition names the column, each detector and its count, and no
+// value (the audit never holds one past counting).
+func TestRedactionMessageNamesDetectorsAndCounts(t *testing.T) {
+	f := storeFacts{redaction: []postgres.RedactedColumn{
+		{Column: "memory.rounds.assistant_thinking", Exists: true, Trigger: true, Sampled: 200, Found: redact.Counts{"email": 2, "card": 1}},
+		{Column: "memory.notes.body", Exists: true},
+	}}
+	c := redactionCondition(f, func(typ string, ok bool, reason, msg string) metav1.Condition {
+		return metav1.Condition{Type: typ, Reason: reason, Message: msg}
+	})
+	want := "no enabled redaction trigger (lethe.redact_column) on memory.notes.body; memory.rounds.assistant_thinking: 1 card, 2 email in 200 sampled values"
+	if c.Reason != lethev1.ReasonRedactionTriggerMissing || c.Message != want {
+		t.Fatalf("condition %s: %q, want %q", c.Reason, c.Message, want)
 	}
 }
 

@@ -152,6 +152,7 @@ func startManager(cfg *rest.Config, pools *postgres.Pools, another bool, opts ..
 		RecheckInterval: 2 * time.Second,
 		NotReadyRetry:   500 * time.Millisecond,
 		ProbeTimeout:    3 * time.Second,
+		RedactionSample: 200,
 		// The tests' graphs are small: a sweep refusing to remove more than
 		// half of one is exercised in internal/graph.
 		SweepMaxOrphanFraction: 0.9,

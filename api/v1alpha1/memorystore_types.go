@@ -21,6 +21,12 @@ const (
 	// the database brought erased sessions or took ledger rows back). It is
 	// not part of Ready: the requests erase again by themselves.
 	MemoryStoreErasuresIntact = "ErasuresIntact"
+	// MemoryStoreRedactionCompliant: every column spec.postgres.redactedColumns
+	// names has Lethe's redaction trigger, enabled, and a bounded sample of
+	// its rows holds no value a detector finds (counts per detector in the
+	// message, never a value). Not part of Ready: it concerns what is
+	// stored, not what Lethe can erase.
+	MemoryStoreRedactionCompliant = "RedactionCompliant"
 )
 
 // MemoryStore condition reasons.
@@ -42,6 +48,11 @@ const (
 	ReasonErasuresHeld       = "ErasuresHeld"
 	ReasonRestoreDetected    = "RestoreDetected"
 	ReasonErasureCheckFailed = "ErasureCheckFailed"
+	// RedactionCompliant reasons.
+	ReasonRedacted                = "Redacted"
+	ReasonRedactionTriggerMissing = "RedactionTriggerMissing"
+	ReasonUnredactedValuesFound   = "UnredactedValuesFound"
+	ReasonRedactionCheckFailed    = "RedactionCheckFailed"
 )
 
 // Schema violation rules, named after the decision record's validation queries.
@@ -121,6 +132,29 @@ type PostgresSpec struct {
 	// +kubebuilder:default=Lazy
 	// +optional
 	Vacuum VacuumMode `json:"vacuum,omitempty"`
+
+	// redactedColumns are the text columns ("schema.table.column") whose
+	// values the database redacts at insert (lethe.redact_column installs
+	// the trigger). The store's audit checks each has the trigger, enabled,
+	// and samples it for values a detector finds (RedactionCompliant).
+	// Unset or empty: the reference schema's memory.rounds.assistant_thinking.
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:Pattern=`^[a-z_][a-z0-9_]{0,62}\.[a-z_][a-z0-9_]{0,62}\.[a-z_][a-z0-9_]{0,62}$`
+	// +listType=set
+	// +optional
+	RedactedColumns []string `json:"redactedColumns,omitempty"`
+}
+
+// DefaultRedactedColumn is the reference schema's reasoning column.
+const DefaultRedactedColumn = "memory.rounds.assistant_thinking"
+
+// RedactedColumnsOrDefault are the columns the store's audit checks for
+// redaction: the reference column when the field is unset.
+func (p PostgresSpec) RedactedColumnsOrDefault() []string {
+	if len(p.RedactedColumns) == 0 {
+		return []string{DefaultRedactedColumn}
+	}
+	return p.RedactedColumns
 }
 
 // VacuumMode is how a deletion's tables are vacuumed after it.

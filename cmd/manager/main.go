@@ -89,6 +89,7 @@ type managerFlags struct {
 	leaderElectionNS       string
 	storeRecheck           time.Duration
 	probeTimeout           time.Duration
+	redactionSample        int
 	pgMaxConns             int
 	reverify               time.Duration
 	minGrace               time.Duration
@@ -158,6 +159,7 @@ func bindManagerFlags(fs *flag.FlagSet, f *managerFlags) {
 	fs.StringVar(&f.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader election lease (default: the manager's own)")
 	fs.DurationVar(&f.storeRecheck, "store-recheck-interval", 5*time.Minute, "how often a Ready MemoryStore is probed and audited again")
 	fs.DurationVar(&f.probeTimeout, "probe-timeout", 10*time.Second, "bound on each connectivity or audit check")
+	fs.IntVar(&f.redactionSample, "redaction-sample-rows", 200, "values of each redacted column a store audit samples for unredacted secrets and personal data (0: check the triggers only)")
 	fs.IntVar(&f.pgMaxConns, "postgres-max-conns", 4, "connections per MemoryStore database pool")
 	fs.DurationVar(&f.reverify, "reverify-interval", time.Hour, "how often a completed ErasureRequest is checked for resurrected sessions")
 	fs.DurationVar(&f.minGrace, "min-grace-period", lethev1.DefaultMinGracePeriod,
@@ -302,6 +304,7 @@ func addControllers(mgr ctrl.Manager, f managerFlags, receiptKey types.Namespace
 		Velero:                 detector,
 		RecheckInterval:        f.storeRecheck,
 		ProbeTimeout:           f.probeTimeout,
+		RedactionSample:        f.redactionSample,
 		SweepMaxOrphanFraction: float64(f.sweepMaxOrphanPercent) / 100,
 	}).SetupWithManager(mgr); err != nil {
 		return &setupFailure{"set up the MemoryStore controller", err}
@@ -373,6 +376,7 @@ func validateFlags(f managerFlags) error {
 	checks := []flagCheck{
 		{f.storeRecheck < 10*time.Second, "--store-recheck-interval must be at least 10s, got %s", []any{f.storeRecheck}},
 		{f.probeTimeout <= 0, "--probe-timeout must be positive, got %s", []any{f.probeTimeout}},
+		{f.redactionSample < 0 || f.redactionSample > 10000, "--redaction-sample-rows must be between 0 and 10000, got %d", []any{f.redactionSample}},
 		{f.planTTL < time.Minute, "--plan-ttl must be at least 1m, got %s", []any{f.planTTL}},
 		{f.reverify < time.Minute, "--reverify-interval must be at least 1m, got %s", []any{f.reverify}},
 		{f.minGrace <= 0, "--min-grace-period must be positive (a request without a grace period must be immediate, with a reason), got %s", []any{f.minGrace}},

@@ -55,6 +55,16 @@ func (c *Connector) AuditSchema(ctx context.Context, store *lethev1.MemoryStore)
 	return postgres.AuditSchema(ctx, db, store.Spec.Postgres.SchemaOrDefault())
 }
 
+// AuditRedaction checks the store's redacted columns for their trigger and
+// samples at most sample values of each (postgres.AuditRedaction).
+func (c *Connector) AuditRedaction(ctx context.Context, store *lethev1.MemoryStore, sample int) ([]postgres.RedactedColumn, error) {
+	db, err := c.pool(ctx, store, "primary", store.Spec.Postgres.DSNSecretRef)
+	if err != nil {
+		return nil, err
+	}
+	return postgres.AuditRedaction(ctx, db, store.Spec.Postgres.RedactedColumnsOrDefault(), sample)
+}
+
 // CheckGraph pings FalkorDB (bounded by pingTimeout) and makes sure the
 // provenance indexes exist (bounded by indexTimeout: building them on a
 // large graph takes seconds; only the first check per client builds them).

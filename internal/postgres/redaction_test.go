@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lethe-dev/lethe/internal/postgres"
 	"github.com/lethe-dev/lethe/internal/redact"
 	"github.com/lethe-dev/lethe/internal/redact/redacttest"
 )
@@ -113,4 +114,47 @@ func placeholderOf(detector string) string {
 		}
 	}
 	return "?"
+}
+
+// The audit names a column without the trigger (dropped, disabled, or one
+// that never had it) and counts, per detector, the values a sample holds.
+func TestTheRedactionAuditFlagsAMissingTriggerAndLeakedValues(t *testing.T) {
+	ctx := context.Background()
+	conn := connect(t, migratedDB(t))
+	seedTenants(t, conn)
+	const reasoning = "memory.rounds.assistant_thinking"
+	audit := func(cols ...string) []postgres.RedactedColumn {
+		t.Helper()
+		rep, err := postgres.AuditRedaction(ctx, conn, cols, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	mustExec(t, conn, `UPDATE memory.rounds SET assistant_thinking = 'they wrote to ada@example.org about it' WHERE session_id = $1`, sessA)
+	if c := audit(reasoning)[0]; !c.Compliant() || c.Sampled == 0 {
+		t.Fatalf("with the trigger in place: %+v, want compliant with rows sampled", c)
+	}
+
+	mustExec(t, conn, `ALTER TABLE memory.rounds DISABLE TRIGGER lethe_redact_assistant_thinking`)
+	mustExec(t, conn, `UPDATE memory.rounds SET assistant_thinking = 'mail ada@example.org, card 4111 1111 1111 1111' WHERE session_id = $1`, sessB)
+	c := audit(reasoning)[0]
+	if c.Trigger || c.Found["email"] != 3 || c.Found["card"] != 3 || c.Compliant() {
+		t.Fatalf("trigger disabled, three rows leaked: %+v, want no trigger and 3 emails, 3 cards", c)
+	}
+	mustExec(t, conn, `ALTER TABLE memory.rounds ENABLE ALWAYS TRIGGER lethe_redact_assistant_thinking`)
+	if c := audit(reasoning)[0]; !c.Trigger || c.Compliant() {
+		t.Fatalf("trigger back, the leaked rows still there: %+v, want the trigger found and the column not compliant", c)
+	}
+
+	mustExec(t, conn, `DROP TRIGGER lethe_redact_assistant_thinking ON memory.rounds`)
+	mustExec(t, conn, `CREATE TRIGGER lethe_redact_assistant_thinking BEFORE INSERT ON memory.rounds FOR EACH ROW EXECUTE FUNCTION lethe.redact_row('assistant_thinking')`)
+	if c := audit(reasoning)[0]; c.Trigger {
+		t.Fatalf("a trigger on INSERT only counted as redacting the column: %+v", c)
+	}
+	for _, col := range []string{"memory.rounds.user_text", "memory.rounds.no_such_column", "memory.nowhere.text"} {
+		if c := audit(col)[0]; c.Trigger || c.Compliant() {
+			t.Fatalf("%s: %+v, want not compliant", col, c)
+		}
+	}
 }

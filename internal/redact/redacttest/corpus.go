@@ -174,7 +174,9 @@ var negatives = []struct {
 	{"date and time", func(g *gen) string {
 		return fmt.Sprintf("2026-%02d-%02d %02d:%02d:%02d", 1+g.r.IntN(12), 1+g.r.IntN(28), g.r.IntN(24), g.r.IntN(60), g.r.IntN(60))
 	}},
-	{"price", func(g *gen) string { return fmt.Sprintf("$%d,%03d.%02d", 1+g.r.IntN(99), g.r.IntN(1000), g.r.IntN(100)) }},
+	{"price", func(g *gen) string {
+		return fmt.Sprintf("$%d,%03d.%02d", 1+g.r.IntN(99), g.r.IntN(1000), g.r.IntN(100))
+	}},
 	{"short number", func(g *gen) string { return "ticket #" + g.digits(6) }},
 	{"password mention without value", func(g *gen) string {
 		return []string{"the password: reset it", "token = none yet", "secret: see the vault entry"}[g.r.IntN(3)]

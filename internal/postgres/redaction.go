@@ -1,0 +1,91 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lethe-dev/lethe/internal/redact"
+)
+
+// RedactedColumn is what the redaction audit found of one column.
+type RedactedColumn struct {
+	// Column is "schema.table.column".
+	Column string
+	// Exists: the table has the column.
+	Exists bool
+	// Trigger: an enabled lethe.redact_row trigger redacts the column
+	// before every insert and every update of it.
+	Trigger bool
+	// Sampled rows with a value, and what the detectors found in them
+	// (counted in Go with internal/redact: the audit does not trust the
+	// database's functions it checks).
+	Sampled int
+	Found   redact.Counts
+}
+
+// Compliant says the column has its trigger and a sample free of values.
+func (c RedactedColumn) Compliant() bool { return c.Exists && c.Trigger && c.Found.Total() == 0 }
+
+// redactionTriggerSQL says whether table $1 has column $2, and whether an
+// enabled BEFORE ROW trigger on INSERT and UPDATE (of the column, or of
+// any) runs lethe.redact_row with the column among its arguments.
+const redactionTriggerSQL = `SELECT a.attnum IS NOT NULL, EXISTS (
+	SELECT FROM pg_trigger t
+	WHERE t.tgrelid = c.oid AND t.tgfoid = to_regproc('lethe.redact_row') AND t.tgenabled IN ('O', 'A')
+	  AND t.tgtype & 1 = 1 AND t.tgtype & 2 = 2 AND t.tgtype & 4 = 4 AND t.tgtype & 16 = 16
+	  AND (cardinality(t.tgattr::int2[]) = 0 OR a.attnum = ANY (t.tgattr::int2[]))
+	  AND $2 = ANY (string_to_array(rtrim(encode(t.tgargs, 'escape'), '\000'), '\000')))
+	FROM pg_class c LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = $2 AND NOT a.attisdropped AND a.attnum > 0
+	WHERE c.oid = to_regclass($1)`
+
+// AuditRedaction checks each column ("schema.table.column") for its
+// redaction trigger and samples at most sample of its values (pages drawn
+// at random, TABLESAMPLE SYSTEM) for values the detectors find. The values
+// stay in memory here; only counts leave.
+func AuditRedaction(ctx context.Context, q Querier, columns []string, sample int) ([]RedactedColumn, error) {
+	out := make([]RedactedColumn, 0, len(columns))
+	for _, col := range columns {
+		parts := strings.Split(col, ".")
+		if len(parts) != 3 {
+			return nil, fmt.Errorf("redacted column %q is not schema.table.column", col)
+		}
+		table := pgx.Identifier{parts[0], parts[1]}.Sanitize()
+		rc := RedactedColumn{Column: col, Found: redact.Counts{}}
+		err := q.QueryRow(ctx, redactionTriggerSQL, table, parts[2]).Scan(&rc.Exists, &rc.Trigger)
+		if err != nil && err != pgx.ErrNoRows {
+			return nil, fmt.Errorf("read the redaction trigger of %s: %w", col, err)
+		}
+		if rc.Exists && sample > 0 {
+			if err := sampleRedacted(ctx, q, table, pgx.Identifier{parts[2]}.Sanitize(), sample, &rc); err != nil {
+				return nil, fmt.Errorf("sample %s: %w", col, err)
+			}
+		}
+		out = append(out, rc)
+	}
+	return out, nil
+}
+
+// sampleRedacted reads at most n values of the column from pages drawn at
+// random (enough of them, by the table's estimated row count, for n) and
+// counts what the detectors find.
+func sampleRedacted(ctx context.Context, q Querier, table, column string, n int, rc *RedactedColumn) error {
+	rows, err := q.Query(ctx, `SELECT `+column+` FROM `+table+` TABLESAMPLE SYSTEM ((SELECT CASE WHEN reltuples <= 0 THEN 100
+		ELSE least(100, greatest(0.01, 400.0 * $1 / reltuples)) END FROM pg_class WHERE oid = '`+strings.ReplaceAll(table, "'", "''")+`'::regclass))
+		WHERE `+column+` IS NOT NULL LIMIT $1`, n)
+	if err != nil {
+		return err
+	}
+	var v string
+	_, err = pgx.ForEachRow(rows, []any{&v}, func() error {
+		rc.Sampled++
+		_, found := redact.Text(v)
+		for name, k := range found {
+			rc.Found[name] += k
+		}
+		return nil
+	})
+	return err
+}
