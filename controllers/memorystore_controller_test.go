@@ -324,3 +324,52 @@ func TestRedactionCompliantFollowsTheTriggerAndTheSample(t *testing.T) {
 		t.Errorf("RedactionCompliant message holds the value: %q", c.Message)
 	}
 }
+
+// kubectl erasure redact: a dry run counts what rows written before the
+// trigger hold and changes nothing; the run redacts them, after which the
+// store's RedactionCompliant is True again; bad flags are refused before
+// anything is read.
+func TestKubectlErasureRedact(t *testing.T) {
+	ctx := context.Background()
+	e := newMemoryEnv(t, "redact")
+	const leaked = "ken@example.com"
+	if _, err := e.conn.Exec(ctx, `ALTER TABLE memory.rounds DISABLE TRIGGER lethe_redact_assistant_thinking;
+		UPDATE memory.rounds SET assistant_thinking = 'reply to `+leaked+` or call +44 20 7946 0958';
+		ALTER TABLE memory.rounds ENABLE ALWAYS TRIGGER lethe_redact_assistant_thinking`); err != nil {
+		t.Fatal(err)
+	}
+	rows := countRows(t, e.conn, `SELECT count(*) FROM memory.rounds`)
+	waitCondition(t, e.store, lethev1.MemoryStoreRedactionCompliant, metav1.ConditionFalse, lethev1.ReasonUnredactedValuesFound)
+
+	if _, err := kubectlErasure(t, e.ns, "redact", "--store", e.store.Name, "--pages", "0"); err == nil {
+		t.Fatal("--pages 0 accepted")
+	}
+	out, err := kubectlErasure(t, e.ns, "redact", "--store", e.store.Name, "--dry-run")
+	if err != nil {
+		t.Fatalf("redact --dry-run: %v\n%s", err, out)
+	}
+	want := fmt.Sprintf("%d email, %d phone", rows, rows)
+	if !strings.Contains(out, want) || !strings.Contains(out, "nothing was changed") || strings.Contains(out, leaked) {
+		t.Fatalf("redact --dry-run printed:\n%s\nwant %q, and no value", out, want)
+	}
+	if n := countRows(t, e.conn, `SELECT count(*) FROM memory.rounds WHERE strpos(assistant_thinking, $1) > 0`, leaked); n != rows {
+		t.Fatalf("the dry run changed %d of %d rows", rows-n, rows)
+	}
+	if out, err = kubectlErasure(t, e.ns, "redact", "--store", e.store.Name); err != nil || !strings.Contains(out, want) {
+		t.Fatalf("redact: %v\n%s", err, out)
+	}
+	if n := countRows(t, e.conn, `SELECT count(*) FROM memory.rounds WHERE strpos(assistant_thinking, $1) > 0`, leaked); n != 0 {
+		t.Fatalf("%d rows still hold the value after redact", n)
+	}
+	waitCondition(t, e.store, lethev1.MemoryStoreRedactionCompliant, metav1.ConditionTrue, lethev1.ReasonRedacted)
+}
+
+// countRows runs a count query.
+func countRows(t *testing.T, conn *pgx.Conn, sql string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := conn.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}

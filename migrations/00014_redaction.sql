@@ -138,101 +138,143 @@ BEGIN
         RETURN;
     END IF;
     -- private-key
-    n := regexp_count(redacted, '-----BEGIN [A-Z ]*PRIVATE KEY-----[^-]*-----END [A-Z ]*PRIVATE KEY-----');
-    IF n > 0 THEN
-        redacted := regexp_replace(redacted, '-----BEGIN [A-Z ]*PRIVATE KEY-----[^-]*-----END [A-Z ]*PRIVATE KEY-----', '[secret:private-key]', 'g');
+    n := 0;
+    IF true AND (strpos(lower(redacted), 'private key') > 0) THEN
+        n := regexp_count(redacted, '-----BEGIN [A-Z ]*PRIVATE KEY-----[^-]*-----END [A-Z ]*PRIVATE KEY-----');
+        IF n > 0 THEN
+            redacted := regexp_replace(redacted, '-----BEGIN [A-Z ]*PRIVATE KEY-----[^-]*-----END [A-Z ]*PRIVATE KEY-----', '[secret:private-key]', 'g');
+        END IF;
     END IF;
     IF n > 0 THEN
         counts := counts || jsonb_build_object('private-key', n);
     END IF;
     -- jwt
-    n := regexp_count(redacted, '\yeyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{16,}');
-    IF n > 0 THEN
-        redacted := regexp_replace(redacted, '\yeyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{16,}', '[secret:jwt]', 'g');
+    n := 0;
+    IF true AND (strpos(lower(redacted), 'eyj') > 0) THEN
+        n := regexp_count(redacted, '\yeyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{16,}');
+        IF n > 0 THEN
+            redacted := regexp_replace(redacted, '\yeyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{16,}', '[secret:jwt]', 'g');
+        END IF;
     END IF;
     IF n > 0 THEN
         counts := counts || jsonb_build_object('jwt', n);
     END IF;
     -- aws-access-key
-    n := regexp_count(redacted, '\y(?:AKIA|ASIA)[0-9A-Z]{16}\y');
-    IF n > 0 THEN
-        redacted := regexp_replace(redacted, '\y(?:AKIA|ASIA)[0-9A-Z]{16}\y', '[secret:aws]', 'g');
+    n := 0;
+    IF true AND (strpos(lower(redacted), 'akia') > 0 OR strpos(lower(redacted), 'asia') > 0) THEN
+        n := regexp_count(redacted, '\y(?:AKIA|ASIA)[0-9A-Z]{16}\y');
+        IF n > 0 THEN
+            redacted := regexp_replace(redacted, '\y(?:AKIA|ASIA)[0-9A-Z]{16}\y', '[secret:aws]', 'g');
+        END IF;
     END IF;
     IF n > 0 THEN
         counts := counts || jsonb_build_object('aws-access-key', n);
     END IF;
     -- github-token
-    n := regexp_count(redacted, '\y(?:(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36}|github_pat_[A-Za-z0-9_]{60,90})\y');
-    IF n > 0 THEN
-        redacted := regexp_replace(redacted, '\y(?:(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36}|github_pat_[A-Za-z0-9_]{60,90})\y', '[secret:github]', 'g');
+    n := 0;
+    IF true AND (strpos(lower(redacted), 'ghp_') > 0 OR strpos(lower(redacted), 'gho_') > 0 OR strpos(lower(redacted), 'ghu_') > 0 OR strpos(lower(redacted), 'ghs_') > 0 OR strpos(lower(redacted), 'ghr_') > 0 OR strpos(lower(redacted), 'github_pat_') > 0) THEN
+        n := regexp_count(redacted, '\y(?:(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36}|github_pat_[A-Za-z0-9_]{60,90})\y');
+        IF n > 0 THEN
+            redacted := regexp_replace(redacted, '\y(?:(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36}|github_pat_[A-Za-z0-9_]{60,90})\y', '[secret:github]', 'g');
+        END IF;
     END IF;
     IF n > 0 THEN
         counts := counts || jsonb_build_object('github-token', n);
     END IF;
     -- gitlab-token
-    n := regexp_count(redacted, '\yglpat-[A-Za-z0-9_-]{20,}');
-    IF n > 0 THEN
-        redacted := regexp_replace(redacted, '\yglpat-[A-Za-z0-9_-]{20,}', '[secret:gitlab]', 'g');
+    n := 0;
+    IF true AND (strpos(lower(redacted), 'glpat-') > 0) THEN
+        n := regexp_count(redacted, '\yglpat-[A-Za-z0-9_-]{20,}');
+        IF n > 0 THEN
+            redacted := regexp_replace(redacted, '\yglpat-[A-Za-z0-9_-]{20,}', '[secret:gitlab]', 'g');
+        END IF;
     END IF;
     IF n > 0 THEN
         counts := counts || jsonb_build_object('gitlab-token', n);
     END IF;
     -- slack-token
-    n := regexp_count(redacted, '\yxox[abposr]-[A-Za-z0-9-]{10,}');
-    IF n > 0 THEN
-        redacted := regexp_replace(redacted, '\yxox[abposr]-[A-Za-z0-9-]{10,}', '[secret:slack]', 'g');
+    n := 0;
+    IF true AND (strpos(lower(redacted), 'xox') > 0) THEN
+        n := regexp_count(redacted, '\yxox[abposr]-[A-Za-z0-9-]{10,}');
+        IF n > 0 THEN
+            redacted := regexp_replace(redacted, '\yxox[abposr]-[A-Za-z0-9-]{10,}', '[secret:slack]', 'g');
+        END IF;
     END IF;
     IF n > 0 THEN
         counts := counts || jsonb_build_object('slack-token', n);
     END IF;
     -- api-key
-    n := regexp_count(redacted, '\ysk-[A-Za-z0-9_-]{20,}');
-    IF n > 0 THEN
-        redacted := regexp_replace(redacted, '\ysk-[A-Za-z0-9_-]{20,}', '[secret:api-key]', 'g');
+    n := 0;
+    IF true AND (strpos(lower(redacted), 'sk-') > 0) THEN
+        n := regexp_count(redacted, '\ysk-[A-Za-z0-9_-]{20,}');
+        IF n > 0 THEN
+            redacted := regexp_replace(redacted, '\ysk-[A-Za-z0-9_-]{20,}', '[secret:api-key]', 'g');
+        END IF;
     END IF;
     IF n > 0 THEN
         counts := counts || jsonb_build_object('api-key', n);
     END IF;
     -- generic-secret
-    SELECT r.redacted, r.hits INTO redacted, n FROM lethe.redact_checked(redacted, '(?i)\y(?:api[_-]?key|secret|token|password|passwd|pwd)["'']?[ ]*[:=][ ]*["'']?[A-Za-z0-9_/+=.!@#$%^&*-]{12,}', 'entropy', '[secret]') r;
+    n := 0;
+    IF true AND (strpos(lower(redacted), 'api') > 0 OR strpos(lower(redacted), 'secret') > 0 OR strpos(lower(redacted), 'token') > 0 OR strpos(lower(redacted), 'passw') > 0 OR strpos(lower(redacted), 'pwd') > 0) THEN
+        SELECT r.redacted, r.hits INTO redacted, n FROM lethe.redact_checked(redacted, '(?i)\y(?:api[_-]?key|secret|token|password|passwd|pwd)["'']?[ ]*[:=][ ]*["'']?[A-Za-z0-9_/+=.!@#$%^&*-]{12,}', 'entropy', '[secret]') r;
+    END IF;
     IF n > 0 THEN
         counts := counts || jsonb_build_object('generic-secret', n);
     END IF;
     -- email
-    n := regexp_count(redacted, '\y[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\y');
-    IF n > 0 THEN
-        redacted := regexp_replace(redacted, '\y[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\y', '[email]', 'g');
+    n := 0;
+    IF true AND (strpos(lower(redacted), '@') > 0) THEN
+        n := regexp_count(redacted, '\y[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\y');
+        IF n > 0 THEN
+            redacted := regexp_replace(redacted, '\y[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\y', '[email]', 'g');
+        END IF;
     END IF;
     IF n > 0 THEN
         counts := counts || jsonb_build_object('email', n);
     END IF;
     -- iban
-    SELECT r.redacted, r.hits INTO redacted, n FROM lethe.redact_checked(redacted, '\y[A-Z]{2}[0-9]{2}(?:[ ]?[A-Z0-9]){11,30}\y', 'iban', '[iban]') r;
+    n := 0;
+    IF redacted ~ '[0-9]' THEN
+        SELECT r.redacted, r.hits INTO redacted, n FROM lethe.redact_checked(redacted, '\y[A-Z]{2}[0-9]{2}(?:[ ]?[A-Z0-9]){11,30}\y', 'iban', '[iban]') r;
+    END IF;
     IF n > 0 THEN
         counts := counts || jsonb_build_object('iban', n);
     END IF;
     -- card
-    SELECT r.redacted, r.hits INTO redacted, n FROM lethe.redact_checked(redacted, '\y[0-9](?:[ -]?[0-9]){12,18}\y', 'luhn', '[card]') r;
+    n := 0;
+    IF redacted ~ '[0-9]' THEN
+        SELECT r.redacted, r.hits INTO redacted, n FROM lethe.redact_checked(redacted, '\y[0-9](?:[ -]?[0-9]){12,18}\y', 'luhn', '[card]') r;
+    END IF;
     IF n > 0 THEN
         counts := counts || jsonb_build_object('card', n);
     END IF;
     -- phone
-    n := regexp_count(redacted, '(?:\+[1-9][0-9]{0,2}[ .-]?(?:\([0-9]{1,4}\)[ .-]?)?[0-9]{1,4}(?:[ .-]?[0-9]{2,4}){1,4}\y|\([0-9]{3}\)[ ]?[0-9]{3}-[0-9]{4}\y|\y[0-9]{3}-[0-9]{3}-[0-9]{4}\y|\y0[0-9]{2,4}[ /-][0-9]{3,4}[ -]?[0-9]{3,4}\y)');
-    IF n > 0 THEN
-        redacted := regexp_replace(redacted, '(?:\+[1-9][0-9]{0,2}[ .-]?(?:\([0-9]{1,4}\)[ .-]?)?[0-9]{1,4}(?:[ .-]?[0-9]{2,4}){1,4}\y|\([0-9]{3}\)[ ]?[0-9]{3}-[0-9]{4}\y|\y[0-9]{3}-[0-9]{3}-[0-9]{4}\y|\y0[0-9]{2,4}[ /-][0-9]{3,4}[ -]?[0-9]{3,4}\y)', '[phone]', 'g');
+    n := 0;
+    IF redacted ~ '[0-9]' THEN
+        n := regexp_count(redacted, '(?:\+[1-9][0-9]{0,2}[ .-]?(?:\([0-9]{1,4}\)[ .-]?)?[0-9]{1,4}(?:[ .-]?[0-9]{2,4}){1,4}\y|\([0-9]{3}\)[ ]?[0-9]{3}-[0-9]{4}\y|\y[0-9]{3}-[0-9]{3}-[0-9]{4}\y|\y0[0-9]{2,4}[ /-][0-9]{3,4}[ -]?[0-9]{3,4}\y)');
+        IF n > 0 THEN
+            redacted := regexp_replace(redacted, '(?:\+[1-9][0-9]{0,2}[ .-]?(?:\([0-9]{1,4}\)[ .-]?)?[0-9]{1,4}(?:[ .-]?[0-9]{2,4}){1,4}\y|\([0-9]{3}\)[ ]?[0-9]{3}-[0-9]{4}\y|\y[0-9]{3}-[0-9]{3}-[0-9]{4}\y|\y0[0-9]{2,4}[ /-][0-9]{3,4}[ -]?[0-9]{3,4}\y)', '[phone]', 'g');
+        END IF;
     END IF;
     IF n > 0 THEN
         counts := counts || jsonb_build_object('phone', n);
     END IF;
     -- ipv4
-    SELECT r.redacted, r.hits INTO redacted, n FROM lethe.redact_checked(redacted, '[-.]?\y(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\y', 'not-version', '[ip]') r;
+    n := 0;
+    IF redacted ~ '[0-9]' THEN
+        SELECT r.redacted, r.hits INTO redacted, n FROM lethe.redact_checked(redacted, '[-.]?\y(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\y', 'not-version', '[ip]') r;
+    END IF;
     IF n > 0 THEN
         counts := counts || jsonb_build_object('ipv4', n);
     END IF;
     -- ipv6
-    n := regexp_count(redacted, '\y(?:[0-9A-Fa-f]{1,4}:){7}[0-9A-Fa-f]{1,4}\y|\y(?:[0-9A-Fa-f]{1,4}:){1,6}:(?:[0-9A-Fa-f]{1,4}:){0,5}[0-9A-Fa-f]{1,4}\y');
-    IF n > 0 THEN
-        redacted := regexp_replace(redacted, '\y(?:[0-9A-Fa-f]{1,4}:){7}[0-9A-Fa-f]{1,4}\y|\y(?:[0-9A-Fa-f]{1,4}:){1,6}:(?:[0-9A-Fa-f]{1,4}:){0,5}[0-9A-Fa-f]{1,4}\y', '[ip]', 'g');
+    n := 0;
+    IF true AND (strpos(lower(redacted), ':') > 0) THEN
+        n := regexp_count(redacted, '\y(?:[0-9A-Fa-f]{1,4}:){7}[0-9A-Fa-f]{1,4}\y|\y(?:[0-9A-Fa-f]{1,4}:){1,6}:(?:[0-9A-Fa-f]{1,4}:){0,5}[0-9A-Fa-f]{1,4}\y');
+        IF n > 0 THEN
+            redacted := regexp_replace(redacted, '\y(?:[0-9A-Fa-f]{1,4}:){7}[0-9A-Fa-f]{1,4}\y|\y(?:[0-9A-Fa-f]{1,4}:){1,6}:(?:[0-9A-Fa-f]{1,4}:){0,5}[0-9A-Fa-f]{1,4}\y', '[ip]', 'g');
+        END IF;
     END IF;
     IF n > 0 THEN
         counts := counts || jsonb_build_object('ipv6', n);
@@ -249,12 +291,19 @@ CREATE FUNCTION lethe.redact_row() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     col text;
+    val text;
+    red text;
     patch jsonb := '{}';
-    row jsonb := to_jsonb(NEW);
 BEGIN
+    -- Each column read on its own (not the whole row as JSON: a row with
+    -- an embedding is kilobytes); the row rebuilt only when one changed.
     FOREACH col IN ARRAY TG_ARGV LOOP
-        IF row->>col IS NOT NULL THEN
-            patch := patch || jsonb_build_object(col, lethe.redact_text(row->>col));
+        EXECUTE format('SELECT ($1).%I::text', col) USING NEW INTO val;
+        IF val IS NOT NULL THEN
+            red := lethe.redact_text(val);
+            IF red <> val THEN
+                patch := patch || jsonb_build_object(col, red);
+            END IF;
         END IF;
     END LOOP;
     IF patch <> '{}' THEN

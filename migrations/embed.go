@@ -5,8 +5,10 @@
 // and their wiring (00008), keyed content hashes and tenant-scoped content
 // erasure with its reference wiring (00009), and the reference tables' own
 // role with row-level security forced on them (00010), erasure proofs and
-// the receipt log (00011, 00012), and the batch guard of a deletion in one
-// round trip (00013).
+// the receipt log (00011, 00012), the batch guard of a deletion in one
+// round trip (00013), and redaction at insert: the redactor generated from
+// internal/redact (00014), its trigger on the reference schema's reasoning
+// column (00015), and the redaction of rows written before it (00016).
 package migrations
 
 import "embed"

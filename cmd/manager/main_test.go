@@ -37,8 +37,8 @@ func TestMigrateCommandAppliesAndReportsTheVersion(t *testing.T) {
 	if err := conn.QueryRow(ctx, `SELECT max(version_id) FROM lethe_goose_db_version WHERE is_applied`).Scan(&version); err != nil {
 		t.Fatal(err)
 	}
-	if version != 15 {
-		t.Fatalf("database at version %d, want 15", version)
+	if version != 16 {
+		t.Fatalf("database at version %d, want 16", version)
 	}
 
 	// The DSN may come from the environment instead of the process list.

@@ -142,14 +142,17 @@ BEGIN
     END IF;
 {{- range .Detectors}}
     -- {{.Name}}
+    n := 0;
+    IF {{if .NeedsDigit}}redacted ~ '[0-9]'{{else}}true{{end}}{{if .Needs}} AND ({{range $i, $n := .Needs}}{{if $i}} OR {{end}}strpos(lower(redacted), {{quote $n}}) > 0{{end}}){{end}} THEN
 {{- if .Check}}
-    SELECT r.redacted, r.hits INTO redacted, n FROM lethe.redact_checked(redacted, {{quote .SQLPattern}}, {{quote (print .Check)}}, {{quote .Placeholder}}) r;
+        SELECT r.redacted, r.hits INTO redacted, n FROM lethe.redact_checked(redacted, {{quote .SQLPattern}}, {{quote (print .Check)}}, {{quote .Placeholder}}) r;
 {{- else}}
-    n := regexp_count(redacted, {{quote .SQLPattern}});
-    IF n > 0 THEN
-        redacted := regexp_replace(redacted, {{quote .SQLPattern}}, {{quote .Placeholder}}, 'g');
-    END IF;
+        n := regexp_count(redacted, {{quote .SQLPattern}});
+        IF n > 0 THEN
+            redacted := regexp_replace(redacted, {{quote .SQLPattern}}, {{quote .Placeholder}}, 'g');
+        END IF;
 {{- end}}
+    END IF;
     IF n > 0 THEN
         counts := counts || jsonb_build_object({{quote .Name}}, n);
     END IF;
@@ -166,12 +169,19 @@ CREATE FUNCTION lethe.redact_row() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     col text;
+    val text;
+    red text;
     patch jsonb := '{}';
-    row jsonb := to_jsonb(NEW);
 BEGIN
+    -- Each column read on its own (not the whole row as JSON: a row with
+    -- an embedding is kilobytes); the row rebuilt only when one changed.
     FOREACH col IN ARRAY TG_ARGV LOOP
-        IF row->>col IS NOT NULL THEN
-            patch := patch || jsonb_build_object(col, lethe.redact_text(row->>col));
+        EXECUTE format('SELECT ($1).%I::text', col) USING NEW INTO val;
+        IF val IS NOT NULL THEN
+            red := lethe.redact_text(val);
+            IF red <> val THEN
+                patch := patch || jsonb_build_object(col, red);
+            END IF;
         END IF;
     END LOOP;
     IF patch <> '{}' THEN

@@ -82,7 +82,7 @@ certificate of erasure.`,
 	o.flags.AddFlags(root.PersistentFlags())
 	// Our own completion command prints the kubectl plugin helper too.
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(newCreate(o), newPlan(o), newStatus(o), newCancel(o), newHistory(o), newVerify(o), newReceipt(o), newExport(o), newReceipts(o), newReport(o),
+	root.AddCommand(newCreate(o), newPlan(o), newStatus(o), newCancel(o), newHistory(o), newVerify(o), newReceipt(o), newExport(o), newReceipts(o), newReport(o), newRedact(o),
 		newVersion(o), newCompletion(o))
 	return root
 }

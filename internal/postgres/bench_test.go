@@ -16,6 +16,7 @@ import (
 	"github.com/lethe-dev/lethe/internal/benchreport"
 	"github.com/lethe-dev/lethe/internal/erasure"
 	"github.com/lethe-dev/lethe/internal/postgres"
+	"github.com/lethe-dev/lethe/internal/redact/redacttest"
 )
 
 // Data sizes; the defaults keep `make bench` to a few minutes on 2 cores.
@@ -392,3 +393,55 @@ func median(ds []time.Duration) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// BenchmarkRedactionTriggerPerRow times inserting rounds with reasoning
+// text (the regression corpus's traces, each with 2–6 planted values or
+// look-alikes) with the redaction trigger and, in the same run on the same
+// rows, without it.
+func BenchmarkRedactionTriggerPerRow(b *testing.B) {
+	ctx := context.Background()
+	dsn := migratedDB(b)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	const rows = 2000
+	corpus := redacttest.Corpus(3, rows)
+	texts := make([]string, rows)
+	for i, tr := range corpus {
+		texts[i] = tr.Text
+	}
+	ids := seedBench(b, conn, "0000beef", 1, 0, 0, false)
+	insert := func(trigger bool) time.Duration {
+		b.Helper()
+		mode := "DISABLE"
+		if trigger {
+			mode = "ENABLE ALWAYS"
+		}
+		for _, s := range []string{`DELETE FROM memory.rounds`, `ALTER TABLE memory.rounds ` + mode + ` TRIGGER lethe_redact_assistant_thinking`} {
+			if _, err := conn.Exec(ctx, s); err != nil {
+				b.Fatal(err)
+			}
+		}
+		start := time.Now()
+		if _, err := conn.Exec(ctx, `INSERT INTO memory.rounds (session_id, round_index, user_text, assistant_thinking)
+			SELECT $1, i, 'q', t FROM unnest($2::text[]) WITH ORDINALITY u(t, i)`, ids[0], texts); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	insert(true) // warm the caches and the compiled expressions
+	without, with := insert(false), insert(true)
+	if n := count(b, conn, `SELECT count(*) FROM memory.rounds WHERE assistant_thinking LIKE '%[email]%'`); n == 0 {
+		b.Fatal("no round was redacted: the trigger did not run")
+	}
+	setting := fmt.Sprintf("%d rounds of reasoning text (%d–%d bytes), one INSERT", rows, minLen(texts), maxLen(texts))
+	benchreport.Record(b, benchreport.Row{ID: "R19", Figure: "insert with the redaction trigger / without it", Setting: setting, Unit: "×",
+		Runs: []float64{with.Seconds() / without.Seconds()}})
+	benchreport.Record(b, benchreport.Row{ID: "R19", Figure: "redaction trigger, added time per row", Setting: setting, Unit: "µs",
+		Runs: []float64{float64((with - without).Microseconds()) / rows}})
+}
+
+func minLen(s []string) int { return len(slices.MinFunc(s, func(a, b string) int { return len(a) - len(b) })) }
+func maxLen(s []string) int { return len(slices.MaxFunc(s, func(a, b string) int { return len(a) - len(b) })) }

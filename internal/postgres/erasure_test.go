@@ -73,7 +73,7 @@ func snapshot(t *testing.T, conn *pgx.Conn) map[string]string {
 	return out
 }
 
-func count(t *testing.T, conn *pgx.Conn, sql string, args ...any) int64 {
+func count(t testing.TB, conn *pgx.Conn, sql string, args ...any) int64 {
 	t.Helper()
 	var n int64
 	if err := conn.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {

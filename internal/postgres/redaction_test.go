@@ -10,6 +10,7 @@ import (
 	"github.com/lethe-dev/lethe/internal/postgres"
 	"github.com/lethe-dev/lethe/internal/redact"
 	"github.com/lethe-dev/lethe/internal/redact/redacttest"
+	"github.com/lethe-dev/lethe/internal/testenv"
 )
 
 // The database's redactor (generated from internal/redact) gives the Go
@@ -156,5 +157,77 @@ func TestTheRedactionAuditFlagsAMissingTriggerAndLeakedValues(t *testing.T) {
 		if c := audit(col)[0]; c.Trigger || c.Compliant() {
 			t.Fatalf("%s: %+v, want not compliant", col, c)
 		}
+	}
+}
+
+// Rows written before the trigger are redacted in bounded batches, each
+// with its receipt, as the manager's role (lethe.redact_batch is SECURITY
+// DEFINER); a dry run changes nothing and counts what the real run then
+// redacts; a repeat changes nothing; a column without the trigger is
+// refused.
+func TestRedactingRowsWrittenBeforeTheTrigger(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	mustExec(t, conn, `ALTER TABLE memory.rounds DISABLE TRIGGER lethe_redact_assistant_thinking`)
+	corpus := redacttest.Corpus(11, 600)
+	want := redact.Counts{}
+	for i, tr := range corpus {
+		mustExec(t, conn, `INSERT INTO memory.rounds (session_id, round_index, user_text, assistant_thinking) VALUES ($1, $2, 'q', $3)`, sessB, 1000+i, tr.Text)
+		_, c := redact.Text(tr.Text)
+		for k, n := range c {
+			want[k] += n
+		}
+	}
+	mustExec(t, conn, `ALTER TABLE memory.rounds ENABLE ALWAYS TRIGGER lethe_redact_assistant_thinking`)
+	mdsn, err := testenv.ManagerDSN(ctx, dsn, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	manager := eraser(t, mdsn, "").Pool
+
+	before := snapshot(t, conn)
+	dry, err := postgres.RedactColumn(ctx, manager, "memory.rounds.assistant_thinking", 8, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after := snapshot(t, conn); !maps.Equal(before, after) {
+		t.Fatal("the dry run changed the database")
+	}
+	if dry.Batches < 3 || dry.RowsChanged == 0 || !maps.Equal(dry.Counts, want) {
+		t.Fatalf("dry run: %+v, want several batches and the Go redactor's counts %v", dry, want)
+	}
+
+	run, err := postgres.RedactColumn(ctx, manager, "memory.rounds.assistant_thinking", 8, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.RowsChanged != dry.RowsChanged || !maps.Equal(run.Counts, dry.Counts) {
+		t.Fatalf("run %+v, dry run %+v: want the same rows and counts", run, dry)
+	}
+	for _, tr := range corpus {
+		for _, p := range tr.Planted {
+			if p.Detector != "" {
+				if n := count(t, conn, `SELECT count(*) FROM memory.rounds WHERE strpos(assistant_thinking, $1) > 0`, p.Value); n != 0 {
+					t.Fatalf("a %s value is still stored in %d rows after the redaction", p.Detector, n)
+				}
+			}
+		}
+	}
+	receipts := count(t, conn, `SELECT count(*) FROM lethe.redaction_receipts`)
+	if rows := count(t, conn, `SELECT coalesce(sum(rows_changed), 0) FROM lethe.redaction_receipts`); receipts < 2 || rows != run.RowsChanged {
+		t.Fatalf("%d receipts for %d rows, want several for %d", receipts, rows, run.RowsChanged)
+	}
+
+	again, err := postgres.RedactColumn(ctx, manager, "memory.rounds.assistant_thinking", 8, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.RowsChanged != 0 || count(t, conn, `SELECT count(*) FROM lethe.redaction_receipts`) != receipts {
+		t.Fatalf("a repeat changed %d rows or wrote receipts", again.RowsChanged)
+	}
+	if _, err := postgres.RedactColumn(ctx, manager, "memory.rounds.user_text", 8, false, nil); err == nil || !strings.Contains(err.Error(), "LE005") {
+		t.Fatalf("redacting a column without the trigger: %v, want LE005", err)
 	}
 }

@@ -24,6 +24,9 @@ func (c Counts) Total() int {
 func Text(s string) (string, Counts) {
 	counts := Counts{}
 	for i, d := range Detectors {
+		if !d.mayMatch(s) {
+			continue
+		}
 		s = compiled[i].ReplaceAllStringFunc(s, func(m string) string {
 			if !d.Check.passes(m) {
 				return m
