@@ -22,7 +22,7 @@ func main() {
 		os.Exit(2)
 	}
 	var b bytes.Buffer
-	if err := migration.Execute(&b, templateData{Detectors: redact.Detectors, MinEntropyBits: redact.MinEntropyBits}); err != nil {
+	if err := migration.Execute(&b, data()); err != nil {
 		fmt.Fprintln(os.Stderr, "genredact:", err)
 		os.Exit(1)
 	}
@@ -34,8 +34,15 @@ func main() {
 
 // templateData is what the migration is written from.
 type templateData struct {
-	Detectors      []redact.Detector
-	MinEntropyBits float64
+	Detectors                         []redact.Detector
+	MinEntropyBits                    float64
+	PersonDetector, PersonPlaceholder string
+}
+
+// data is the migration's data.
+func data() templateData {
+	return templateData{Detectors: redact.Detectors, MinEntropyBits: redact.MinEntropyBits,
+		PersonDetector: redact.PersonDetector, PersonPlaceholder: redact.PersonPlaceholder}
 }
 
 // quote is a SQL string literal (standard_conforming_strings: backslashes

@@ -10,6 +10,9 @@ const sqlTemplate = `-- Redaction at insert (erasure support, any memory databas
 -- redaction does not survive prompt injection. These functions replace the
 -- values the detectors of internal/redact find with typed placeholders:
 --
+--   lethe.redaction_names     the names dictionary (persons), matched as
+--                             whole words, case-insensitively, after the
+--                             detectors
 --   lethe.redact_counted(t)   the redacted text and, per detector, how many
 --                             values it replaced (never the values)
 --   lethe.redact_text(t)      the redacted text
@@ -129,11 +132,64 @@ BEGIN
 END $$;
 -- +goose StatementEnd
 
+-- The names dictionary: persons to redact, matched case-insensitively as
+-- whole words (\m…\M). Fed by the platform team (source 'platform') and by
+-- Lethe from the graph's person entities (source 'graph'). The pattern is
+-- rebuilt by a statement trigger whenever the dictionary changes.
+CREATE TABLE lethe.redaction_names (
+    -- Starts and ends with a letter (of the database's locale: where \m and
+    -- \M see word boundaries), no character a pattern would read.
+    name     text PRIMARY KEY CHECK (length(name) BETWEEN 2 AND 100 AND name ~ '^[[:alpha:]]' AND name ~ '[[:alpha:]]$'
+                                     AND name !~ '[][\\^$*+?(){}|[:cntrl:]]'),
+    source   text NOT NULL CHECK (source IN ('graph', 'platform')),
+    added_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE lethe.redaction_name_pattern (
+    id      boolean PRIMARY KEY DEFAULT true CHECK (id),
+    pattern text
+);
+INSERT INTO lethe.redaction_name_pattern (pattern) VALUES (NULL);
+
+-- +goose StatementBegin
+CREATE FUNCTION lethe.redaction_names_changed() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    UPDATE lethe.redaction_name_pattern SET pattern = (
+        SELECT '\m(?:' || string_agg(replace(lower(name), '.', '\.'), '|' ORDER BY length(name) DESC, lower(name)) || ')\M'
+        FROM lethe.redaction_names);
+    RETURN NULL;
+END $$;
+-- +goose StatementEnd
+
+-- The pattern is the names themselves: only the roles that write redacted
+-- columns read it (through this function, as the trigger does); another
+-- role's insert into a redacted column fails rather than store names.
+-- +goose StatementBegin
+CREATE FUNCTION lethe.redaction_names_pattern() RETURNS text
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$ SELECT pattern FROM lethe.redaction_name_pattern $$;
+-- +goose StatementEnd
+REVOKE ALL ON FUNCTION lethe.redaction_names_pattern() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION lethe.redaction_names_pattern() TO lethe_operator;
+-- +goose StatementBegin
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'memory_app') THEN
+        GRANT EXECUTE ON FUNCTION lethe.redaction_names_pattern() TO memory_app;
+    END IF;
+END $$;
+-- +goose StatementEnd
+
+CREATE TRIGGER redaction_names_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON lethe.redaction_names
+    FOR EACH STATEMENT EXECUTE FUNCTION lethe.redaction_names_changed();
+
 -- +goose StatementBegin
 CREATE FUNCTION lethe.redact_counted(t text, OUT redacted text, OUT counts jsonb)
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
 DECLARE
     n int;
+    names text;
 BEGIN
     redacted := t;
     counts := '{}';
@@ -157,11 +213,20 @@ BEGIN
         counts := counts || jsonb_build_object({{quote .Name}}, n);
     END IF;
 {{- end}}
+    -- {{.PersonDetector}}
+    names := lethe.redaction_names_pattern();
+    IF names IS NOT NULL THEN
+        n := regexp_count(redacted, names, 1, 'i');
+        IF n > 0 THEN
+            redacted := regexp_replace(redacted, names, {{quote .PersonPlaceholder}}, 'gi');
+            counts := counts || jsonb_build_object({{quote .PersonDetector}}, n);
+        END IF;
+    END IF;
 END $$;
 -- +goose StatementEnd
 
 CREATE FUNCTION lethe.redact_text(t text) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql STABLE PARALLEL SAFE
 RETURN (lethe.redact_counted(t)).redacted;
 
 -- +goose StatementBegin
@@ -209,6 +274,7 @@ END $$;
 -- +goose StatementEnd
 
 GRANT EXECUTE ON FUNCTION lethe.redact_counted(text), lethe.redact_text(text) TO lethe_operator;
+GRANT SELECT, INSERT, DELETE ON lethe.redaction_names TO lethe_operator;
 
 -- +goose Down
 DROP FUNCTION lethe.redact_column(regclass, name);
@@ -217,4 +283,8 @@ DROP FUNCTION lethe.redact_text(text);
 DROP FUNCTION lethe.redact_counted(text);
 DROP FUNCTION lethe.redact_checked(text, text, text, text);
 DROP FUNCTION lethe.redaction_check(text, text);
+DROP TABLE lethe.redaction_names;
+DROP FUNCTION lethe.redaction_names_changed();
+DROP FUNCTION lethe.redaction_names_pattern();
+DROP TABLE lethe.redaction_name_pattern;
 `

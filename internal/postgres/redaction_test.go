@@ -231,3 +231,50 @@ func TestRedactingRowsWrittenBeforeTheTrigger(t *testing.T) {
 		t.Fatalf("redacting a column without the trigger: %v, want LE005", err)
 	}
 }
+
+// The names dictionary: whole words, any case, the longest name where
+// several start at one place; the database and the Go redactor agree.
+func TestTheNamesDictionaryRedactsWholeNamesAsGoDoes(t *testing.T) {
+	ctx := context.Background()
+	conn := connect(t, migratedDB(t))
+	names := []string{"Ada", "Ada Lovelace", "Grace", "Jean-Luc", "O'Neil", "José Núñez"}
+	for _, n := range names {
+		mustExec(t, conn, `INSERT INTO lethe.redaction_names (name, source) VALUES ($1, 'platform')`, n)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO lethe.redaction_names (name, source) VALUES ('x|.*', 'platform')`); err == nil {
+		t.Fatal("a name with pattern characters was accepted")
+	}
+	dict := redact.NewNames(names)
+	cases := map[string]string{
+		"I think Ada Lovelace wrote to ada about it": "I think [person] wrote to [person] about it",
+		"Adanac and gracefully stay; GRACE does not": "Adanac and gracefully stay; [person] does not",
+		"ask Jean-Luc or o'neil, then José Núñez.":   "ask [person] or [person], then [person].",
+		"ada_x and xada stay, (ada) and ada, go":     "ada_x and xada stay, ([person]) and [person], go",
+		"mail ada@example.org, Ada's notes":          "mail [email], [person]'s notes",
+	}
+	texts := []string{}
+	for in := range cases {
+		texts = append(texts, in)
+	}
+	for _, tr := range redacttest.Corpus(31, 300) {
+		texts = append(texts, tr.Text+" Ada Lovelace and grace said so.")
+	}
+	for _, in := range texts {
+		var got string
+		var raw []byte
+		if err := conn.QueryRow(ctx, `SELECT redacted, counts FROM lethe.redact_counted($1)`, in).Scan(&got, &raw); err != nil {
+			t.Fatal(err)
+		}
+		var counts redact.Counts
+		if err := json.Unmarshal(raw, &counts); err != nil {
+			t.Fatal(err)
+		}
+		want, wantCounts := redact.TextWithNames(in, dict)
+		if got != want || !maps.Equal(counts, wantCounts) {
+			t.Fatalf("%q:\n sql %q %v\n go  %q %v", in, got, counts, want, wantCounts)
+		}
+		if exp, ok := cases[in]; ok && got != exp {
+			t.Errorf("%q redacted to %q, want %q", in, got, exp)
+		}
+	}
+}
