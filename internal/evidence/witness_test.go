@@ -29,22 +29,19 @@ func TestAWitnessAcceptsWhatTheFullCheckAccepts(t *testing.T) {
 		next := 0
 		accepted, refused := 0, 0
 		for step := 0; step < 150; step++ {
-			leaves := log
 			switch r := rng.IntN(20); {
 			case r == 0 && len(log) > 2: // restored to an earlier size, then written on
 				log = append([][32]byte(nil), log[:rng.IntN(len(log)-1)+1]...)
-				leaves = log
 			case r == 1 && len(log) > 1: // a receipt rewritten
 				log = append([][32]byte(nil), log...)
 				log[rng.IntN(len(log)-1)] = leafOf(-step)
-				leaves = log
 			case r == 2 && len(held) > 0: // a request deleted: its checkpoint goes
 				i := rng.IntN(len(held))
 				held = append(held[:i:i], held[i+1:]...)
 			}
 			log = append(log, leafOf(next))
 			next++
-			leaves = log
+			leaves := log
 			if k := rng.IntN(3) + 1; rng.IntN(4) == 0 && len(log) > k { // a pass that read the log k receipts earlier
 				leaves = log[:len(log)-k]
 			}

@@ -443,5 +443,10 @@ func BenchmarkRedactionTriggerPerRow(b *testing.B) {
 		Runs: []float64{float64((with - without).Microseconds()) / rows}})
 }
 
-func minLen(s []string) int { return len(slices.MinFunc(s, func(a, b string) int { return len(a) - len(b) })) }
-func maxLen(s []string) int { return len(slices.MaxFunc(s, func(a, b string) int { return len(a) - len(b) })) }
+func minLen(s []string) int {
+	return len(slices.MinFunc(s, func(a, b string) int { return len(a) - len(b) }))
+}
+
+func maxLen(s []string) int {
+	return len(slices.MaxFunc(s, func(a, b string) int { return len(a) - len(b) }))
+}

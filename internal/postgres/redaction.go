@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -55,7 +56,7 @@ func AuditRedaction(ctx context.Context, q Querier, columns []string, sample int
 		table := pgx.Identifier{parts[0], parts[1]}.Sanitize()
 		rc := RedactedColumn{Column: col, Found: redact.Counts{}}
 		err := q.QueryRow(ctx, redactionTriggerSQL, table, parts[2]).Scan(&rc.Exists, &rc.Trigger)
-		if err != nil && err != pgx.ErrNoRows {
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return nil, fmt.Errorf("read the redaction trigger of %s: %w", col, err)
 		}
 		if rc.Exists && sample > 0 {
