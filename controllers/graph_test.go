@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -352,4 +354,67 @@ func stepEvidence(t *testing.T, er *lethev1.ErasureRequest, step string) lethev1
 	}
 	t.Fatalf("no evidence of step %s", step)
 	return lethev1.StepEvidence{}
+}
+
+// With a person label, each store audit feeds the graph's person names to
+// the database's names dictionary, which the redaction trigger then
+// applies; a person gone from the graph leaves it. Other entities' names
+// are not fed.
+func TestThePersonsOfTheGraphFeedTheNamesDictionary(t *testing.T) {
+	ctx := context.Background()
+	ge := newGraphEnv(t, "persons", fdb.URL(), func(ctx context.Context, g *graph.Graph) {
+		// Mentioned by a kept session's fact, as a derivation job writes them
+		// (an entity nothing attests is swept).
+		if _, err := g.Query(ctx, `MATCH (f:Fact {session_id: $s}) WITH f LIMIT 1
+			CREATE (f)-[:MENTIONS {fact_id: f.id, session_id: f.session_id}]->(:Entity:Person {key: 'barbara liskov', name: 'Barbara Liskov'}),
+				(f)-[:MENTIONS {fact_id: f.id, session_id: f.session_id}]->(:Entity {key: 'clu', name: 'Clu Language'})`,
+			map[string]any{"s": keptB}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	graphNames := func() []string {
+		rows, err := ge.conn.Query(ctx, `SELECT name FROM lethe.redaction_names WHERE source = 'graph' ORDER BY name`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+	waitCondition(t, ge.store, lethev1.MemoryStoreRedactionCompliant, metav1.ConditionTrue, lethev1.ReasonRedacted)
+	if n := graphNames(); len(n) != 0 {
+		t.Fatalf("names fed without a person label: %v", n)
+	}
+	patch := client.MergeFrom(ge.store.DeepCopy())
+	ge.store.Spec.FalkorDB.PersonLabel = "Person"
+	if err := k8s.Patch(ctx, ge.store, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		if n := graphNames(); !slices.Equal(n, []string{"Barbara Liskov"}) {
+			return fmt.Errorf("graph-fed names %v, want [Barbara Liskov]", n)
+		}
+		return nil
+	})
+	if _, err := ge.conn.Exec(ctx, `UPDATE memory.rounds SET assistant_thinking = 'ask barbara liskov about Clu Language' WHERE session_id = $1`, keptB); err != nil {
+		t.Fatal(err)
+	}
+	var stored string
+	if err := ge.conn.QueryRow(ctx, `SELECT assistant_thinking FROM memory.rounds WHERE session_id = $1 LIMIT 1`, keptB).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored != "ask [person] about Clu Language" {
+		t.Fatalf("stored %q, want the person's name replaced and the other entity's kept", stored)
+	}
+	if _, err := ge.g.Query(ctx, `MATCH (e:Person) DETACH DELETE e`, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		if n := graphNames(); len(n) != 0 {
+			return fmt.Errorf("graph-fed names %v after the person left the graph, want none", n)
+		}
+		return nil
+	})
 }

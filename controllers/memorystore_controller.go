@@ -206,6 +206,10 @@ func (r *MemoryStoreReconciler) observe(ctx context.Context, store *lethev1.Memo
 		f.graphConfigured = true
 		if err := r.Connector.CheckGraph(ctx, store, r.ProbeTimeout, r.SweepTimeout); err != nil {
 			f.graph = failureOf(err)
+		} else if f.postgres == nil {
+			nctx, ncancel := context.WithTimeout(ctx, r.ProbeTimeout)
+			f.graphNames, f.graphNamesErr = r.Connector.SyncPersonNames(nctx, store)
+			ncancel()
 		}
 	}
 	if store.Spec.Velero != nil {

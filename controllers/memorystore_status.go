@@ -41,6 +41,10 @@ type storeFacts struct {
 	// when it could not run.
 	redaction    []postgres.RedactedColumn
 	redactionErr error
+	// graphNames is how many names the graph feeds the names dictionary;
+	// graphNamesErr is set when that sync failed.
+	graphNames    int64
+	graphNamesErr error
 }
 
 // failure is a reason and a stable message (no timestamps, no counts that change).
@@ -149,8 +153,9 @@ func redactionCondition(f storeFacts, cond func(string, bool, string, string) me
 		c := cond(lethev1.MemoryStoreRedactionCompliant, false, lethev1.ReasonPostgresNotReady, "the redaction cannot be checked until Postgres is reachable")
 		c.Status = metav1.ConditionUnknown
 		return c
-	case f.redactionErr != nil:
-		c := cond(lethev1.MemoryStoreRedactionCompliant, false, lethev1.ReasonRedactionCheckFailed, "the redaction check could not run; it is retried on the next audit")
+	case f.redactionErr != nil || f.graphNamesErr != nil:
+		c := cond(lethev1.MemoryStoreRedactionCompliant, false, lethev1.ReasonRedactionCheckFailed,
+			"the redaction check or the names dictionary's sync with the graph could not run; it is retried on the next audit")
 		c.Status = metav1.ConditionUnknown
 		return c
 	case len(missing) > 0:
@@ -167,8 +172,11 @@ func redactionCondition(f storeFacts, cond func(string, bool, string, string) me
 		for i, c := range f.redaction {
 			cols[i] = c.Column
 		}
-		return cond(lethev1.MemoryStoreRedactionCompliant, true, lethev1.ReasonRedacted,
-			fmt.Sprintf("%s redacted at insert; no detectable value in the sample", strings.Join(cols, ", ")))
+		msg := fmt.Sprintf("%s redacted at insert; no detectable value in the sample", strings.Join(cols, ", "))
+		if f.graphNames > 0 {
+			msg += fmt.Sprintf("; %d person names from the graph in the names dictionary", f.graphNames)
+		}
+		return cond(lethev1.MemoryStoreRedactionCompliant, true, lethev1.ReasonRedacted, msg)
 	}
 }
 

@@ -195,6 +195,16 @@ type FalkorDBSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1m')",message="sweepInterval must be a Go duration of at least 1m, such as 168h"
 	// +optional
 	SweepInterval *metav1.Duration `json:"sweepInterval,omitempty"`
+
+	// personLabel marks the entities that are persons: those with this
+	// label beside Entity. Each store audit makes their names the graph's
+	// part of the database's names dictionary (lethe.redaction_names),
+	// which the redaction trigger replaces with [person]; a name the graph
+	// no longer holds leaves it. Empty: the graph feeds no names.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[A-Za-z][A-Za-z0-9_]*$`
+	// +optional
+	PersonLabel string `json:"personLabel,omitempty"`
 }
 
 // VeleroSpec says which Velero backups may hold this store's data.

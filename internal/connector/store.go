@@ -65,6 +65,33 @@ func (c *Connector) AuditRedaction(ctx context.Context, store *lethev1.MemorySto
 	return postgres.AuditRedaction(ctx, db, store.Spec.Postgres.RedactedColumnsOrDefault(), sample)
 }
 
+// maxPersonNames bounds the names one audit reads from the graph.
+const maxPersonNames = 100000
+
+// SyncPersonNames makes the names dictionary's graph-fed part the names of
+// the graph's person entities (spec.falkorDB.personLabel); nothing when
+// the store names no person label. It returns how many names the
+// dictionary then holds from the graph.
+func (c *Connector) SyncPersonNames(ctx context.Context, store *lethev1.MemoryStore) (int64, error) {
+	if store.Spec.FalkorDB == nil || store.Spec.FalkorDB.PersonLabel == "" {
+		return 0, nil
+	}
+	g, err := c.Graph(ctx, store)
+	if err != nil {
+		return 0, err
+	}
+	names, err := g.PersonNames(ctx, store.Spec.FalkorDB.PersonLabel, maxPersonNames)
+	if err != nil {
+		return 0, err
+	}
+	db, err := c.pool(ctx, store, "primary", store.Spec.Postgres.DSNSecretRef)
+	if err != nil {
+		return 0, err
+	}
+	_, _, kept, err := postgres.SyncGraphNames(ctx, db, names)
+	return kept, err
+}
+
 // CheckGraph pings FalkorDB (bounded by pingTimeout) and makes sure the
 // provenance indexes exist (bounded by indexTimeout: building them on a
 // large graph takes seconds; only the first check per client builds them).

@@ -90,3 +90,25 @@ func sampleRedacted(ctx context.Context, q Querier, table, column string, n int,
 	})
 	return err
 }
+
+// syncGraphNamesSQL makes the graph-fed names of the dictionary exactly
+// $1 (a platform name stays the platform's), leaving out names the
+// table's check refuses, by the same expression, rather than failing.
+const syncGraphNamesSQL = `WITH wanted AS (
+		SELECT DISTINCT n AS name FROM unnest($1::text[]) n
+		WHERE length(n) BETWEEN 2 AND 100 AND n ~ '^[[:alpha:]]' AND n ~ '[[:alpha:]]$' AND n !~ '[][\\^$*+?(){}|[:cntrl:]]'),
+	gone AS (DELETE FROM lethe.redaction_names r WHERE r.source = 'graph' AND r.name NOT IN (SELECT name FROM wanted) RETURNING 1),
+	added AS (INSERT INTO lethe.redaction_names (name, source) SELECT name, 'graph' FROM wanted
+		ON CONFLICT (name) DO NOTHING RETURNING 1)
+	SELECT (SELECT count(*) FROM added), (SELECT count(*) FROM gone), (SELECT count(*) FROM wanted)`
+
+// SyncGraphNames makes the names dictionary's graph-fed names those of
+// the graph's person entities: added and removed count the changes, kept
+// the names the dictionary accepted. Names are never logged.
+func SyncGraphNames(ctx context.Context, db DB, names []string) (added, removed, kept int64, err error) {
+	err = db.QueryRow(ctx, syncGraphNamesSQL, names).Scan(&added, &removed, &kept)
+	if err != nil {
+		err = fmt.Errorf("sync the names dictionary with the graph: %w", err)
+	}
+	return added, removed, kept, err
+}
