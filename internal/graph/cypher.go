@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/FalkorDB/falkordb-go/v2"
+	"github.com/redis/go-redis/v9"
 )
 
 // FalkorDB takes query parameters as a text header ("CYPHER k=v ...") in
@@ -189,28 +191,63 @@ func (g *Graph) ReadQuery(ctx context.Context, query string, params map[string]a
 }
 
 func (g *Graph) run(ctx context.Context, cmd, query string, params map[string]any) (*falkordb.QueryResult, error) {
+	res, err := g.pipe(ctx, cmd, []string{query}, params)
+	if err != nil {
+		return nil, err
+	}
+	return res[0], nil
+}
+
+// pipe sends queries with the same parameters in one round trip and returns
+// their results in order, or the first error. go-redis writes them down one
+// connection and FalkorDB answers a connection's commands one after the
+// other, so they run in order, each atomic on its own: a write pipeline is
+// the same sequence of queries (not a transaction), without the round trips
+// between them. Every query runs even when an earlier one fails.
+func (g *Graph) pipe(ctx context.Context, cmd string, queries []string, params map[string]any) ([]*falkordb.QueryResult, error) {
 	header, err := paramsHeader(params)
 	if err != nil {
 		return nil, err
 	}
-	args := []any{cmd, g.name, header + query, "--compact"}
+	var timeout []any
 	if dl, ok := ctx.Deadline(); ok {
 		ms := time.Until(dl).Milliseconds()
 		if ms < 1 {
 			return nil, context.DeadlineExceeded
 		}
-		args = append(args, "timeout", ms)
+		timeout = []any{"timeout", ms}
 	}
-	raw, err := g.c.db.Conn.Do(ctx, args...).Result()
-	if err != nil {
-		// The query text is Lethe's own (values travel in the header), so it
-		// may be named; the parameters are not.
-		return nil, fmt.Errorf("graph %s, query %.48q…: %w", g.name, query, err)
+	cmds := make([]*redis.Cmd, len(queries))
+	_, perr := g.c.db.Conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, q := range queries {
+			cmds[i] = p.Do(ctx, append([]any{cmd, g.name, header + q, "--compact"}, timeout...)...)
+		}
+		return nil
+	})
+	out := make([]*falkordb.QueryResult, len(queries))
+	for i, c := range cmds {
+		raw, err := c.Result()
+		if err == nil && raw == nil {
+			// go-redis 9.17 leaves the commands of a pipeline that never
+			// reached the server (a refused dial) without an error.
+			err = cmp.Or(perr, errNoReply)
+		}
+		if err != nil {
+			// The query text is Lethe's own (values travel in the header), so it
+			// may be named; the parameters are not.
+			return nil, fmt.Errorf("graph %s, query %.48q…: %w", g.name, queries[i], err)
+		}
+		if out[i], err = falkordb.QueryResultNew(g.fg, raw); err != nil {
+			return nil, err
+		}
 	}
-	return falkordb.QueryResultNew(g.fg, raw)
+	return out, nil
 }
 
-var errNoRow = errors.New("query returned no row")
+var (
+	errNoRow   = errors.New("query returned no row")
+	errNoReply = errors.New("FalkorDB did not reply")
+)
 
 // scalar returns the first column of the first row as an int64.
 func scalar(res *falkordb.QueryResult) (int64, error) {

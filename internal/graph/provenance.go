@@ -43,12 +43,12 @@ var attestsOutside = map[string]string{
 // So the endpoints' keys (application IDs) are collected and the entities
 // found again by key.
 func doomedEntities(pat, prop string) string {
-	return "MATCH " + pat + " WHERE r." + prop + ` IN $ids
-WITH collect(DISTINCT e.key) AS keys
-UNWIND keys AS k
-MATCH (e:` + "`" + LabelEntity + "`" + ` {key: k})
-OPTIONAL MATCH (e)-[q]-() WHERE ` + attestsOutside[prop] + `
-WITH e, count(q) AS others
-WHERE others = 0
-`
+	return "MATCH " + pat + " WHERE r." + prop + " IN $ids\nWITH collect(DISTINCT e.key) AS keys\n" + othersIn("keys", prop) + "WHERE others = 0\n"
+}
+
+// othersIn matches, as e with its key k, the entities whose key is in the
+// list keys (an expression), with others: how many relationships with
+// provenance outside $ids (for prop) touch them.
+func othersIn(keys, prop string) string {
+	return "UNWIND " + keys + " AS k\nMATCH (e:`" + LabelEntity + "` {key: k})\nOPTIONAL MATCH (e)-[q]-() WHERE " + attestsOutside[prop] + "\nWITH k, e, count(q) AS others\n"
 }

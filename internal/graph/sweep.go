@@ -127,18 +127,17 @@ func missingIn[T any](ctx context.Context, ids []T, chunk int, missing func(cont
 // them to removed, with the relationships the nodes took along.
 func (g *Graph) pruneFacts(ctx context.Context, l layout, facts []int64, limit int, removed Counts) error {
 	p := map[string]any{"ids": facts, "n": limit}
-	if err := g.countRelationships(ctx, l, propFactID, p, removed); err != nil {
+	doomed := newKeySet()
+	if err := g.readAll(ctx, p, countRelationships(l, propFactID, removed), touchedEntities(l, propFactID, newKeySet(), doomed)); err != nil {
 		return err
 	}
 	// Entities these facts attached to others by relationships without
 	// provenance are left bare at worst: the unattached entities go next.
-	if err := g.pruneDoomedEntities(ctx, l, propFactID, p, limit, removed, newKeySet()); err != nil {
+	if err := g.pruneDoomedEntities(ctx, propFactID, p, doomed.list, limit, removed, newKeySet()); err != nil {
 		return err
 	}
-	for _, t := range l.relTypes {
-		if _, _, err := g.drain(ctx, "MATCH ()-[r:`"+t+"`]->() WHERE r.fact_id IN $ids WITH r LIMIT $n DELETE r RETURN count(r)", p, limit); err != nil {
-			return err
-		}
+	if err := g.drainAll(ctx, p, limit, relationshipDeletes(l, propFactID)...); err != nil {
+		return err
 	}
 	if l.hasFact {
 		nodes, rels, err := g.drain(ctx, "MATCH (x:`"+LabelFact+"`) WHERE x.id IN $ids WITH x LIMIT $n DELETE x RETURN count(x)", p, limit)
