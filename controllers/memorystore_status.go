@@ -136,6 +136,8 @@ func redactionCondition(f storeFacts, cond func(string, bool, string, string) me
 		switch {
 		case !c.Exists:
 			missing = append(missing, c.Column+" (no such column)")
+		case c.Problem != "":
+			missing = append(missing, c.Column+" ("+c.Problem+")")
 		case !c.Trigger:
 			missing = append(missing, c.Column)
 		}
@@ -159,7 +161,7 @@ func redactionCondition(f storeFacts, cond func(string, bool, string, string) me
 		c.Status = metav1.ConditionUnknown
 		return c
 	case len(missing) > 0:
-		msg := "no enabled redaction trigger (lethe.redact_column) on " + strings.Join(missing, ", ")
+		msg := "no redaction trigger that holds (lethe.redact_column) on " + strings.Join(missing, ", ")
 		if len(leaked) > 0 {
 			msg += "; " + strings.Join(leaked, "; ")
 		}

@@ -137,7 +137,7 @@ func TestRedactionMessageNamesDetectorsAndCounts(t *testing.T) {
 	c := redactionCondition(f, func(typ string, ok bool, reason, msg string) metav1.Condition {
 		return metav1.Condition{Type: typ, Reason: reason, Message: msg}
 	})
-	want := "no enabled redaction trigger (lethe.redact_column) on memory.notes.body; memory.rounds.assistant_thinking: 1 card, 2 email in 200 sampled values"
+	want := "no redaction trigger that holds (lethe.redact_column) on memory.notes.body; memory.rounds.assistant_thinking: 1 card, 2 email in 200 sampled values"
 	if c.Reason != lethev1.ReasonRedactionTriggerMissing || c.Message != want {
 		t.Fatalf("condition %s: %q, want %q", c.Reason, c.Message, want)
 	}

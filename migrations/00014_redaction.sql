@@ -15,10 +15,22 @@
 --   lethe.redact_text(t)      the redacted text
 --   lethe.redact_row()        a BEFORE INSERT OR UPDATE trigger function
 --                             that redacts the columns named as its arguments
+--   lethe.redacted_columns    the columns declared redacted, by their owner:
+--                             the only ones lethe.redact_batch (00016) may
+--                             rewrite
 --   lethe.redact_column(table, column)
---                             installs that trigger, ENABLE ALWAYS, on a
---                             column (00015 does it on the reference
---                             schema's memory.rounds.assistant_thinking)
+--                             installs that trigger, ENABLE ALWAYS, on every
+--                             insert and every update of the table, and
+--                             registers the column (00015 does it on the
+--                             reference schema's
+--                             memory.rounds.assistant_thinking); only the
+--                             owner of this schema may run it
+--
+-- The functions run with search_path = pg_catalog, pg_temp: a writer's own
+-- search_path cannot put another regexp_replace in front of the built-in.
+-- Triggers fire in name order: a BEFORE ROW trigger named after
+-- lethe_redact_<column> could write the raw value back; the MemoryStore
+-- audit reports one as a trigger that does not hold.
 --
 -- Checks beyond the pattern (Luhn for cards, mod 97 for IBANs, entropy for
 -- generic secrets, no version prefix for addresses) run in
@@ -37,7 +49,7 @@ END $$;
 
 -- +goose StatementBegin
 CREATE FUNCTION lethe.redaction_check(kind text, m text) RETURNS boolean
-LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     ds text;
     n int;
@@ -104,7 +116,7 @@ END $$;
 
 -- +goose StatementBegin
 CREATE FUNCTION lethe.redact_checked(t text, pattern text, kind text, placeholder text, OUT redacted text, OUT hits int)
-LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     pos int := 1;
     s int;
@@ -152,6 +164,9 @@ INSERT INTO lethe.redaction_name_pattern (pattern) VALUES (NULL);
 CREATE FUNCTION lethe.redaction_names_changed() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+    -- Changes commit one after the other here; the UPDATE below, a new
+    -- statement, then reads every name committed before it.
+    PERFORM FROM lethe.redaction_name_pattern FOR UPDATE;
     UPDATE lethe.redaction_name_pattern SET pattern = (
         SELECT '\m(?:' || string_agg(replace(lower(name), '.', '\.'), '|' ORDER BY length(name) DESC, lower(name)) || ')\M'
         FROM lethe.redaction_names);
@@ -183,7 +198,7 @@ CREATE TRIGGER redaction_names_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNC
 
 -- +goose StatementBegin
 CREATE FUNCTION lethe.redact_counted(t text, OUT redacted text, OUT counts jsonb)
-LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
+LANGUAGE plpgsql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     n int;
     names text;
@@ -348,12 +363,12 @@ END $$;
 -- +goose StatementEnd
 
 CREATE FUNCTION lethe.redact_text(t text) RETURNS text
-LANGUAGE sql STABLE PARALLEL SAFE
-RETURN (lethe.redact_counted(t)).redacted;
+LANGUAGE sql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+AS $$ SELECT (lethe.redact_counted(t)).redacted $$;
 
 -- +goose StatementBegin
 CREATE FUNCTION lethe.redact_row() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     col text;
     val text;
@@ -378,9 +393,22 @@ BEGIN
 END $$;
 -- +goose StatementEnd
 
+-- Registered by lethe.redact_column, readable and writable by the owner
+-- only: a column is here because the owner declared it redacted.
+CREATE TABLE lethe.redacted_columns (
+    table_oid     oid NOT NULL,
+    column_name   name NOT NULL,
+    registered_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (table_oid, column_name)
+);
+REVOKE ALL ON lethe.redacted_columns FROM PUBLIC;
+
+-- The trigger fires on every UPDATE, not only on updates naming the
+-- column: a trigger of the table's own that sets the column would
+-- otherwise bypass it.
 -- +goose StatementBegin
 CREATE FUNCTION lethe.redact_column(tbl regclass, col name) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     trg name := left('lethe_redact_' || col, 63);
 BEGIN
@@ -388,18 +416,24 @@ BEGIN
                    AND atttypid IN ('text'::regtype, 'varchar'::regtype)) THEN
         RAISE EXCEPTION 'redact_column: % has no text column %', tbl, col;
     END IF;
+    IF (SELECT relpersistence FROM pg_class WHERE oid = tbl) = 't' THEN
+        RAISE EXCEPTION 'redact_column: % is a temporary table', tbl;
+    END IF;
     EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', trg, tbl);
-    EXECUTE format('CREATE TRIGGER %I BEFORE INSERT OR UPDATE OF %I ON %s FOR EACH ROW EXECUTE FUNCTION lethe.redact_row(%L)',
-                   trg, col, tbl, col);
+    EXECUTE format('CREATE TRIGGER %I BEFORE INSERT OR UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION lethe.redact_row(%L)',
+                   trg, tbl, col);
     EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER %I', tbl, trg);
+    INSERT INTO lethe.redacted_columns (table_oid, column_name) VALUES (tbl, col) ON CONFLICT DO NOTHING;
 END $$;
 -- +goose StatementEnd
+REVOKE ALL ON FUNCTION lethe.redact_column(regclass, name) FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION lethe.redact_counted(text), lethe.redact_text(text) TO lethe_operator;
 GRANT SELECT, INSERT, DELETE ON lethe.redaction_names TO lethe_operator;
 
 -- +goose Down
 DROP FUNCTION lethe.redact_column(regclass, name);
+DROP TABLE lethe.redacted_columns;
 DROP FUNCTION lethe.redact_row();
 DROP FUNCTION lethe.redact_text(text);
 DROP FUNCTION lethe.redact_counted(text);

@@ -9,3 +9,4 @@ SELECT lethe.redact_column('memory.rounds', 'assistant_thinking');
 
 -- +goose Down
 DROP TRIGGER IF EXISTS lethe_redact_assistant_thinking ON memory.rounds;
+DELETE FROM lethe.redacted_columns WHERE table_oid = 'memory.rounds'::regclass AND column_name = 'assistant_thinking';

@@ -12,9 +12,11 @@
 --                             lethe.redact_counted, and writes the receipt.
 --                             SECURITY DEFINER, so that Lethe's role, which
 --                             may not update memory tables, can run it; it
---                             only ever redacts, and only a column that has
---                             the redaction trigger (the database owner
---                             declared it redacted).
+--                             only ever redacts, and only a column the owner
+--                             declared redacted (lethe.redacted_columns,
+--                             written by lethe.redact_column) that still has
+--                             its trigger: never a table a caller made, whose
+--                             own triggers would run as the definer.
 --
 -- kubectl erasure redact walks a table's pages with it in bounded batches.
 -- Safe to repeat: redacted text has nothing left to redact.
@@ -42,11 +44,13 @@ BEGIN
     IF first_page < 0 OR pages < 1 OR pages > 100000 THEN
         RAISE EXCEPTION 'redact_batch: pages % from % out of bounds (1 to 100000 pages)', pages, first_page;
     END IF;
-    IF NOT EXISTS (
+    IF NOT EXISTS (SELECT FROM lethe.redacted_columns r JOIN pg_class c ON c.oid = r.table_oid
+                   WHERE r.table_oid = tbl AND r.column_name = col AND c.relpersistence <> 't')
+       OR NOT EXISTS (
         SELECT FROM pg_trigger t JOIN pg_attribute a ON a.attrelid = t.tgrelid AND a.attname = col AND NOT a.attisdropped
         WHERE t.tgrelid = tbl AND t.tgfoid = 'lethe.redact_row'::regproc
           AND col = ANY (string_to_array(rtrim(encode(t.tgargs, 'escape'), '\000'), '\000'))) THEN
-        RAISE EXCEPTION 'redact_batch: %.% has no redaction trigger (lethe.redact_column): not a redacted column', tbl, col
+        RAISE EXCEPTION 'redact_batch: %.% is not a redacted column (lethe.redact_column) with its trigger', tbl, col
             USING ERRCODE = 'LE005';
     END IF;
     range_sql := format('ctid >= ''(%s,0)''::tid AND ctid < ''(%s,0)''::tid AND %I IS NOT NULL', first_page, first_page + pages, col);

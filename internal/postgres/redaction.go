@@ -17,9 +17,12 @@ type RedactedColumn struct {
 	Column string
 	// Exists: the table has the column.
 	Exists bool
-	// Trigger: an enabled lethe.redact_row trigger redacts the column
-	// before every insert and every update of it.
+	// Trigger: a lethe.redact_row trigger redacts the column before every
+	// insert and every update, and holds: enabled ALWAYS, unconditional,
+	// the last BEFORE ROW trigger to fire, its functions those of the
+	// migration. Problem says, when one is there, why it does not hold.
 	Trigger bool
+	Problem string
 	// Sampled rows with a value, and what the detectors found in them
 	// (counted in Go with internal/redact: the audit does not trust the
 	// database's functions it checks).
@@ -30,15 +33,25 @@ type RedactedColumn struct {
 // Compliant says the column has its trigger and a sample free of values.
 func (c RedactedColumn) Compliant() bool { return c.Exists && c.Trigger && c.Found.Total() == 0 }
 
-// redactionTriggerSQL says whether table $1 has column $2, and whether an
-// enabled BEFORE ROW trigger on INSERT and UPDATE (of the column, or of
-// any) runs lethe.redact_row with the column among its arguments.
-const redactionTriggerSQL = `SELECT a.attnum IS NOT NULL, EXISTS (
-	SELECT FROM pg_trigger t
-	WHERE t.tgrelid = c.oid AND t.tgfoid = to_regproc('lethe.redact_row') AND t.tgenabled IN ('O', 'A')
-	  AND t.tgtype & 1 = 1 AND t.tgtype & 2 = 2 AND t.tgtype & 4 = 4 AND t.tgtype & 16 = 16
-	  AND (cardinality(t.tgattr::int2[]) = 0 OR a.attnum = ANY (t.tgattr::int2[]))
-	  AND $2 = ANY (string_to_array(rtrim(encode(t.tgargs, 'escape'), '\000'), '\000')))
+// redactionTriggerSQL says whether table $1 has column $2, and what is
+// wrong with the best of the BEFORE ROW INSERT and UPDATE triggers that
+// run lethe.redact_row with the column among their arguments: NULL when
+// there is none, an empty text when it holds. Triggers fire in name order, so one
+// that may fire after it (enabled, BEFORE ROW, on insert or update) could
+// write the raw value back.
+const redactionTriggerSQL = `SELECT a.attnum IS NOT NULL, (
+	SELECT CASE
+		WHEN t.tgenabled <> 'A' THEN 'not enabled ALWAYS'
+		WHEN t.tgqual IS NOT NULL THEN 'a WHEN condition'
+		WHEN cardinality(t.tgattr::int2[]) > 0 THEN 'only on updates of some columns'
+		WHEN EXISTS (SELECT FROM pg_trigger o WHERE o.tgrelid = c.oid AND NOT o.tgisinternal AND o.tgenabled <> 'D'
+			AND o.tgtype & 3 = 3 AND o.tgtype & 20 <> 0 AND o.tgname > t.tgname) THEN 'a BEFORE ROW trigger fires after it'
+		ELSE '' END
+	FROM pg_trigger t
+	WHERE t.tgrelid = c.oid AND t.tgfoid = to_regproc('lethe.redact_row') AND t.tgtype & 23 = 23
+	  AND $2 = ANY (string_to_array(rtrim(encode(t.tgargs, 'escape'), '\000'), '\000'))
+	ORDER BY t.tgenabled = 'A' AND t.tgqual IS NULL AND cardinality(t.tgattr::int2[]) = 0 DESC, t.tgname DESC
+	LIMIT 1)
 	FROM pg_class c LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = $2 AND NOT a.attisdropped AND a.attnum > 0
 	WHERE c.oid = to_regclass($1)`
 
@@ -47,6 +60,10 @@ const redactionTriggerSQL = `SELECT a.attnum IS NOT NULL, EXISTS (
 // at random, TABLESAMPLE SYSTEM) for values the detectors find. The values
 // stay in memory here; only counts leave.
 func AuditRedaction(ctx context.Context, q Querier, columns []string, sample int) ([]RedactedColumn, error) {
+	intact, err := redactionFunctionsIntact(ctx, q)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]RedactedColumn, 0, len(columns))
 	for _, col := range columns {
 		parts := strings.Split(col, ".")
@@ -55,9 +72,19 @@ func AuditRedaction(ctx context.Context, q Querier, columns []string, sample int
 		}
 		table := pgx.Identifier{parts[0], parts[1]}.Sanitize()
 		rc := RedactedColumn{Column: col, Found: redact.Counts{}}
-		err := q.QueryRow(ctx, redactionTriggerSQL, table, parts[2]).Scan(&rc.Exists, &rc.Trigger)
+		var problem *string
+		err := q.QueryRow(ctx, redactionTriggerSQL, table, parts[2]).Scan(&rc.Exists, &problem)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return nil, fmt.Errorf("read the redaction trigger of %s: %w", col, err)
+		}
+		switch {
+		case problem == nil:
+		case *problem != "":
+			rc.Problem = *problem
+		case !intact:
+			rc.Problem = "the redaction functions differ from migration 00014's"
+		default:
+			rc.Trigger = true
 		}
 		if rc.Exists && sample > 0 {
 			if err := sampleRedacted(ctx, q, table, pgx.Identifier{parts[2]}.Sanitize(), sample, &rc); err != nil {

@@ -108,6 +108,77 @@ func TestTheReasoningColumnIsRedactedAtInsertAndUpdate(t *testing.T) {
 	}
 }
 
+// A trigger of the table's own that sets the reasoning column on an
+// update naming only other columns (it fires before the redaction trigger,
+// by name) does not get a raw value stored: the redaction trigger fires on
+// every update.
+func TestAnUpdateOfOtherColumnsIsRedactedToo(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	mustExec(t, conn, `CREATE FUNCTION public.copy_question() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN NEW.assistant_thinking := 'they asked: ' || NEW.user_text; RETURN NEW; END $$`)
+	mustExec(t, conn, `CREATE TRIGGER a_copy_question BEFORE UPDATE ON memory.rounds FOR EACH ROW EXECUTE FUNCTION public.copy_question()`)
+	app := connect(t, asRole(t, conn, dsn, "redaction_app", "memory_app"))
+	tag, err := app.Exec(ctx, `UPDATE memory.rounds SET user_text = 'mail grace@example.org' WHERE session_id = $1`, sessA)
+	if err != nil || tag.RowsAffected() == 0 {
+		t.Fatalf("update as the application: %v, %d rows", err, tag.RowsAffected())
+	}
+	if n := count(t, conn, `SELECT count(*) FROM memory.rounds WHERE session_id = $1 AND assistant_thinking = 'they asked: mail [email]'`, sessA); n == 0 {
+		t.Fatal("no row redacted")
+	}
+	if n := count(t, conn, `SELECT count(*) FROM memory.rounds WHERE strpos(assistant_thinking, 'grace@example.org') > 0`); n != 0 {
+		t.Fatalf("%d rows store the raw address set by another trigger", n)
+	}
+}
+
+// lethe.redact_batch runs as its owner: it refuses a table a caller made
+// (whose own triggers would then run with the owner's rights) even with
+// the redaction trigger on it, and a column its owner never declared
+// redacted with lethe.redact_column.
+func TestRedactBatchRefusesColumnsTheOwnerDidNotDeclare(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	mdsn, err := testenv.ManagerDSN(ctx, dsn, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	manager := connect(t, mdsn)
+	mustExec(t, conn, `CREATE TABLE public.escalated (done boolean)`)
+	mustExec(t, manager, `CREATE TEMP TABLE bait (body text)`)
+	mustExec(t, manager, `CREATE FUNCTION pg_temp.grab() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN INSERT INTO public.escalated VALUES (true); RETURN NEW; END $$`)
+	mustExec(t, manager, `INSERT INTO bait VALUES ('mail ada@example.org')`)
+	mustExec(t, manager, `CREATE TRIGGER a_grab BEFORE UPDATE ON bait FOR EACH ROW EXECUTE FUNCTION pg_temp.grab()`)
+	mustExec(t, manager, `CREATE TRIGGER lethe_redact_body BEFORE INSERT OR UPDATE ON bait FOR EACH ROW EXECUTE FUNCTION lethe.redact_row('body')`)
+	var oid uint32
+	if err := manager.QueryRow(ctx, `SELECT 'pg_temp.bait'::regclass::oid`).Scan(&oid); err != nil {
+		t.Fatal(err)
+	}
+	_, err = manager.Exec(ctx, `SELECT * FROM lethe.redact_batch($1::oid::regclass, 'body', 0, 10, false)`, oid)
+	if err == nil || !strings.Contains(err.Error(), "LE005") {
+		t.Fatalf("redact_batch on the caller's temporary table: %v, want LE005", err)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM public.escalated`); n != 0 {
+		t.Fatalf("the caller's trigger ran %d times as redact_batch's owner", n)
+	}
+	// The owner's column with the trigger but not declared.
+	mustExec(t, conn, `CREATE TRIGGER lethe_redact_user_text BEFORE INSERT OR UPDATE ON memory.rounds FOR EACH ROW EXECUTE FUNCTION lethe.redact_row('user_text')`)
+	if _, err := manager.Exec(ctx, `SELECT * FROM lethe.redact_batch('memory.rounds', 'user_text', 0, 10, true)`); err == nil || !strings.Contains(err.Error(), "LE005") {
+		t.Fatalf("redact_batch on a column never declared redacted: %v, want LE005", err)
+	}
+	if _, err := manager.Exec(ctx, `SELECT lethe.redact_column('memory.rounds', 'user_text')`); err == nil {
+		t.Fatal("the manager's role declared a column redacted; only the owner may")
+	}
+	mustExec(t, conn, `SELECT lethe.redact_column('memory.rounds', 'user_text')`)
+	if _, err := manager.Exec(ctx, `SELECT * FROM lethe.redact_batch('memory.rounds', 'user_text', 0, 10, true)`); err != nil {
+		t.Fatalf("redact_batch on a declared column: %v", err)
+	}
+}
+
 func placeholderOf(detector string) string {
 	for _, d := range redact.Detectors {
 		if d.Name == detector {
@@ -148,10 +219,32 @@ func TestTheRedactionAuditFlagsAMissingTriggerAndLeakedValues(t *testing.T) {
 		t.Fatalf("trigger back, the leaked rows still there: %+v, want the trigger found and the column not compliant", c)
 	}
 
-	mustExec(t, conn, `DROP TRIGGER lethe_redact_assistant_thinking ON memory.rounds`)
-	mustExec(t, conn, `CREATE TRIGGER lethe_redact_assistant_thinking BEFORE INSERT ON memory.rounds FOR EACH ROW EXECUTE FUNCTION lethe.redact_row('assistant_thinking')`)
-	if c := audit(reasoning)[0]; c.Trigger {
-		t.Fatalf("a trigger on INSERT only counted as redacting the column: %+v", c)
+	// Each way a trigger is there and yet does not hold.
+	for _, tc := range []struct{ name, ddl, undo, problem string }{
+		{"enabled only outside replication", `ALTER TABLE memory.rounds ENABLE TRIGGER lethe_redact_assistant_thinking`,
+			`ALTER TABLE memory.rounds ENABLE ALWAYS TRIGGER lethe_redact_assistant_thinking`, "not enabled ALWAYS"},
+		{"a later BEFORE ROW trigger", `CREATE TRIGGER zz_touch BEFORE UPDATE ON memory.rounds FOR EACH ROW EXECUTE FUNCTION lethe.redact_row('user_text')`,
+			`DROP TRIGGER zz_touch ON memory.rounds`, "a BEFORE ROW trigger fires after it"},
+		{"a replaced function", `CREATE OR REPLACE FUNCTION lethe.redact_text(t text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$ SELECT t $$`,
+			`SELECT 1`, "the redaction functions differ from migration 00014's"},
+	} {
+		mustExec(t, conn, tc.ddl)
+		if c := audit(reasoning)[0]; c.Trigger || c.Problem != tc.problem {
+			t.Fatalf("%s: %+v, want the trigger not holding: %s", tc.name, c, tc.problem)
+		}
+		mustExec(t, conn, tc.undo)
+	}
+	for _, tc := range []struct{ name, trigger, problem string }{
+		{"on INSERT only", `BEFORE INSERT ON memory.rounds FOR EACH ROW`, ""},
+		{"on updates of the column only", `BEFORE INSERT OR UPDATE OF assistant_thinking ON memory.rounds FOR EACH ROW`, "only on updates of some columns"},
+		{"with a WHEN condition", `BEFORE INSERT OR UPDATE ON memory.rounds FOR EACH ROW WHEN (NEW.round_index < 1000)`, "a WHEN condition"},
+	} {
+		mustExec(t, conn, `DROP TRIGGER lethe_redact_assistant_thinking ON memory.rounds`)
+		mustExec(t, conn, `CREATE TRIGGER lethe_redact_assistant_thinking `+tc.trigger+` EXECUTE FUNCTION lethe.redact_row('assistant_thinking')`)
+		mustExec(t, conn, `ALTER TABLE memory.rounds ENABLE ALWAYS TRIGGER lethe_redact_assistant_thinking`)
+		if c := audit(reasoning)[0]; c.Trigger || c.Problem != tc.problem {
+			t.Fatalf("a trigger %s: %+v, want it not counted (%q)", tc.name, c, tc.problem)
+		}
 	}
 	for _, col := range []string{"memory.rounds.user_text", "memory.rounds.no_such_column", "memory.nowhere.text"} {
 		if c := audit(col)[0]; c.Trigger || c.Compliant() {

@@ -46,7 +46,11 @@ func vacuumTables(l Layout) []Table {
 // memo share their vacuums (vacuumQueue): the result is that of a vacuum
 // that started after the call.
 func (e *Eraser) Vacuum(ctx context.Context, mode lethev1.VacuumMode) (erasure.VacuumResult, error) {
-	return e.memo().vacuums.run(ctx, e.Pool, mode, e.vacuumNow)
+	// The vacuum reads the layout when it starts, not the one this Eraser
+	// read: those who join it may have deleted from a table added since.
+	m := e.memo()
+	fresh := &Eraser{Pool: e.Pool, Schema: e.Schema, TenantID: e.TenantID, ProbeExclude: e.ProbeExclude, Memo: m}
+	return m.vacuums.run(ctx, e.Pool, mode, fresh.vacuumNow)
 }
 
 // VacuumsStarted is how many vacuums the Erasers sharing e's memo started.

@@ -226,3 +226,27 @@ func TestAVacuumRunningWhenADeletionCommitsDoesNotCountForIt(t *testing.T) {
 		t.Fatalf("%d vacuums started, the two deletions' results %+v and %+v: want 2 (the running one and one shared)", n, a, b)
 	}
 }
+
+// A shared vacuum covers the tables of the layout when it starts: an
+// Eraser that read the layout before a cascading table was added still has
+// the new table vacuumed, since a deletion that joins may have used it.
+func TestAVacuumCoversATableAddedAfterItsEraserReadTheLayout(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	e := eraser(t, dsn, "t1")
+	before, err := e.Vacuum(ctx, lethev1.VacuumLazy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, conn, `CREATE TABLE memory.late_notes (id bigserial PRIMARY KEY,
+		session_id uuid NOT NULL REFERENCES memory.sessions(id) ON DELETE CASCADE, body text)`)
+	after, err := e.Vacuum(ctx, lethev1.VacuumLazy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Vacuumed != before.Vacuumed+1 {
+		t.Fatalf("vacuumed %d tables, then %d after a cascading table was added: want one more", before.Vacuumed, after.Vacuumed)
+	}
+}

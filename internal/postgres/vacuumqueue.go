@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
@@ -72,14 +73,21 @@ func (q *vacuumQueue) startLocked(ctx context.Context) {
 	q.running = true
 	q.started++
 	go func() {
+		// A panic would otherwise take the manager down and leave the
+		// waiters, and every later vacuum of the store, waiting.
+		defer func() {
+			if p := recover(); p != nil {
+				r.err = fmt.Errorf("the vacuum panicked: %v", p)
+			}
+			close(r.done)
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			q.running = false
+			if len(q.pending) > 0 {
+				q.startLocked(ctx)
+			}
+		}()
 		r.res, r.err = r.vacuum(ctx, r.mode)
-		close(r.done)
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		q.running = false
-		if len(q.pending) > 0 {
-			q.startLocked(ctx)
-		}
 	}()
 }
 
