@@ -117,6 +117,27 @@ BEGIN
 END $$;
 -- +goose StatementEnd
 
+-- The whole match, or for a checksum a part of it that ends before one of
+-- its spaces or dashes (the patterns run on into a card's security code or
+-- the capitals after an IBAN), passes the check.
+-- +goose StatementBegin
+CREATE FUNCTION lethe.redaction_check_parts(kind text, m text) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF lethe.redaction_check(kind, m) THEN
+        RETURN true;
+    END IF;
+    IF kind IN ('luhn', 'iban') THEN
+        FOR i IN REVERSE length(m) .. 2 LOOP
+            IF substr(m, i, 1) IN (' ', '-') AND lethe.redaction_check(kind, left(m, i - 1)) THEN
+                RETURN true;
+            END IF;
+        END LOOP;
+    END IF;
+    RETURN false;
+END $$;
+-- +goose StatementEnd
+
 -- +goose StatementBegin
 CREATE FUNCTION lethe.redact_checked(t text, pattern text, kind text, placeholder text, OUT redacted text, OUT hits int)
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
@@ -132,7 +153,7 @@ BEGIN
         EXIT WHEN s = 0;
         m := regexp_substr(t, pattern, pos);
         redacted := redacted || substr(t, pos, s - pos);
-        IF lethe.redaction_check(kind, m) THEN
+        IF lethe.redaction_check_parts(kind, m) THEN
             redacted := redacted || placeholder;
             hits := hits + 1;
         ELSE
@@ -316,6 +337,7 @@ DROP FUNCTION lethe.redact_row();
 DROP FUNCTION lethe.redact_text(text);
 DROP FUNCTION lethe.redact_counted(text);
 DROP FUNCTION lethe.redact_checked(text, text, text, text);
+DROP FUNCTION lethe.redaction_check_parts(text, text);
 DROP FUNCTION lethe.redaction_check(text, text);
 DROP TABLE lethe.redaction_names;
 DROP FUNCTION lethe.redaction_names_changed();

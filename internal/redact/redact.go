@@ -42,15 +42,32 @@ func Text(s string) (string, Counts) {
 func (c Check) passes(m string) bool {
 	switch c {
 	case CheckLuhn:
-		return luhn(digits(m))
+		return wholeOrBeforeASeparator(m, func(p string) bool { return luhn(digits(p)) })
 	case CheckIBAN:
-		return iban(strings.ReplaceAll(m, " ", ""))
+		return wholeOrBeforeASeparator(m, func(p string) bool { return iban(strings.ReplaceAll(p, " ", "")) })
 	case CheckEntropy:
 		return entropy(secretValue(m)) >= MinEntropyBits
 	case CheckNotVersion:
 		return !strings.HasPrefix(m, "-") && !strings.HasPrefix(m, ".")
 	}
 	return true
+}
+
+// wholeOrBeforeASeparator says whether m, or a part of it that ends before
+// one of its spaces or dashes, passes check: the patterns run on into what
+// follows a number in the same grouping (a card's security code or expiry
+// month, a word in capitals after an IBAN), and the whole match then fails
+// its checksum. The whole match is replaced, the part that follows too.
+func wholeOrBeforeASeparator(m string, check func(string) bool) bool {
+	if check(m) {
+		return true
+	}
+	for i := len(m) - 1; i > 0; i-- {
+		if (m[i] == ' ' || m[i] == '-') && check(m[:i]) {
+			return true
+		}
+	}
+	return false
 }
 
 // digits keeps the ASCII digits of s.

@@ -110,11 +110,18 @@ var positives = []struct {
 	}},
 	{"card", func(g *gen) string {
 		n := luhnComplete("4" + g.digits(14))
-		switch g.r.IntN(3) {
+		grouped := n[:4] + " " + n[4:8] + " " + n[8:12] + " " + n[12:]
+		switch g.r.IntN(5) {
 		case 0:
 			return n
 		case 1:
-			return n[:4] + " " + n[4:8] + " " + n[8:12] + " " + n[12:]
+			return grouped
+		case 2:
+			// followed by its security code, in the same grouping
+			return grouped + " " + g.digits(3)
+		case 3:
+			// followed by its expiry date
+			return grouped + " 0" + g.digits(1) + "/2" + g.digits(1)
 		default:
 			return n[:4] + "-" + n[4:8] + "-" + n[8:12] + "-" + n[12:]
 		}
@@ -125,7 +132,16 @@ var positives = []struct {
 		if country == "GB" || country == "NL" {
 			bban = g.pick("ABCDEFGHIJKLMNOPQRSTUVWXYZ", 4) + g.digits(14)
 		}
-		return ibanComplete(country, bban)
+		n := ibanComplete(country, bban)
+		if g.r.IntN(3) > 0 {
+			return n
+		}
+		// in groups of four, followed by a word in capitals
+		var b strings.Builder
+		for i := 0; i < len(n); i += 4 {
+			b.WriteString(n[i:min(i+4, len(n))] + " ")
+		}
+		return b.String() + []string{"EUR", "BIC", "GBP"}[g.r.IntN(3)]
 	}},
 	{"github-token", func(g *gen) string { return "ghp_" + g.pick(alnum, 36) }},
 	{"gitlab-token", func(g *gen) string { return "glpat-" + g.pick(b64url, 20) }},
