@@ -232,9 +232,9 @@ BEGIN
     -- private-key
     n := 0;
     IF true AND (strpos(lower(redacted), 'private key') > 0) THEN
-        n := regexp_count(redacted, '-----BEGIN [A-Z ]*PRIVATE KEY-----[^-]*-----END [A-Z ]*PRIVATE KEY-----');
+        n := regexp_count(redacted, '-----BEGIN [A-Z ]*PRIVATE KEY-----(?:(?:[^-]|-[^-])*-----END [A-Z ]*PRIVATE KEY-----|[A-Za-z0-9+/=\r\n]*)');
         IF n > 0 THEN
-            redacted := regexp_replace(redacted, '-----BEGIN [A-Z ]*PRIVATE KEY-----[^-]*-----END [A-Z ]*PRIVATE KEY-----', '[secret:private-key]', 'g');
+            redacted := regexp_replace(redacted, '-----BEGIN [A-Z ]*PRIVATE KEY-----(?:(?:[^-]|-[^-])*-----END [A-Z ]*PRIVATE KEY-----|[A-Za-z0-9+/=\r\n]*)', '[secret:private-key]', 'g');
         END IF;
     END IF;
     IF n > 0 THEN

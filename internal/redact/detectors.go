@@ -63,7 +63,12 @@ type Detector struct {
 // that a token is named for its provider, not as a generic secret).
 var Detectors = []Detector{
 	{Name: "private-key", Placeholder: "[secret:private-key]", Needs: []string{"private key"},
-		Pattern: `-----BEGIN [A-Z ]*PRIVATE KEY-----[^-]*-----END [A-Z ]*PRIVATE KEY-----`},
+		// Up to the END line, anything without two dashes in a row (an
+		// encrypted PEM's headers have single ones); with no END line (a
+		// key cut short), the base64 lines that follow. The first
+		// alternative, when it matches, is the longer: Go's first choice
+		// and PostgreSQL's longest agree.
+		Pattern: `-----BEGIN [A-Z ]*PRIVATE KEY-----(?:(?:[^-]|-[^-])*-----END [A-Z ]*PRIVATE KEY-----|[A-Za-z0-9+/=\r\n]*)`},
 	{Name: "jwt", Placeholder: "[secret:jwt]", Needs: []string{"eyj"},
 		Pattern: `\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{16,}`},
 	{Name: "aws-access-key", Placeholder: "[secret:aws]", Needs: []string{"akia", "asia"},

@@ -152,7 +152,17 @@ var positives = []struct {
 		return "eyJhbGciOiJIUzI1NiJ9.eyJ" + g.pick(b64url, 30) + "." + g.pick(b64url, 43)
 	}},
 	{"private-key", func(g *gen) string {
-		return "-----BEGIN PRIVATE KEY-----\n" + g.pick(alnum+"+/", 64) + "\n" + g.pick(alnum+"+/", 40) + "=\n-----END PRIVATE KEY-----"
+		switch g.r.IntN(3) {
+		case 0:
+			// encrypted: headers with single dashes
+			return "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC," + g.pick("0123456789ABCDEF", 32) +
+				"\n\n" + g.pick(alnum+"+/", 64) + "\n-----END RSA PRIVATE KEY-----"
+		case 1:
+			// cut short: no END line
+			return "-----BEGIN PRIVATE KEY-----\n" + g.pick(alnum+"+/", 64) + "\n" + g.pick(alnum+"+/", 20)
+		default:
+			return "-----BEGIN PRIVATE KEY-----\n" + g.pick(alnum+"+/", 64) + "\n" + g.pick(alnum+"+/", 40) + "=\n-----END PRIVATE KEY-----"
+		}
 	}},
 	{"generic-secret", func(g *gen) string {
 		return []string{"password", "api_key", "secret", "TOKEN"}[g.r.IntN(4)] + []string{"=", ": ", " = "}[g.r.IntN(3)] + g.pick(alnum+"!@#$%", 20)
