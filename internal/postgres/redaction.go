@@ -57,13 +57,18 @@ const redactionTriggerSQL = `SELECT a.attnum IS NOT NULL, (
 
 // AuditRedaction checks each column ("schema.table.column") for its
 // redaction trigger and samples at most sample of its values (pages drawn
-// at random, TABLESAMPLE SYSTEM) for values the detectors find. The values
-// stay in memory here; only counts leave.
+// at random, TABLESAMPLE SYSTEM) for values the detectors, and the names
+// dictionary, find. The values stay in memory here; only counts leave.
 func AuditRedaction(ctx context.Context, q Querier, columns []string, sample int) ([]RedactedColumn, error) {
 	intact, err := redactionFunctionsIntact(ctx, q)
 	if err != nil {
 		return nil, err
 	}
+	names, err := readDictionary(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	dict := redact.NewNames(names)
 	out := make([]RedactedColumn, 0, len(columns))
 	for _, col := range columns {
 		parts := strings.Split(col, ".")
@@ -87,7 +92,7 @@ func AuditRedaction(ctx context.Context, q Querier, columns []string, sample int
 			rc.Trigger = true
 		}
 		if rc.Exists && sample > 0 {
-			if err := sampleRedacted(ctx, q, table, pgx.Identifier{parts[2]}.Sanitize(), sample, &rc); err != nil {
+			if err := sampleRedacted(ctx, q, table, pgx.Identifier{parts[2]}.Sanitize(), sample, dict, &rc); err != nil {
 				return nil, fmt.Errorf("sample %s: %w", col, err)
 			}
 		}
@@ -99,7 +104,7 @@ func AuditRedaction(ctx context.Context, q Querier, columns []string, sample int
 // sampleRedacted reads at most n values of the column from pages drawn at
 // random (enough of them, by the table's estimated row count, for n) and
 // counts what the detectors find.
-func sampleRedacted(ctx context.Context, q Querier, table, column string, n int, rc *RedactedColumn) error {
+func sampleRedacted(ctx context.Context, q Querier, table, column string, n int, dict *redact.Names, rc *RedactedColumn) error {
 	rows, err := q.Query(ctx, `SELECT `+column+` FROM `+table+` TABLESAMPLE SYSTEM ((SELECT CASE WHEN reltuples <= 0 THEN 100
 		ELSE least(100, greatest(0.01, 400.0 * $1 / reltuples)) END FROM pg_class WHERE oid = '`+strings.ReplaceAll(table, "'", "''")+`'::regclass))
 		WHERE `+column+` IS NOT NULL LIMIT $1`, n)
@@ -109,13 +114,26 @@ func sampleRedacted(ctx context.Context, q Querier, table, column string, n int,
 	var v string
 	_, err = pgx.ForEachRow(rows, []any{&v}, func() error {
 		rc.Sampled++
-		_, found := redact.Text(v)
+		_, found := redact.TextWithNames(v, dict)
 		for name, k := range found {
 			rc.Found[name] += k
 		}
 		return nil
 	})
 	return err
+}
+
+// readDictionary reads the names dictionary (none before migration 00014).
+func readDictionary(ctx context.Context, q Querier) ([]string, error) {
+	var exists bool
+	if err := q.QueryRow(ctx, `SELECT to_regclass('lethe.redaction_names') IS NOT NULL`).Scan(&exists); err != nil || !exists {
+		return nil, err
+	}
+	var names []string
+	if err := q.QueryRow(ctx, `SELECT coalesce(array_agg(name), '{}') FROM lethe.redaction_names`).Scan(&names); err != nil {
+		return nil, fmt.Errorf("read the names dictionary: %w", err)
+	}
+	return names, nil
 }
 
 // syncGraphNamesSQL makes the graph-fed names of the dictionary exactly

@@ -207,6 +207,14 @@ func TestTheRedactionAuditFlagsAMissingTriggerAndLeakedValues(t *testing.T) {
 	if c := audit(reasoning)[0]; !c.Compliant() || c.Sampled == 0 {
 		t.Fatalf("with the trigger in place: %+v, want compliant with rows sampled", c)
 	}
+	// A name stored before the dictionary had it is found with the
+	// dictionary's names, as kubectl erasure redact would redact it.
+	mustExec(t, conn, `UPDATE memory.rounds SET assistant_thinking = 'Grace Hopper asked again' WHERE session_id = $1 AND round_index = 0`, sessA)
+	mustExec(t, conn, `INSERT INTO lethe.redaction_names (name, source) VALUES ('Grace Hopper', 'platform')`)
+	if c := audit(reasoning)[0]; c.Compliant() || c.Found[redact.PersonDetector] != 1 {
+		t.Fatalf("a name stored before the dictionary had it: %+v, want 1 person found", c)
+	}
+	mustExec(t, conn, `DELETE FROM lethe.redaction_names`)
 
 	mustExec(t, conn, `ALTER TABLE memory.rounds DISABLE TRIGGER lethe_redact_assistant_thinking`)
 	mustExec(t, conn, `UPDATE memory.rounds SET assistant_thinking = 'mail ada@example.org, card 4111 1111 1111 1111' WHERE session_id = $1`, sessB)
