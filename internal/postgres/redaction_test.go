@@ -379,3 +379,36 @@ func TestTheNamesDictionaryRedactsWholeNamesAsGoDoes(t *testing.T) {
 		}
 	}
 }
+
+// Two transactions adding names at once, the second's statement trigger
+// waiting for the first's commit: the pattern holds both names after both
+// commit (the second rebuilds it from a snapshot taken after the wait).
+func TestConcurrentDictionaryChangesKeepEveryName(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	first, second := connect(t, dsn), connect(t, dsn)
+	mustExec(t, first, `BEGIN`)
+	mustExec(t, first, `INSERT INTO lethe.redaction_names (name, source) VALUES ('Ada Lovelace', 'platform')`)
+	mustExec(t, second, `BEGIN`)
+	done := make(chan error, 1)
+	go func() {
+		_, err := second.Exec(ctx, `INSERT INTO lethe.redaction_names (name, source) VALUES ('Grace Hopper', 'platform')`)
+		done <- err
+	}()
+	waitForLock(t, conn, "INSERT INTO lethe.redaction_names%Grace%")
+	mustExec(t, first, `COMMIT`)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, second, `COMMIT`)
+	var pattern string
+	if err := conn.QueryRow(ctx, `SELECT pattern FROM lethe.redaction_name_pattern`).Scan(&pattern); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"ada lovelace", "grace hopper"} {
+		if !strings.Contains(pattern, name) {
+			t.Errorf("the pattern lacks %q after both transactions committed", name)
+		}
+	}
+}
