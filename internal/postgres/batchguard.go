@@ -230,6 +230,28 @@ func (e *Eraser) guardSchemaRemembered(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
+// auditedLayout audits the schema in tx (guardSchemaRemembered) and returns
+// the layout to act on in it: l when it was read under the epoch the audit
+// just remembered (no DDL since), else the layout read again in tx, after
+// the audit. A layout is read by several statements, each with its own
+// snapshot, and kept for the Eraser's life: one read while the catalog
+// changed (a pg_restore adds the keys to sessions one by one, and grants
+// the privileges only after all of them) can miss a cascading table, and
+// the deletion would then miss its content hashes: the content-keyed
+// entries of that table's rows would stay, with no ledger row, for good.
+func (e *Eraser) auditedLayout(ctx context.Context, tx pgx.Tx, l Layout) (Layout, error) {
+	if err := e.guardSchemaRemembered(ctx, tx); err != nil {
+		return l, err
+	}
+	if e.shortWayEpoch() != "" {
+		return l, nil
+	}
+	e.mu.Lock()
+	e.loaded, e.layoutEpoch = nil, ""
+	e.mu.Unlock()
+	return e.layout(ctx, tx)
+}
+
 // remember sets the memo's compliant epoch.
 func (e *Eraser) remember(epoch string) {
 	m := e.memo()

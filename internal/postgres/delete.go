@@ -188,7 +188,8 @@ func (e *Eraser) deleteBatchLong(ctx context.Context, uid string, batch int, ids
 	res := erasure.BatchResult{Batch: batch}
 	var sample *batchSample
 	err := e.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx, l Layout) error {
-		if err := e.guardSchemaRemembered(ctx, tx); err != nil {
+		l, err := e.auditedLayout(ctx, tx, l)
+		if err != nil {
 			return err
 		}
 		eligible, err := collectStrings(ctx, tx, eligibleSQL(l), uid, ids, e.tenant())

@@ -50,6 +50,13 @@ func (e *Eraser) Reerase(ctx context.Context, req erasure.Request) (erasure.Batc
 	}
 	res.Skipped = false
 	err := e.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx, l Layout) error {
+		// As the deletion's long way: the schema audited, and the layout
+		// the one the audited catalog gives (the pass may have read it
+		// while a restore was still adding the keys).
+		l, err := e.auditedLayout(ctx, tx, l)
+		if err != nil {
+			return err
+		}
 		back, err := collectStrings(ctx, tx, findSessionsSQL(l, true), req.SessionIDs, e.tenant())
 		if err != nil {
 			return fmt.Errorf("look for resurrected sessions: %w", err)
