@@ -170,16 +170,36 @@ func redactionCondition(f storeFacts, cond func(string, bool, string, string) me
 		return cond(lethev1.MemoryStoreRedactionCompliant, false, lethev1.ReasonUnredactedValuesFound,
 			strings.Join(leaked, "; ")+" (written before the trigger? kubectl erasure redact)")
 	default:
-		cols := make([]string, len(f.redaction))
-		for i, c := range f.redaction {
-			cols[i] = c.Column
-		}
-		msg := fmt.Sprintf("%s redacted at insert; no detectable value in the sample", strings.Join(cols, ", "))
+		msg := redactedMessage(f.redaction, sampled)
 		if f.graphNames > 0 {
 			msg += fmt.Sprintf("; %d person names from the graph in the names dictionary", f.graphNames)
 		}
 		return cond(lethev1.MemoryStoreRedactionCompliant, true, lethev1.ReasonRedacted, msg)
 	}
+}
+
+// redactedMessage says which columns are redacted at insert and what the
+// sample showed, with no counts (they vary between audits, and the message
+// would change every time): a sample with no value is not a clean one.
+func redactedMessage(cols []postgres.RedactedColumn, sampled int) string {
+	names := make([]string, len(cols))
+	var skipped []string
+	for i, c := range cols {
+		names[i] = c.Column
+		if c.NotSampled != "" {
+			skipped = append(skipped, c.Column+" ("+c.NotSampled+")")
+		}
+	}
+	msg := strings.Join(names, ", ") + " redacted at insert; "
+	if sampled > 0 {
+		msg += "no detectable value in the sample"
+	} else {
+		msg += "no value sampled, so none checked"
+	}
+	if len(skipped) > 0 {
+		msg += "; not sampled: " + strings.Join(skipped, ", ")
+	}
+	return msg
 }
 
 // erasuresCondition is ErasuresIntact: whether the database still holds

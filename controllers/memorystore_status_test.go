@@ -143,6 +143,33 @@ func TestRedactionMessageNamesDetectorsAndCounts(t *testing.T) {
 	}
 }
 
+// A compliant column says whether a sample was checked: no value sampled
+// (an empty column, sampling off, a table not tied to the tenant) is not a
+// clean sample.
+func TestRedactedMessageSaysWhatWasSampled(t *testing.T) {
+	reasoning := postgres.RedactedColumn{Column: "memory.rounds.assistant_thinking", Exists: true, Trigger: true}
+	profiles := postgres.RedactedColumn{Column: "memory_derived.profiles.summary", Exists: true, Trigger: true,
+		NotSampled: "not tied to the store's tenant by a session_id column"}
+	sampled := reasoning
+	sampled.Sampled = 200
+	for _, tc := range []struct {
+		cols []postgres.RedactedColumn
+		want string
+	}{
+		{[]postgres.RedactedColumn{sampled}, "memory.rounds.assistant_thinking redacted at insert; no detectable value in the sample"},
+		{[]postgres.RedactedColumn{reasoning}, "memory.rounds.assistant_thinking redacted at insert; no value sampled, so none checked"},
+		{[]postgres.RedactedColumn{sampled, profiles}, "memory.rounds.assistant_thinking, memory_derived.profiles.summary redacted at insert; " +
+			"no detectable value in the sample; not sampled: memory_derived.profiles.summary (not tied to the store's tenant by a session_id column)"},
+	} {
+		c := redactionCondition(storeFacts{redaction: tc.cols}, func(typ string, ok bool, reason, msg string) metav1.Condition {
+			return metav1.Condition{Type: typ, Reason: reason, Message: msg}
+		})
+		if c.Reason != lethev1.ReasonRedacted || c.Message != tc.want {
+			t.Errorf("condition %s: %q, want %q", c.Reason, c.Message, tc.want)
+		}
+	}
+}
+
 func TestViolationsMessageIsStableAndNamesEachTable(t *testing.T) {
 	a := violationsMessage([]postgres.Violation{{Rule: "NoCascade", Table: "memory.b", Column: "session_id"}, {Rule: "MissingTable", Table: "memory.a"}})
 	b := violationsMessage([]postgres.Violation{{Rule: "MissingTable", Table: "memory.a"}, {Rule: "NoCascade", Table: "memory.b", Column: "session_id"}})

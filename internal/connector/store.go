@@ -62,7 +62,8 @@ func (c *Connector) AuditRedaction(ctx context.Context, store *lethev1.MemorySto
 	if err != nil {
 		return nil, err
 	}
-	return postgres.AuditRedaction(ctx, db, store.Spec.Postgres.RedactedColumnsOrDefault(), sample)
+	scope := postgres.SampleScope{Sessions: postgres.Table{Schema: store.Spec.Postgres.SchemaOrDefault(), Name: "sessions"}, TenantID: store.Spec.TenantID}
+	return postgres.AuditRedaction(ctx, db, store.Spec.Postgres.RedactedColumnsOrDefault(), sample, scope)
 }
 
 // maxPersonNames bounds the names one audit reads from the graph.

@@ -28,6 +28,17 @@ type RedactedColumn struct {
 	// database's functions it checks).
 	Sampled int
 	Found   redact.Counts
+	// NotSampled says why the column was not sampled, when it was not.
+	NotSampled string
+}
+
+// SampleScope is the rows a store's audit may read: with a TenantID, only
+// the rows of that tenant's sessions (the sessions table's own, and those
+// of a table with a session_id column); a column of any other table is not
+// sampled. An empty TenantID reads every row.
+type SampleScope struct {
+	Sessions Table
+	TenantID string
 }
 
 // Compliant says the column has its trigger and a sample free of values.
@@ -59,7 +70,7 @@ const redactionTriggerSQL = `SELECT a.attnum IS NOT NULL, (
 // redaction trigger and samples at most sample of its values (pages drawn
 // at random, TABLESAMPLE SYSTEM) for values the detectors, and the names
 // dictionary, find. The values stay in memory here; only counts leave.
-func AuditRedaction(ctx context.Context, q Querier, columns []string, sample int) ([]RedactedColumn, error) {
+func AuditRedaction(ctx context.Context, q Querier, columns []string, sample int, scope SampleScope) ([]RedactedColumn, error) {
 	intact, err := redactionFunctionsIntact(ctx, q)
 	if err != nil {
 		return nil, err
@@ -91,8 +102,20 @@ func AuditRedaction(ctx context.Context, q Querier, columns []string, sample int
 		default:
 			rc.Trigger = true
 		}
-		if rc.Exists && sample > 0 {
-			if err := sampleRedacted(ctx, q, table, pgx.Identifier{parts[2]}.Sanitize(), sample, dict, &rc); err != nil {
+		switch {
+		case !rc.Exists:
+		case sample <= 0:
+			rc.NotSampled = "sampling is off"
+		default:
+			filter, err := scope.filter(ctx, q, Table{Schema: parts[0], Name: parts[1]})
+			if err != nil {
+				return nil, fmt.Errorf("sample %s: %w", col, err)
+			}
+			if filter == "" {
+				rc.NotSampled = "not tied to the store's tenant by a session_id column"
+				break
+			}
+			if err := sampleRedacted(ctx, q, table, pgx.Identifier{parts[2]}.Sanitize(), filter, sample, scope.TenantID, dict, &rc); err != nil {
 				return nil, fmt.Errorf("sample %s: %w", col, err)
 			}
 		}
@@ -101,13 +124,38 @@ func AuditRedaction(ctx context.Context, q Querier, columns []string, sample int
 	return out, nil
 }
 
-// sampleRedacted reads at most n values of the column from pages drawn at
-// random (enough of them, by the table's estimated row count, for n) and
-// counts what the detectors find.
-func sampleRedacted(ctx context.Context, q Querier, table, column string, n int, dict *redact.Names, rc *RedactedColumn) error {
-	rows, err := q.Query(ctx, `SELECT `+column+` FROM `+table+` TABLESAMPLE SYSTEM ((SELECT CASE WHEN reltuples <= 0 THEN 100
+// filter is the condition (on the sampled table, aliased t; $2 the tenant)
+// that keeps the scope's rows of table: "true" without a tenant, "" when
+// the table's rows cannot be tied to one.
+func (s SampleScope) filter(ctx context.Context, q Querier, table Table) (string, error) {
+	switch {
+	case s.TenantID == "":
+		return "true", nil
+	case table == s.Sessions:
+		return "t.tenant_id = $2", nil
+	}
+	var linked bool
+	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass($1)
+		AND attname = 'session_id' AND atttypid = 'uuid'::regtype AND NOT attisdropped)`, table.Ident()).Scan(&linked); err != nil {
+		return "", err
+	}
+	if !linked {
+		return "", nil
+	}
+	return `EXISTS (SELECT FROM ` + s.Sessions.Ident() + ` s WHERE s.id = t.session_id AND s.tenant_id = $2)`, nil
+}
+
+// sampleRedacted reads at most n values of the column, of the rows filter
+// keeps, from pages drawn at random (enough of them, by the table's
+// estimated row count, for n) and counts what the detectors find.
+func sampleRedacted(ctx context.Context, q Querier, table, column, filter string, n int, tenant string, dict *redact.Names, rc *RedactedColumn) error {
+	args := []any{n}
+	if tenant != "" {
+		args = append(args, tenant)
+	}
+	rows, err := q.Query(ctx, `SELECT t.`+column+` FROM `+table+` t TABLESAMPLE SYSTEM ((SELECT CASE WHEN reltuples <= 0 THEN 100
 		ELSE least(100, greatest(0.01, 400.0 * $1 / reltuples)) END FROM pg_class WHERE oid = '`+strings.ReplaceAll(table, "'", "''")+`'::regclass))
-		WHERE `+column+` IS NOT NULL LIMIT $1`, n)
+		WHERE t.`+column+` IS NOT NULL AND `+filter+` LIMIT $1`, args...)
 	if err != nil {
 		return err
 	}

@@ -197,7 +197,7 @@ func TestTheRedactionAuditFlagsAMissingTriggerAndLeakedValues(t *testing.T) {
 	const reasoning = "memory.rounds.assistant_thinking"
 	audit := func(cols ...string) []postgres.RedactedColumn {
 		t.Helper()
-		rep, err := postgres.AuditRedaction(ctx, conn, cols, 1000)
+		rep, err := postgres.AuditRedaction(ctx, conn, cols, 1000, postgres.SampleScope{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -257,6 +257,47 @@ func TestTheRedactionAuditFlagsAMissingTriggerAndLeakedValues(t *testing.T) {
 	for _, col := range []string{"memory.rounds.user_text", "memory.rounds.no_such_column", "memory.nowhere.text"} {
 		if c := audit(col)[0]; c.Trigger || c.Compliant() {
 			t.Fatalf("%s: %+v, want not compliant", col, c)
+		}
+	}
+}
+
+// A store with a tenant reads only its tenant's rows: another tenant's
+// leaked values are neither read nor counted, and a column of a table not
+// tied to sessions is not sampled at all.
+func TestTheRedactionAuditSamplesOnlyTheStoresTenant(t *testing.T) {
+	ctx := context.Background()
+	conn := connect(t, migratedDB(t))
+	seedTenants(t, conn)
+	mustExec(t, conn, `UPDATE memory.rounds SET assistant_thinking = 'nothing to hide' WHERE session_id = $1`, sessA)
+	mustExec(t, conn, `ALTER TABLE memory.rounds DISABLE TRIGGER lethe_redact_assistant_thinking`)
+	mustExec(t, conn, `UPDATE memory.rounds SET assistant_thinking = 'mail ada@example.org' WHERE session_id = $1`, sessC)
+	mustExec(t, conn, `ALTER TABLE memory.rounds ENABLE ALWAYS TRIGGER lethe_redact_assistant_thinking`)
+	mustExec(t, conn, `SELECT lethe.redact_column('memory_derived.profiles', 'summary')`)
+	sessions := postgres.Table{Schema: "memory", Name: "sessions"}
+	audit := func(tenant string) []postgres.RedactedColumn {
+		t.Helper()
+		rep, err := postgres.AuditRedaction(ctx, conn, []string{"memory.rounds.assistant_thinking", "memory_derived.profiles.summary"},
+			1000, postgres.SampleScope{Sessions: sessions, TenantID: tenant})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	for _, tc := range []struct {
+		tenant  string
+		sampled int
+		emails  int
+	}{{"t1", 3, 0}, {"t2", 3, 3}, {"t3", 0, 0}, {"", 6, 3}} {
+		rep := audit(tc.tenant)
+		if c := rep[0]; c.Sampled != tc.sampled || c.Found["email"] != tc.emails || c.NotSampled != "" {
+			t.Errorf("tenant %q: %+v, want %d values sampled, %d e-mails", tc.tenant, c, tc.sampled, tc.emails)
+		}
+		profiles := rep[1]
+		switch {
+		case tc.tenant != "" && (profiles.Sampled != 0 || profiles.NotSampled == ""):
+			t.Errorf("tenant %q: a table with no session_id was sampled: %+v", tc.tenant, profiles)
+		case tc.tenant == "" && profiles.Sampled == 0:
+			t.Errorf("no tenant: the profiles were not sampled: %+v", profiles)
 		}
 	}
 }
