@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -138,6 +139,58 @@ func TestGraphStepPrunesOnlyWhatTheErasedSessionsAlone(t *testing.T) {
 	waitHistoryEntry(t, er, string(lethev1.PhaseBackupsRotated)+"/"+lethev1.ReasonResurrected)
 	if got, want := ge.elements(t), ge.wantAfterErasure(); !maps.Equal(got, want) {
 		t.Fatalf("graph after the re-verification\n got %v\nwant %v", got, want)
+	}
+}
+
+// A request deleted once complete no longer re-verifies its erasure: the
+// store's audit prunes what a late derivation job writes of its sessions,
+// through the provenance indexes, without waiting for the weekly sweep.
+func TestLateGraphWritesOfAGoneRequestsSessionsArePruned(t *testing.T) {
+	ctx := context.Background()
+	ge := newGraphEnv(t, "lategone", fdb.URL(), nil)
+	er := ge.request(t, "forget", nil)
+	waitPhase(t, er, lethev1.PhaseBackupsRotated)
+	deleteAndWaitGone(t, er)
+	store := &lethev1.MemoryStore{}
+	eventually(t, 30*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(ge.store), store); err != nil {
+			return err
+		}
+		if store.Status.GraphSweep == nil || store.Status.GraphSweep.Result != lethev1.SweepCompleted {
+			return fmt.Errorf("no completed full sweep yet: %+v", store.Status.GraphSweep)
+		}
+		return nil
+	})
+	sweepStarted := store.Status.GraphSweep.StartedAt
+	events := storeEvents(t, store, lethev1.ReasonResurrected)
+	pruned, _ := counterValue(t, "lethe_graph_reappeared_pruned_total", "kind", "nodes")
+
+	if err := fixture.WriteGraph(ctx, ge.g, []fixture.GraphFact{{ID: 434343, SessionID: erasedA, Entities: []string{"Shared", "Late"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ge.elements(t); maps.Equal(got, ge.wantAfterErasure()) {
+		t.Fatal("the late write added nothing to the graph")
+	}
+	eventually(t, 30*time.Second, func() error {
+		if got, want := ge.elements(t), ge.wantAfterErasure(); !maps.Equal(got, want) {
+			return fmt.Errorf("graph\n got %v\nwant %v", got, want)
+		}
+		return nil
+	})
+	eventually(t, 10*time.Second, func() error {
+		if storeEvents(t, store, lethev1.ReasonResurrected) <= events {
+			return errors.New("no Resurrected event on the store")
+		}
+		return nil
+	})
+	if now, _ := counterValue(t, "lethe_graph_reappeared_pruned_total", "kind", "nodes"); now < pruned+3 {
+		t.Errorf("lethe_graph_reappeared_pruned_total{kind=nodes} went from %v to %v, want the fact, its session and the Late entity", pruned, now)
+	}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(ge.store), store); err != nil {
+		t.Fatal(err)
+	}
+	if !store.Status.GraphSweep.StartedAt.Equal(&sweepStarted) {
+		t.Fatal("a full sweep ran meanwhile: the test cannot tell which removed the late write")
 	}
 }
 

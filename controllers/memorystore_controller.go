@@ -210,6 +210,12 @@ func (r *MemoryStoreReconciler) observe(ctx context.Context, store *lethev1.Memo
 			nctx, ncancel := context.WithTimeout(ctx, r.ProbeTimeout)
 			f.graphNames, f.graphNamesErr = r.Connector.SyncPersonNames(nctx, store)
 			ncancel()
+			pctx, pcancel := context.WithTimeout(ctx, r.SweepTimeout)
+			if err := r.pruneGoneErasures(pctx, store); err != nil {
+				// Retried on the next audit; the full sweep is the backstop.
+				ctrl.LoggerFrom(ctx).Error(err, "prune the graph elements of gone requests' erased sessions")
+			}
+			pcancel()
 		}
 	}
 	if store.Spec.Velero != nil {

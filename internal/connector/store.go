@@ -3,6 +3,7 @@ package connector
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
@@ -135,4 +136,42 @@ func (c *Connector) CheckErasures(ctx context.Context, store *lethev1.MemoryStor
 		return nil, err
 	}
 	return ledger.Intact(ctx, reqs)
+}
+
+// PruneGoneErasures prunes from the store's graph what it holds of the
+// sessions erased since since by requests whose object is gone (live: the
+// UIDs of the requests that remain, which re-verify their own erasure): a
+// derivation job that committed after such a request's graph step would
+// otherwise keep its elements until the next full sweep. Each chunk of
+// sessions is counted through the provenance indexes first and pruned only
+// when it holds something. It returns the sessions checked and what went.
+func (c *Connector) PruneGoneErasures(ctx context.Context, store *lethev1.MemoryStore, live []string, since time.Time, chunk, limit int) (int, graph.Counts, error) {
+	var removed graph.Counts
+	ledger, err := c.Ledger(ctx, store)
+	if err != nil {
+		return 0, removed, err
+	}
+	ids, err := ledger.ErasedSessionsOfGoneRequests(ctx, live, since)
+	if err != nil || len(ids) == 0 {
+		return 0, removed, err
+	}
+	g, err := c.Graph(ctx, store)
+	if err != nil {
+		return 0, removed, err
+	}
+	for part := range slices.Chunk(ids, chunk) {
+		held, err := g.Count(ctx, part)
+		if err != nil {
+			return 0, removed, err
+		}
+		if held.Total() == 0 {
+			continue
+		}
+		n, err := g.Prune(ctx, part, limit)
+		if err != nil {
+			return 0, removed, err
+		}
+		removed.Add(n)
+	}
+	return len(ids), removed, nil
 }

@@ -19,6 +19,14 @@ var (
 		Help: "Graph nodes and relationships removed by the GraphReconciled step of erasure requests.",
 	}, []string{"kind"})
 
+	// GraphReappearedPruned counts graph elements of sessions erased by
+	// requests whose object is gone, written after the erasure and pruned
+	// by the store's audit.
+	GraphReappearedPruned = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lethe_graph_reappeared_pruned_total",
+		Help: "Graph nodes and relationships of sessions erased by requests whose object is gone, written after the erasure and pruned by the MemoryStore audit.",
+	}, []string{"kind"})
+
 	// GraphSweeps counts full graph reconciliations by result.
 	GraphSweeps = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lethe_graph_sweeps_total",
@@ -119,7 +127,7 @@ var (
 // Collectors are this package's metrics, all registered with
 // controller-runtime's registry at start.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{GraphPruned, GraphSweeps, GraphSweepRemoved, GraphSweepLastCompletion, GraphProvenanceless, GraphSweepDuration,
+	return []prometheus.Collector{GraphPruned, GraphReappearedPruned, GraphSweeps, GraphSweepRemoved, GraphSweepLastCompletion, GraphProvenanceless, GraphSweepDuration,
 		StepDuration, RowsDeleted, TombstoneReaper, TombstoneReaperRows, TombstonedSessions, TombstoneOverdue, TombstonesReaped, BackupWork, RestoresDetected}
 }
 

@@ -376,3 +376,21 @@ func (e *Eraser) DeletedAt(ctx context.Context, uid string) (time.Time, error) {
 	}
 	return *t, nil
 }
+
+// erasedSessionsOfGoneSQL reads the sessions the tenant's ($3, NULL: any)
+// requests erased since $2, the requests $1 (those that still have an
+// object) left out.
+const erasedSessionsOfGoneSQL = `SELECT DISTINCT record_id FROM lethe.erasure_ledger
+	WHERE scope = 'session' AND erased_at >= $2 AND cancelled_at IS NULL
+	  AND NOT (request_uid = ANY($1::text[])) AND ($3::text IS NULL OR tenant_id = $3)
+	ORDER BY 1`
+
+// ErasedSessionsOfGoneRequests lists the sessions erased since since by
+// requests other than live: requests whose object is gone, which no longer
+// re-verify their own erasure.
+func (e *Eraser) ErasedSessionsOfGoneRequests(ctx context.Context, live []string, since time.Time) ([]string, error) {
+	if live == nil {
+		live = []string{}
+	}
+	return collectStrings(ctx, e.Pool, erasedSessionsOfGoneSQL, live, since, e.tenant())
+}

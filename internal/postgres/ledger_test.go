@@ -379,3 +379,41 @@ func TestEachBatchCountsOnlyItsOwnRows(t *testing.T) {
 		}
 	}
 }
+
+// The sessions a store's audit re-checks in the graph: erased (not
+// cancelled, not only tombstoned) since the given time, of the store's
+// tenant, by requests that no longer have an object.
+func TestErasedSessionsOfGoneRequests(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	for _, r := range []struct{ uid, session, tenant, erased, cancelled string }{
+		{"gone", "00000000-0000-4000-8000-000000000001", "t1", "now() - interval '1 hour'", "NULL"},
+		{"gone", "00000000-0000-4000-8000-000000000002", "t1", "now() - interval '30 days'", "NULL"},
+		{"gone", "00000000-0000-4000-8000-000000000003", "t2", "now() - interval '1 hour'", "NULL"},
+		{"gone", "00000000-0000-4000-8000-000000000004", "t1", "NULL", "NULL"},
+		{"gone-cancelled", "00000000-0000-4000-8000-000000000005", "t1", "NULL", "now()"},
+		{"live", "00000000-0000-4000-8000-000000000006", "t1", "now() - interval '1 hour'", "NULL"},
+		{"other", "00000000-0000-4000-8000-000000000001", "t1", "now() - interval '2 hours'", "NULL"},
+	} {
+		mustExec(t, conn, `INSERT INTO lethe.erasure_ledger (scope, record_id, request_uid, tenant_id, erased_at, cancelled_at)
+			VALUES ('session', $1, $2, $3, `+r.erased+`, `+r.cancelled+`)`, r.session, r.uid, r.tenant)
+	}
+	since := time.Now().Add(-14 * 24 * time.Hour)
+	for tenant, want := range map[string][]string{
+		"t1": {"00000000-0000-4000-8000-000000000001"},
+		"t2": {"00000000-0000-4000-8000-000000000003"},
+		"":   {"00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000003"},
+	} {
+		got, err := eraser(t, dsn, tenant).ErasedSessionsOfGoneRequests(ctx, []string{"live"}, since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("tenant %q: %v, want %v", tenant, got, want)
+		}
+	}
+	if got, err := eraser(t, dsn, "t1").ErasedSessionsOfGoneRequests(ctx, nil, since); err != nil || len(got) != 2 {
+		t.Errorf("no live request: %v %v, want the two sessions of t1 erased since", got, err)
+	}
+}
