@@ -571,12 +571,10 @@ func injectFaults(ctx context.Context, t testing.TB, e *env, db *database, m *ma
 			// The superuser connection is the test's own, not the manager's.
 			// Not under ctx: pgx closes a connection whose query's context
 			// is cancelled, and the round needs it afterwards.
-			qctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err := db.do(qctx, func(conn *pgx.Conn) error {
+			err := db.within(10*time.Second, func(qctx context.Context, conn *pgx.Conn) error {
 				_, err := conn.Exec(qctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'lethe_manager'`)
 				return err
 			})
-			cancel()
 			if err != nil {
 				t.Errorf("drop the manager's connections: %v", err)
 				return

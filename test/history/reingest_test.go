@@ -110,11 +110,9 @@ func (l *reingestLog) of(run int) []reingestion {
 func reingest(db *database, p *runPlan, session string, final bool) (reingestion, error) {
 	// Not under the round's context: pgx closes a connection whose query's
 	// context is cancelled.
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	a := reingestion{Session: session, Final: final}
 	path := "raw-jsonl/" + session + ".jsonl" // the fixture's transcript path
-	err := db.do(ctx, func(conn *pgx.Conn) error {
+	err := db.within(20*time.Second, func(ctx context.Context, conn *pgx.Conn) error {
 		a.AfterRestore = db.restored
 		tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 		if err != nil {

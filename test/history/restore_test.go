@@ -61,6 +61,24 @@ func (d *database) do(ctx context.Context, fn func(*pgx.Conn) error) error {
 	return fn(d.conn)
 }
 
+// within runs fn under a context of the given timeout that starts once the
+// connection is free: a restore holds it for as long as pg_restore takes, and
+// an attempt waiting behind it must not spend its deadline there.
+func (d *database) within(timeout time.Duration, fn func(context.Context, *pgx.Conn) error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if d.conn == nil || d.conn.IsClosed() {
+		c, err := connect(ctx, d.dsn)
+		if err != nil {
+			return err
+		}
+		d.conn = c
+	}
+	return fn(ctx, d.conn)
+}
+
 func (d *database) close(ctx context.Context) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
