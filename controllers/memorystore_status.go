@@ -183,18 +183,24 @@ func redactionCondition(f storeFacts, cond func(string, bool, string, string) me
 // would change every time): a sample with no value is not a clean one.
 func redactedMessage(cols []postgres.RedactedColumn, sampled int) string {
 	names := make([]string, len(cols))
-	var skipped []string
+	var skipped, empty []string
 	for i, c := range cols {
 		names[i] = c.Column
-		if c.NotSampled != "" {
+		switch {
+		case c.NotSampled != "":
 			skipped = append(skipped, c.Column+" ("+c.NotSampled+")")
+		case c.Sampled == 0:
+			empty = append(empty, c.Column)
 		}
 	}
 	msg := strings.Join(names, ", ") + " redacted at insert; "
-	if sampled > 0 {
-		msg += "no detectable value in the sample"
-	} else {
+	switch {
+	case sampled == 0:
 		msg += "no value sampled, so none checked"
+	case len(empty) > 0:
+		msg += "no detectable value in the sample; no value sampled in " + strings.Join(empty, ", ")
+	default:
+		msg += "no detectable value in the sample"
 	}
 	if len(skipped) > 0 {
 		msg += "; not sampled: " + strings.Join(skipped, ", ")

@@ -152,6 +152,8 @@ func TestRedactedMessageSaysWhatWasSampled(t *testing.T) {
 		NotSampled: "not tied to the store's tenant by a session_id column"}
 	sampled := reasoning
 	sampled.Sampled = 200
+	reasoning2 := reasoning
+	reasoning2.Column = "memory.rounds.user_text"
 	for _, tc := range []struct {
 		cols []postgres.RedactedColumn
 		want string
@@ -160,6 +162,8 @@ func TestRedactedMessageSaysWhatWasSampled(t *testing.T) {
 		{[]postgres.RedactedColumn{reasoning}, "memory.rounds.assistant_thinking redacted at insert; no value sampled, so none checked"},
 		{[]postgres.RedactedColumn{sampled, profiles}, "memory.rounds.assistant_thinking, memory_derived.profiles.summary redacted at insert; " +
 			"no detectable value in the sample; not sampled: memory_derived.profiles.summary (not tied to the store's tenant by a session_id column)"},
+		{[]postgres.RedactedColumn{sampled, reasoning2}, "memory.rounds.assistant_thinking, memory.rounds.user_text redacted at insert; " +
+			"no detectable value in the sample; no value sampled in memory.rounds.user_text"},
 	} {
 		c := redactionCondition(storeFacts{redaction: tc.cols}, func(typ string, ok bool, reason, msg string) metav1.Condition {
 			return metav1.Condition{Type: typ, Reason: reason, Message: msg}

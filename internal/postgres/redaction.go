@@ -107,68 +107,22 @@ func AuditRedaction(ctx context.Context, q Querier, columns []string, sample int
 		case sample <= 0:
 			rc.NotSampled = "sampling is off"
 		default:
-			filter, err := scope.filter(ctx, q, Table{Schema: parts[0], Name: parts[1]})
+			values, why, err := scope.sample(ctx, q, Table{Schema: parts[0], Name: parts[1]}, parts[2], sample)
 			if err != nil {
 				return nil, fmt.Errorf("sample %s: %w", col, err)
 			}
-			if filter == "" {
-				rc.NotSampled = "not tied to the store's tenant by a session_id column"
-				break
-			}
-			if err := sampleRedacted(ctx, q, table, pgx.Identifier{parts[2]}.Sanitize(), filter, sample, scope.TenantID, dict, &rc); err != nil {
-				return nil, fmt.Errorf("sample %s: %w", col, err)
+			rc.NotSampled = why
+			for _, v := range values {
+				rc.Sampled++
+				_, found := redact.TextWithNames(v, dict)
+				for name, k := range found {
+					rc.Found[name] += k
+				}
 			}
 		}
 		out = append(out, rc)
 	}
 	return out, nil
-}
-
-// filter is the condition (on the sampled table, aliased t; $2 the tenant)
-// that keeps the scope's rows of table: "true" without a tenant, "" when
-// the table's rows cannot be tied to one.
-func (s SampleScope) filter(ctx context.Context, q Querier, table Table) (string, error) {
-	switch {
-	case s.TenantID == "":
-		return "true", nil
-	case table == s.Sessions:
-		return "t.tenant_id = $2", nil
-	}
-	var linked bool
-	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass($1)
-		AND attname = 'session_id' AND atttypid = 'uuid'::regtype AND NOT attisdropped)`, table.Ident()).Scan(&linked); err != nil {
-		return "", err
-	}
-	if !linked {
-		return "", nil
-	}
-	return `EXISTS (SELECT FROM ` + s.Sessions.Ident() + ` s WHERE s.id = t.session_id AND s.tenant_id = $2)`, nil
-}
-
-// sampleRedacted reads at most n values of the column, of the rows filter
-// keeps, from pages drawn at random (enough of them, by the table's
-// estimated row count, for n) and counts what the detectors find.
-func sampleRedacted(ctx context.Context, q Querier, table, column, filter string, n int, tenant string, dict *redact.Names, rc *RedactedColumn) error {
-	args := []any{n}
-	if tenant != "" {
-		args = append(args, tenant)
-	}
-	rows, err := q.Query(ctx, `SELECT t.`+column+` FROM `+table+` t TABLESAMPLE SYSTEM ((SELECT CASE WHEN reltuples <= 0 THEN 100
-		ELSE least(100, greatest(0.01, 400.0 * $1 / reltuples)) END FROM pg_class WHERE oid = '`+strings.ReplaceAll(table, "'", "''")+`'::regclass))
-		WHERE t.`+column+` IS NOT NULL AND `+filter+` LIMIT $1`, args...)
-	if err != nil {
-		return err
-	}
-	var v string
-	_, err = pgx.ForEachRow(rows, []any{&v}, func() error {
-		rc.Sampled++
-		_, found := redact.TextWithNames(v, dict)
-		for name, k := range found {
-			rc.Found[name] += k
-		}
-		return nil
-	})
-	return err
 }
 
 // readDictionary reads the names dictionary (none before migration 00014).

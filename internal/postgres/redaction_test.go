@@ -453,3 +453,55 @@ func TestConcurrentDictionaryChangesKeepEveryName(t *testing.T) {
 		}
 	}
 }
+
+// A small tenant of a large table is sampled: the sample is sized by the
+// tenant's sessions, not the table's rows (sized by the table, 5 values of
+// 30,000 rows read a fraction of one page, and the tenant's leaked values
+// went unread). Each kind of table is covered: the sessions table, a table
+// with an index on session_id, and one without.
+func TestASmallTenantOfALargeTableIsSampled(t *testing.T) {
+	ctx := context.Background()
+	conn := connect(t, migratedDB(t))
+	seedTenants(t, conn)
+	mustExec(t, conn, `CREATE TABLE memory_derived.notes (session_id uuid, note text)`)
+	mustExec(t, conn, `SELECT lethe.redact_column('memory.sessions', 'summary')`)
+	mustExec(t, conn, `SELECT lethe.redact_column('memory_derived.notes', 'note')`)
+	mustExec(t, conn, `WITH s AS (INSERT INTO memory.sessions (id, tenant_id, summary)
+			SELECT gen_random_uuid(), 'big', 'plain words' FROM generate_series(1, 30000) RETURNING id),
+		r AS (INSERT INTO memory.rounds (session_id, round_index, assistant_thinking) SELECT id, 0, 'plain words' FROM s)
+		INSERT INTO memory_derived.notes SELECT id, 'plain words' FROM s`)
+	for _, tr := range []string{"memory.rounds lethe_redact_assistant_thinking", "memory.sessions lethe_redact_summary", "memory_derived.notes lethe_redact_note"} {
+		f := strings.Fields(tr)
+		mustExec(t, conn, `ALTER TABLE `+f[0]+` DISABLE TRIGGER `+f[1])
+	}
+	mustExec(t, conn, `UPDATE memory.rounds SET assistant_thinking = 'mail ada@example.org' WHERE session_id = $1`, sessC)
+	mustExec(t, conn, `UPDATE memory.sessions SET summary = 'mail ada@example.org' WHERE id = $1`, sessC)
+	mustExec(t, conn, `INSERT INTO memory_derived.notes VALUES ($1, 'mail ada@example.org')`, sessC)
+	for _, tr := range []string{"memory.rounds lethe_redact_assistant_thinking", "memory.sessions lethe_redact_summary", "memory_derived.notes lethe_redact_note"} {
+		f := strings.Fields(tr)
+		mustExec(t, conn, `ALTER TABLE `+f[0]+` ENABLE ALWAYS TRIGGER `+f[1])
+	}
+	mustExec(t, conn, `ANALYZE`)
+
+	cols := []string{"memory.sessions.summary", "memory.rounds.assistant_thinking", "memory_derived.notes.note"}
+	scope := postgres.SampleScope{Sessions: postgres.Table{Schema: "memory", Name: "sessions"}, TenantID: "t2"}
+	rep, err := postgres.AuditRedaction(ctx, conn, cols, 5, scope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{1, 3, 1} {
+		if c := rep[i]; c.Sampled != want || c.Found["email"] != want || c.NotSampled != "" {
+			t.Errorf("%s: %+v, want the tenant's %d values sampled, each an e-mail", cols[i], c, want)
+		}
+	}
+	// The big tenant's sample is a sample: at most 5 values a column, none leaked.
+	scope.TenantID = "big"
+	if rep, err = postgres.AuditRedaction(ctx, conn, cols, 5, scope); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range rep {
+		if c.Sampled == 0 || c.Sampled > 5 || c.Found.Total() != 0 {
+			t.Errorf("tenant big, %s: %+v, want 1-5 clean values", cols[i], c)
+		}
+	}
+}
