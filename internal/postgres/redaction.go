@@ -82,47 +82,56 @@ func AuditRedaction(ctx context.Context, q Querier, columns []string, sample int
 	dict := redact.NewNames(names)
 	out := make([]RedactedColumn, 0, len(columns))
 	for _, col := range columns {
-		parts := strings.Split(col, ".")
-		if len(parts) != 3 {
-			return nil, fmt.Errorf("redacted column %q is not schema.table.column", col)
-		}
-		table := pgx.Identifier{parts[0], parts[1]}.Sanitize()
-		rc := RedactedColumn{Column: col, Found: redact.Counts{}}
-		var problem *string
-		err := q.QueryRow(ctx, redactionTriggerSQL, table, parts[2]).Scan(&rc.Exists, &problem)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("read the redaction trigger of %s: %w", col, err)
-		}
-		switch {
-		case problem == nil:
-		case *problem != "":
-			rc.Problem = *problem
-		case !intact:
-			rc.Problem = "the redaction functions differ from migration 00014's"
-		default:
-			rc.Trigger = true
-		}
-		switch {
-		case !rc.Exists:
-		case sample <= 0:
-			rc.NotSampled = "sampling is off"
-		default:
-			values, why, err := scope.sample(ctx, q, Table{Schema: parts[0], Name: parts[1]}, parts[2], sample)
-			if err != nil {
-				return nil, fmt.Errorf("sample %s: %w", col, err)
-			}
-			rc.NotSampled = why
-			for _, v := range values {
-				rc.Sampled++
-				_, found := redact.TextWithNames(v, dict)
-				for name, k := range found {
-					rc.Found[name] += k
-				}
-			}
+		rc, err := auditRedactedColumn(ctx, q, col, intact, dict, sample, scope)
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, rc)
 	}
 	return out, nil
+}
+
+// auditRedactedColumn checks one column's trigger and samples its values.
+func auditRedactedColumn(ctx context.Context, q Querier, col string, intact bool, dict *redact.Names, sample int, scope SampleScope) (RedactedColumn, error) {
+	parts := strings.Split(col, ".")
+	if len(parts) != 3 {
+		return RedactedColumn{}, fmt.Errorf("redacted column %q is not schema.table.column", col)
+	}
+	table := pgx.Identifier{parts[0], parts[1]}.Sanitize()
+	rc := RedactedColumn{Column: col, Found: redact.Counts{}}
+	var problem *string
+	err := q.QueryRow(ctx, redactionTriggerSQL, table, parts[2]).Scan(&rc.Exists, &problem)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return RedactedColumn{}, fmt.Errorf("read the redaction trigger of %s: %w", col, err)
+	}
+	switch {
+	case problem == nil:
+	case *problem != "":
+		rc.Problem = *problem
+	case !intact:
+		rc.Problem = "the redaction functions differ from migration 00014's"
+	default:
+		rc.Trigger = true
+	}
+	switch {
+	case !rc.Exists:
+	case sample <= 0:
+		rc.NotSampled = "sampling is off"
+	default:
+		values, why, err := scope.sample(ctx, q, Table{Schema: parts[0], Name: parts[1]}, parts[2], sample)
+		if err != nil {
+			return RedactedColumn{}, fmt.Errorf("sample %s: %w", col, err)
+		}
+		rc.NotSampled = why
+		for _, v := range values {
+			rc.Sampled++
+			_, found := redact.TextWithNames(v, dict)
+			for name, k := range found {
+				rc.Found[name] += k
+			}
+		}
+	}
+	return rc, nil
 }
 
 // readDictionary reads the names dictionary (none before migration 00014).
