@@ -15,8 +15,10 @@ import (
 // short way sends everything in one pipeline: its first statement locks
 // the batch's sessions and, through lethe.require_batch (migration 00013),
 // aborts the pipeline before any delete unless the catalog epoch is the one
-// read around the long way's last compliant audit and every session of the
-// batch is eligible; its last statement checks the epoch again. The epoch
+// read around the long way's last compliant audit, every session of the
+// batch is eligible and its tombstone wrote its content rows under that
+// epoch (else the long way writes them again: ledger.go); its last
+// statement checks the epoch again. The epoch
 // is a token every DDL command and every change to the registry replaces,
 // with the identity (oid, row version) of everything that replaces it: the
 // event trigger, the registry's triggers and tables, the functions, the
@@ -27,12 +29,14 @@ import (
 // not enabled ALWAYS; it fails where migration 00013 is not applied.
 const catalogEpochExpr = `(SELECT e.token::text || '/' || t.oid::text || ':' || t.xmin::text
 		|| '/' || (SELECT string_agg(g.oid::text || ':' || g.xmin::text || ':' || g.tgenabled::text, ',' ORDER BY g.oid) FROM pg_trigger g
-			WHERE g.tgrelid IN ('lethe.content_indexes'::regclass, 'lethe.lineage_tables'::regclass) AND NOT g.tgisinternal)
+			WHERE g.tgrelid IN ('lethe.content_indexes'::regclass, 'lethe.lineage_tables'::regclass,
+				'lethe.content_sources'::regclass, 'lethe.source_columns'::regclass) AND NOT g.tgisinternal)
 		|| '/' || (SELECT string_agg(p.oid::text || ':' || p.xmin::text, ',' ORDER BY p.oid) FROM pg_proc p
 			WHERE p.oid IN ('lethe.bump_catalog_epoch()'::regprocedure, 'lethe.catalog_changed()'::regprocedure,
 				'lethe.registry_changed()'::regprocedure, 'lethe.require_batch(boolean, boolean)'::regprocedure))
 		|| '/' || (SELECT string_agg(c.oid::text || ':' || c.xmin::text, ',' ORDER BY c.oid) FROM pg_class c
-			WHERE c.oid IN ('lethe.catalog_epoch'::regclass, 'lethe.content_indexes'::regclass, 'lethe.lineage_tables'::regclass))
+			WHERE c.oid IN ('lethe.catalog_epoch'::regclass, 'lethe.content_indexes'::regclass, 'lethe.lineage_tables'::regclass,
+				'lethe.content_sources'::regclass, 'lethe.source_columns'::regclass))
 	FROM lethe.catalog_epoch e, pg_event_trigger t
 	WHERE t.evtname = 'lethe_catalog_changed' AND t.evtevent = 'ddl_command_end' AND t.evtenabled = 'A'
 	  AND t.evtfoid = 'lethe.catalog_changed()'::regprocedure)`
@@ -49,9 +53,9 @@ const (
 	registryChangedBody  = "4d62919bed72157d025d3814f69cfca2"
 )
 
-// mechanismIntactSQL is true when what replaces the token is as migration
-// 00013 made it ($1, $2, $3: the bodies' digests): the event trigger and
-// the registry's statement triggers enabled ALWAYS, the functions' bodies,
+// mechanismIntactSQL is true when what replaces the token is as migrations
+// 00013 and 00017 made it ($1, $2, $3: the bodies' digests): the event
+// trigger and the statement triggers of the four registry tables enabled ALWAYS, the functions' bodies,
 // the token's table without rules, triggers or row-level security, no
 // table inheriting from it or from the registry, and no column,
 // constraint, trigger or policy of a permanent table depending on a
@@ -60,14 +64,16 @@ const (
 const mechanismIntactSQL = `SELECT
 	EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = 'lethe_catalog_changed' AND evtevent = 'ddl_command_end'
 		AND evtenabled = 'A' AND evtfoid = 'lethe.catalog_changed()'::regprocedure)
-	AND (SELECT count(*) FROM pg_trigger g WHERE g.tgrelid IN ('lethe.content_indexes'::regclass, 'lethe.lineage_tables'::regclass)
+	AND (SELECT count(*) FROM pg_trigger g WHERE g.tgrelid IN ('lethe.content_indexes'::regclass, 'lethe.lineage_tables'::regclass,
+				'lethe.content_sources'::regclass, 'lethe.source_columns'::regclass)
 		AND NOT g.tgisinternal AND g.tgenabled = 'A' AND g.tgfoid = 'lethe.registry_changed()'::regprocedure
-		AND g.tgtype & 1 = 0 AND g.tgtype & 60 = 60) = 2
+		AND g.tgtype & 1 = 0 AND g.tgtype & 60 = 60) = 4
 	AND (SELECT md5(prosrc) FROM pg_proc WHERE oid = 'lethe.bump_catalog_epoch()'::regprocedure) = $1
 	AND (SELECT md5(prosrc) FROM pg_proc WHERE oid = 'lethe.catalog_changed()'::regprocedure) = $2
 	AND (SELECT md5(prosrc) FROM pg_proc WHERE oid = 'lethe.registry_changed()'::regprocedure) = $3
 	AND NOT EXISTS (SELECT 1 FROM pg_class WHERE oid = 'lethe.catalog_epoch'::regclass AND (relhasrules OR relhastriggers OR relrowsecurity))
-	AND NOT EXISTS (SELECT 1 FROM pg_inherits WHERE inhparent IN ('lethe.catalog_epoch'::regclass, 'lethe.content_indexes'::regclass, 'lethe.lineage_tables'::regclass))
+	AND NOT EXISTS (SELECT 1 FROM pg_inherits WHERE inhparent IN ('lethe.catalog_epoch'::regclass, 'lethe.content_indexes'::regclass, 'lethe.lineage_tables'::regclass,
+				'lethe.content_sources'::regclass, 'lethe.source_columns'::regclass))
 	AND NOT EXISTS (
 		WITH tmp(cls, oid) AS (
 			SELECT 'pg_class'::regclass, c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname LIKE 'pg\_temp\_%'
@@ -88,7 +94,7 @@ const sqlStateBatchGuard = "LE004"
 // uid, the sessions and the tenant at the placeholders given.
 func eligibleCTEs(l Layout, uid, ids, tenant string) string {
 	return `l AS MATERIALIZED (
-			SELECT record_id FROM lethe.erasure_ledger
+			SELECT record_id, layout_epoch FROM lethe.erasure_ledger
 			WHERE request_uid = ` + uid + ` AND scope = 'session' AND record_id = ANY(` + ids + `::text[])
 			  AND cancelled_at IS NULL AND erased_at IS NULL AND grace_ends_at <= now()
 			FOR UPDATE),
@@ -100,12 +106,14 @@ func eligibleCTEs(l Layout, uid, ids, tenant string) string {
 }
 
 // batchGuardSQL locks the batch's eligible sessions and raises LE004
-// unless the catalog epoch is $4 and every one of the sessions $2, each
-// once, is eligible ($1 the request, $3 the tenant): the later statements
-// of the pipeline then work on exactly the locked sessions.
+// unless the catalog epoch is $4, every session's content rows were
+// written under it (migration 00018), and every one of the sessions $2,
+// each once, is eligible ($1 the request, $3 the tenant): the later
+// statements of the pipeline then work on exactly the locked sessions.
 func batchGuardSQL(l Layout) string {
 	return `WITH ` + eligibleCTEs(l, "$1", "$2", "$3") + `
-		SELECT lethe.require_batch(` + catalogEpochExpr + ` = $4,
+		SELECT lethe.require_batch(` + catalogEpochExpr + ` = $4
+				AND NOT EXISTS (SELECT 1 FROM l WHERE l.layout_epoch IS DISTINCT FROM md5($4::text)),
 			(SELECT count(DISTINCT s.id) FROM s) = cardinality($2::text[]))`
 }
 
@@ -115,7 +123,7 @@ func batchGuardSQL(l Layout) string {
 const epochStillSQL = `SELECT lethe.require_batch(` + catalogEpochExpr + ` = $1, true)`
 
 // declined reports whether the short way's pipeline failed at a guard —
-// refused (LE004), or unable to run (migration 00013 reverted): the
+// refused (LE004), or unable to run (migration 00013 or 00018 reverted): the
 // transaction rolls back and the long way runs and reports what is wrong,
 // if anything is. Any other error is the batch's.
 func declined(err error) bool {
@@ -124,7 +132,7 @@ func declined(err error) bool {
 		return false
 	}
 	switch pgErr.Code {
-	case sqlStateBatchGuard, "42883", "42P01": // undefined function, undefined table
+	case sqlStateBatchGuard, "42883", "42P01", "42703": // undefined function, table, column
 		return true
 	}
 	return false
@@ -231,25 +239,42 @@ func (e *Eraser) guardSchemaRemembered(ctx context.Context, tx pgx.Tx) error {
 }
 
 // auditedLayout audits the schema in tx (guardSchemaRemembered) and returns
-// the layout to act on in it: l when it was read under the epoch the audit
-// just remembered (no DDL since), else the layout read again in tx, after
-// the audit. A layout is read by several statements, each with its own
-// snapshot, and kept for the Eraser's life: one read while the catalog
+// the layout to act on in it, with the epoch it was read and audited under
+// ("" when not known): the Eraser's when it was read under the epoch the
+// audit just remembered (no DDL since), else the layout read again in tx,
+// after the audit. A layout is read by several statements, each with its
+// own snapshot, and kept for the Eraser's life: one read while the catalog
 // changed (a pg_restore adds the keys to sessions one by one, and grants
 // the privileges only after all of them) can miss a cascading table, and
 // the deletion would then miss its content hashes: the content-keyed
 // entries of that table's rows would stay, with no ledger row, for good.
-func (e *Eraser) auditedLayout(ctx context.Context, tx pgx.Tx, l Layout) (Layout, error) {
+func (e *Eraser) auditedLayout(ctx context.Context, tx pgx.Tx) (Layout, string, error) {
 	if err := e.guardSchemaRemembered(ctx, tx); err != nil {
-		return l, err
+		return Layout{}, "", err
 	}
-	if e.shortWayEpoch() != "" {
-		return l, nil
+	if epoch := e.shortWayEpoch(); epoch != "" {
+		if l, ok := e.layoutUnder(epoch); ok {
+			return l, epoch, nil
+		}
 	}
 	e.mu.Lock()
 	e.loaded, e.layoutEpoch = nil, ""
 	e.mu.Unlock()
-	return e.layout(ctx, tx)
+	l, read, err := e.layoutAndEpoch(ctx, tx)
+	if err != nil || read == "" || read != e.shortWayEpoch() {
+		return l, "", err
+	}
+	return l, read, nil
+}
+
+// layoutUnder is the Eraser's layout if it was read under epoch.
+func (e *Eraser) layoutUnder(epoch string) (Layout, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.loaded == nil || e.layoutEpoch != epoch {
+		return Layout{}, false
+	}
+	return *e.loaded, true
 }
 
 // remember sets the memo's compliant epoch.

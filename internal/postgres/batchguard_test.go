@@ -145,6 +145,8 @@ func TestTheCatalogEpochChangesWithDDLButNotTemporaryTables(t *testing.T) {
 		`ALTER TABLE memory.rounds NO FORCE ROW LEVEL SECURITY`,
 		`COMMENT ON TABLE memory.rounds IS 'x'`,
 		`UPDATE lethe.lineage_tables SET source_column = source_column`,
+		`UPDATE lethe.content_sources SET hash_column = hash_column`,
+		`DELETE FROM lethe.source_columns`,
 	} {
 		before := epoch()
 		mustExec(t, conn, ddl)
@@ -265,5 +267,106 @@ func TestTheShortWayCountsSessionsNotRows(t *testing.T) {
 	}
 	if n := count(t, conn, ownOfB, sessB, sessA); n != derivedOfB || n == 0 {
 		t.Errorf("B's derivations: %d, want %d (B is in its grace period)", n, derivedOfB)
+	}
+}
+
+// A content source registered after a compliant audit is in the layout the
+// next erasure acts on: its hashes are in the ledger (registering one is
+// not DDL; with no trigger on lethe.content_sources the memoized layout
+// went on without it, and the ledger missed the new source's hashes).
+func TestAContentSourceRegisteredAfterTheAuditIsInTheNextLedger(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	mustExec(t, conn, `ALTER TABLE memory.artifacts ADD COLUMN content_sha256 text`)
+	mustExec(t, conn, `UPDATE memory.artifacts SET content_sha256 = 'sha-artifact-' || session_id`)
+	pass := primedPasses(t, dsn, conn)
+	mustExec(t, conn, `INSERT INTO lethe.content_sources (source_table, hash_column) VALUES ('memory.artifacts', 'content_sha256')`)
+
+	req := erasure.Request{UID: "uid-new-source", SessionIDs: []string{sessA}}
+	if _, err := pass().Tombstone(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'content'
+		AND record_id = lethe.content_hash('sha-artifact-' || $2)`, req.UID, sessA); n != 1 {
+		t.Errorf("%d ledger rows for the newly registered source's hash, want 1", n)
+	}
+}
+
+// A content source registered while a request waits out its grace period
+// is in that request's ledger once its sessions are deleted, also when
+// another deletion has audited the new layout since and the short way is
+// open: the tombstone wrote the content rows under the old layout, so the
+// short way declines the batch and the long way writes them again.
+func TestAContentSourceRegisteredDuringTheGracePeriodIsInTheLedger(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	mustExec(t, conn, `ALTER TABLE memory.artifacts ADD COLUMN content_sha256 text`)
+	mustExec(t, conn, `UPDATE memory.artifacts SET content_sha256 = 'sha-artifact-' || session_id`)
+	pass := primedPasses(t, dsn, conn)
+
+	req := erasure.Request{UID: "uid-in-grace", SessionIDs: []string{sessA}}
+	if _, err := pass().Tombstone(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, conn, `INSERT INTO lethe.content_sources (source_table, hash_column) VALUES ('memory.artifacts', 'content_sha256')`)
+	other := erasure.Request{UID: "uid-other", SessionIDs: seedTiny(t, conn, "dddddddd", 1)}
+	o := pass()
+	if _, err := o.Tombstone(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Delete(ctx, other, 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	if w := o.Ways(); w.Long != 1 {
+		t.Fatalf("the other deletion's batches: %+v, want one long way (it audits the new layout)", w)
+	}
+
+	e := pass()
+	if _, err := e.Delete(ctx, req, 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	if w := e.Ways(); w.Declined != 1 || w.Short != 0 {
+		t.Errorf("batches by way: %+v, want the batch declined by the short way", w)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'content'
+		AND record_id = lethe.content_hash('sha-artifact-' || $2)`, req.UID, sessA); n != 1 {
+		t.Errorf("%d ledger rows for the hash of the source registered during the grace period, want 1", n)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM memory.sessions WHERE id = $1`, sessA); n != 0 {
+		t.Error("the session was not deleted")
+	}
+}
+
+// Without migration 00018's column the deletion still runs, the long way,
+// and writes every batch's content rows under its own audited layout.
+func TestWithoutTheLayoutEpochEveryBatchWritesItsContentRows(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	mustExec(t, conn, `ALTER TABLE memory.artifacts ADD COLUMN content_sha256 text`)
+	mustExec(t, conn, `UPDATE memory.artifacts SET content_sha256 = 'sha-artifact-' || session_id`)
+	pass := primedPasses(t, dsn, conn)
+	mustExec(t, conn, `ALTER TABLE lethe.erasure_ledger DROP COLUMN layout_epoch`)
+
+	req := erasure.Request{UID: "uid-no-epoch", SessionIDs: []string{sessA}}
+	if _, err := pass().Tombstone(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, conn, `INSERT INTO lethe.content_sources (source_table, hash_column) VALUES ('memory.artifacts', 'content_sha256')`)
+	e := pass()
+	if _, err := e.Delete(ctx, req, 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	if w := e.Ways(); w.Short != 0 || w.Long != 1 {
+		t.Errorf("batches by way: %+v, want the long way", w)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'content'
+		AND record_id = lethe.content_hash('sha-artifact-' || $2)`, req.UID, sessA); n != 1 {
+		t.Errorf("%d ledger rows for the hash of the source registered during the grace period, want 1", n)
 	}
 }

@@ -187,14 +187,17 @@ func (e *Eraser) deleteBatchShort(ctx context.Context, uid string, batch int, id
 func (e *Eraser) deleteBatchLong(ctx context.Context, uid string, batch int, ids []string, budget sampleBudget) (erasure.BatchResult, batchSample, error) {
 	res := erasure.BatchResult{Batch: batch}
 	var sample *batchSample
-	err := e.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx, l Layout) error {
-		l, err := e.auditedLayout(ctx, tx, l)
+	err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		l, epoch, err := e.auditedLayout(ctx, tx)
 		if err != nil {
 			return err
 		}
 		eligible, err := collectStrings(ctx, tx, eligibleSQL(l), uid, ids, e.tenant())
 		if err != nil {
 			return fmt.Errorf("check ledger: %w", err)
+		}
+		if err := e.rewriteStaleContent(ctx, tx, l, epoch, uid, eligible); err != nil {
+			return err
 		}
 		// A session of the batch already gone (another request holding it
 		// erased it first) is erased for this request too: its ledger row

@@ -71,11 +71,18 @@ func (e *Eraser) memo() *AuditMemo {
 // is held by a pass waiting for another (4 concurrent reconciles on a pool
 // of 4 did, in P4).
 func (e *Eraser) layout(ctx context.Context, q Querier) (Layout, error) {
+	l, _, err := e.layoutAndEpoch(ctx, q)
+	return l, err
+}
+
+// layoutAndEpoch is layout, with the catalog epoch the layout was read
+// under ("" when not known: no epoch, or it changed during the read).
+func (e *Eraser) layoutAndEpoch(ctx context.Context, q Querier) (Layout, string, error) {
 	m := e.memo()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.loaded != nil {
-		return *e.loaded, nil
+		return *e.loaded, e.layoutEpoch, nil
 	}
 	epoch := readEpoch(ctx, q)
 	m.mu.Lock()
@@ -83,21 +90,21 @@ func (e *Eraser) layout(ctx context.Context, q Querier) (Layout, error) {
 	if epoch != "" && m.layout != nil && m.layoutEpoch == epoch {
 		e.loaded, e.layoutEpoch = m.layout, epoch
 		m.mu.Unlock()
-		return *e.loaded, nil
+		return *e.loaded, epoch, nil
 	}
 	m.mu.Unlock()
 	l, err := LoadLayout(ctx, q, e.Schema)
 	if err != nil {
-		return l, err
+		return l, "", err
 	}
-	e.loaded = &l
+	e.loaded, e.layoutEpoch = &l, ""
 	if epoch != "" && readEpoch(ctx, q) == epoch {
 		e.layoutEpoch = epoch
 		m.mu.Lock()
 		m.layout, m.layoutEpoch = &l, epoch
 		m.mu.Unlock()
 	}
-	return l, nil
+	return l, e.layoutEpoch, nil
 }
 
 // inTx runs fn in one transaction with the layout read in it.

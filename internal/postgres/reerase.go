@@ -49,11 +49,11 @@ func (e *Eraser) Reerase(ctx context.Context, req erasure.Request) (erasure.Batc
 		return res, err
 	}
 	res.Skipped = false
-	err := e.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx, l Layout) error {
+	err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		// As the deletion's long way: the schema audited, and the layout
 		// the one the audited catalog gives (the pass may have read it
 		// while a restore was still adding the keys).
-		l, err := e.auditedLayout(ctx, tx, l)
+		l, _, err := e.auditedLayout(ctx, tx)
 		if err != nil {
 			return err
 		}
