@@ -9,8 +9,8 @@
 // round trip (00013), and redaction at insert: the redactor generated from
 // internal/redact (00014), its trigger on the reference schema's reasoning
 // column (00015), and the redaction of rows written before it (00016); the
-// whole registry replacing the batch guard's epoch (00017), and the epoch a
-// tombstone's content rows were written under (00018).
+// whole registry replacing the batch guard's epoch (00017), and the layout
+// a tombstone's content rows were written from (00018).
 package migrations
 
 import "embed"

@@ -16,9 +16,10 @@ import (
 // the batch's sessions and, through lethe.require_batch (migration 00013),
 // aborts the pipeline before any delete unless the catalog epoch is the one
 // read around the long way's last compliant audit, every session of the
-// batch is eligible and its tombstone wrote its content rows under that
-// epoch (else the long way writes them again: ledger.go); its last
-// statement checks the epoch again. The epoch
+// batch is eligible and its tombstone wrote its content rows from the
+// layout the batch acts on (else the long way writes them again:
+// ledger.go); its last statement checks the epoch again, as the long
+// way's does once it audited under one. The epoch
 // is a token every DDL command and every change to the registry replaces,
 // with the identity (oid, row version) of everything that replaces it: the
 // event trigger, the registry's triggers and tables, the functions, the
@@ -87,6 +88,11 @@ const mechanismIntactSQL = `SELECT
 		   OR (d.classid = 'pg_constraint'::regclass AND EXISTS (SELECT 1 FROM pg_constraint k WHERE k.oid = d.objid AND k.conrelid IN (SELECT oid FROM permanent)))
 		   OR (d.classid = 'pg_policy'::regclass AND EXISTS (SELECT 1 FROM pg_policy y WHERE y.oid = d.objid AND y.polrelid IN (SELECT oid FROM permanent))))`
 
+// errShortWayClosed declines a batch before it starts: the layout of the
+// audited epoch is gone, or the ledger does not record the layout its
+// content rows were written from (migration 00018 not applied).
+var errShortWayClosed = errors.New("the short way is closed")
+
 // sqlStateBatchGuard is lethe.require_batch's SQLSTATE.
 const sqlStateBatchGuard = "LE004"
 
@@ -94,7 +100,7 @@ const sqlStateBatchGuard = "LE004"
 // uid, the sessions and the tenant at the placeholders given.
 func eligibleCTEs(l Layout, uid, ids, tenant string) string {
 	return `l AS MATERIALIZED (
-			SELECT record_id, layout_epoch FROM lethe.erasure_ledger
+			SELECT record_id, layout_digest FROM lethe.erasure_ledger
 			WHERE request_uid = ` + uid + ` AND scope = 'session' AND record_id = ANY(` + ids + `::text[])
 			  AND cancelled_at IS NULL AND erased_at IS NULL AND grace_ends_at <= now()
 			FOR UPDATE),
@@ -106,14 +112,15 @@ func eligibleCTEs(l Layout, uid, ids, tenant string) string {
 }
 
 // batchGuardSQL locks the batch's eligible sessions and raises LE004
-// unless the catalog epoch is $4, every session's content rows were
-// written under it (migration 00018), and every one of the sessions $2,
-// each once, is eligible ($1 the request, $3 the tenant): the later
-// statements of the pipeline then work on exactly the locked sessions.
+// unless the catalog epoch is $4, every session's content and source rows
+// were written from a layout of digest $5 (the one the batch acts on;
+// migration 00018), and every one of the sessions $2, each once, is
+// eligible ($1 the request, $3 the tenant): the later statements of the
+// pipeline then work on exactly the locked sessions.
 func batchGuardSQL(l Layout) string {
 	return `WITH ` + eligibleCTEs(l, "$1", "$2", "$3") + `
 		SELECT lethe.require_batch(` + catalogEpochExpr + ` = $4
-				AND NOT EXISTS (SELECT 1 FROM l WHERE l.layout_epoch IS DISTINCT FROM md5($4::text)),
+				AND NOT EXISTS (SELECT 1 FROM l WHERE l.layout_digest IS DISTINCT FROM $5::text),
 			(SELECT count(DISTINCT s.id) FROM s) = cardinality($2::text[]))`
 }
 
@@ -123,16 +130,19 @@ func batchGuardSQL(l Layout) string {
 const epochStillSQL = `SELECT lethe.require_batch(` + catalogEpochExpr + ` = $1, true)`
 
 // declined reports whether the short way's pipeline failed at a guard —
-// refused (LE004), or unable to run (migration 00013 or 00018 reverted): the
+// refused (LE004), or unable to run (migration 00013 reverted): the
 // transaction rolls back and the long way runs and reports what is wrong,
 // if anything is. Any other error is the batch's.
 func declined(err error) bool {
+	if errors.Is(err, errShortWayClosed) {
+		return true
+	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return false
 	}
 	switch pgErr.Code {
-	case sqlStateBatchGuard, "42883", "42P01", "42703": // undefined function, table, column
+	case sqlStateBatchGuard, "42883", "42P01": // undefined function, undefined table
 		return true
 	}
 	return false

@@ -343,7 +343,7 @@ func TestAContentSourceRegisteredDuringTheGracePeriodIsInTheLedger(t *testing.T)
 
 // Without migration 00018's column the deletion still runs, the long way,
 // and writes every batch's content rows under its own audited layout.
-func TestWithoutTheLayoutEpochEveryBatchWritesItsContentRows(t *testing.T) {
+func TestWithoutTheLedgersLayoutDigestEveryBatchWritesItsContentRows(t *testing.T) {
 	ctx := context.Background()
 	dsn := migratedDB(t)
 	conn := connect(t, dsn)
@@ -351,7 +351,7 @@ func TestWithoutTheLayoutEpochEveryBatchWritesItsContentRows(t *testing.T) {
 	mustExec(t, conn, `ALTER TABLE memory.artifacts ADD COLUMN content_sha256 text`)
 	mustExec(t, conn, `UPDATE memory.artifacts SET content_sha256 = 'sha-artifact-' || session_id`)
 	pass := primedPasses(t, dsn, conn)
-	mustExec(t, conn, `ALTER TABLE lethe.erasure_ledger DROP COLUMN layout_epoch`)
+	mustExec(t, conn, `ALTER TABLE lethe.erasure_ledger DROP COLUMN layout_digest`)
 
 	req := erasure.Request{UID: "uid-no-epoch", SessionIDs: []string{sessA}}
 	if _, err := pass().Tombstone(ctx, req); err != nil {
@@ -364,6 +364,115 @@ func TestWithoutTheLayoutEpochEveryBatchWritesItsContentRows(t *testing.T) {
 	}
 	if w := e.Ways(); w.Short != 0 || w.Long != 1 {
 		t.Errorf("batches by way: %+v, want the long way", w)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'content'
+		AND record_id = lethe.content_hash('sha-artifact-' || $2)`, req.UID, sessA); n != 1 {
+		t.Errorf("%d ledger rows for the hash of the source registered during the grace period, want 1", n)
+	}
+}
+
+// With no catalog epoch (the event trigger disabled, or never created by a
+// migration run without superuser) the long way still writes again the
+// content rows of a session tombstoned from another layout.
+func TestWithoutAnEpochASourceRegisteredDuringTheGracePeriodIsInTheLedger(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	mustExec(t, conn, `ALTER EVENT TRIGGER lethe_catalog_changed DISABLE`)
+	mustExec(t, conn, `ALTER TABLE memory.artifacts ADD COLUMN content_sha256 text`)
+	mustExec(t, conn, `UPDATE memory.artifacts SET content_sha256 = 'sha-artifact-' || session_id`)
+
+	req := erasure.Request{UID: "uid-no-trigger", SessionIDs: []string{sessA}}
+	if _, err := eraser(t, dsn, "t1").Tombstone(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, conn, `INSERT INTO lethe.content_sources (source_table, hash_column) VALUES ('memory.artifacts', 'content_sha256')`)
+	e := eraser(t, dsn, "t1")
+	if _, err := e.Delete(ctx, req, 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	if w := e.Ways(); w.Short != 0 || w.Long != 1 {
+		t.Errorf("batches by way: %+v, want the long way (no epoch)", w)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'content'
+		AND record_id = lethe.content_hash('sha-artifact-' || $2)`, req.UID, sessA); n != 1 {
+		t.Errorf("%d ledger rows for the hash of the source registered during the grace period, want 1", n)
+	}
+}
+
+// A content source registered after the long way's audit, while its batch
+// waits for a session's lock, rolls the batch back (the epoch it audited
+// under is checked again at its end), and the batch's next audit writes
+// the new source's rows before it deletes.
+func TestTheLongWayChecksItsAuditedEpochAtItsEnd(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	mustExec(t, conn, `ALTER TABLE memory.artifacts ADD COLUMN content_sha256 text`)
+	mustExec(t, conn, `UPDATE memory.artifacts SET content_sha256 = 'sha-artifact-' || session_id`)
+
+	req := erasure.Request{UID: "uid-late-source", SessionIDs: []string{sessA}}
+	if _, err := eraser(t, dsn, "t1").Tombstone(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	holder := connect(t, dsn)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM memory.sessions WHERE id = $1 FOR UPDATE`, sessA); err != nil {
+		t.Fatal(err)
+	}
+	e := eraser(t, dsn, "t1")
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Delete(ctx, req, 10, 0)
+		done <- err
+	}()
+	waitForLock(t, conn, "%FOR UPDATE%")
+	mustExec(t, conn, `INSERT INTO lethe.content_sources (source_table, hash_column) VALUES ('memory.artifacts', 'content_sha256')`)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if w := e.Ways(); w.Short != 0 || w.Long != 1 {
+		t.Errorf("batches by way: %+v, want one long way", w)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'content'
+		AND record_id = lethe.content_hash('sha-artifact-' || $2)`, req.UID, sessA); n != 1 {
+		t.Errorf("%d ledger rows for the hash of the source registered during the batch, want 1", n)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM memory.sessions WHERE id = $1`, sessA); n != 0 {
+		t.Error("the session was not deleted")
+	}
+}
+
+// Migration 00018 applied during a request's grace period: the session rows
+// written before it record no layout, and the deletion writes their content
+// rows again from its own.
+func TestSessionsTombstonedBeforeTheLayoutDigestHaveTheirContentRowsWrittenAgain(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	mustExec(t, conn, `ALTER TABLE memory.artifacts ADD COLUMN content_sha256 text`)
+	mustExec(t, conn, `UPDATE memory.artifacts SET content_sha256 = 'sha-artifact-' || session_id`)
+	pass := primedPasses(t, dsn, conn)
+	mustExec(t, conn, `ALTER TABLE lethe.erasure_ledger DROP COLUMN layout_digest`)
+
+	req := erasure.Request{UID: "uid-before-00018", SessionIDs: []string{sessA}}
+	if _, err := pass().Tombstone(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, conn, `INSERT INTO lethe.content_sources (source_table, hash_column) VALUES ('memory.artifacts', 'content_sha256')`)
+	mustExec(t, conn, `ALTER TABLE lethe.erasure_ledger ADD COLUMN layout_digest text`)
+	e := pass()
+	if _, err := e.Delete(ctx, req, 10, 0); err != nil {
+		t.Fatal(err)
 	}
 	if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'content'
 		AND record_id = lethe.content_hash('sha-artifact-' || $2)`, req.UID, sessA); n != 1 {

@@ -147,12 +147,25 @@ func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []s
 		}
 		e.ways.declined.Add(1)
 	}
-	res, sample, err := e.deleteBatchLong(ctx, uid, batch, ids, budget)
-	if err == nil {
-		e.ways.long.Add(1)
+	// The long way audits again when the catalog changed after its audit
+	// (a few times: then the error is the batch's).
+	var res erasure.BatchResult
+	var sample batchSample
+	var err error
+	for range longWayAttempts {
+		res, sample, err = e.deleteBatchLong(ctx, uid, batch, ids, budget)
+		if err == nil {
+			e.ways.long.Add(1)
+		}
+		if !declined(err) {
+			break
+		}
 	}
 	return res, sample, err
 }
+
+// longWayAttempts bounds the long way's audits of one batch.
+const longWayAttempts = 3
 
 // deleteBatchShort sends the guard and the whole deletion in one pipeline,
 // then the receipt, then the commit.
@@ -160,9 +173,13 @@ func (e *Eraser) deleteBatchShort(ctx context.Context, uid string, batch int, id
 	epoch string) (erasure.BatchResult, batchSample, error) {
 	res := erasure.BatchResult{Batch: batch}
 	var sample *batchSample
-	err := e.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx, l Layout) error {
+	l, ok := e.layoutUnder(epoch)
+	if !ok || !l.LedgerTagsLayout {
+		return res, batchSample{}, errShortWayClosed
+	}
+	err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		var p pipeline
-		p.queryRow("guard the batch", batchGuardSQL(l), []any{uid, ids, e.tenant(), epoch}, func(row pgx.Row) error {
+		p.queryRow("guard the batch", batchGuardSQL(l), []any{uid, ids, e.tenant(), epoch, l.ContentDigest()}, func(row pgx.Row) error {
 			var ok bool
 			return row.Scan(&ok)
 		})
@@ -196,7 +213,7 @@ func (e *Eraser) deleteBatchLong(ctx context.Context, uid string, batch int, ids
 		if err != nil {
 			return fmt.Errorf("check ledger: %w", err)
 		}
-		if err := e.rewriteStaleContent(ctx, tx, l, epoch, uid, eligible); err != nil {
+		if err := e.rewriteStaleContent(ctx, tx, l, uid, eligible); err != nil {
 			return err
 		}
 		// A session of the batch already gone (another request holding it
@@ -212,6 +229,14 @@ func (e *Eraser) deleteBatchLong(ctx context.Context, uid string, batch int, ids
 		}
 		var p pipeline
 		sample = queueErase(&p, l, uid, eligible, e.tenant(), budget, &res)
+		if epoch != "" {
+			// As the short way's last statement: a registry change or DDL
+			// that committed after the audit rolls the batch back.
+			p.queryRow("check the audited epoch", epochStillSQL, []any{epoch}, func(row pgx.Row) error {
+				var ok bool
+				return row.Scan(&ok)
+			})
+		}
 		if err := p.send(ctx, tx); err != nil {
 			return err
 		}

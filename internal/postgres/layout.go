@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -87,7 +89,34 @@ type Layout struct {
 	// path): the ledger keeps their keyed hashes, so a source is not ingested
 	// again (lethe.source_columns; only columns of the sessions table count).
 	SourceColumns []QColumn
+	// LedgerTagsLayout is true when the ledger's session rows record the
+	// layout their content rows were written under (migration 00018).
+	LedgerTagsLayout bool
 }
+
+// ContentDigest identifies what a tombstone's content and source rows are
+// written from: the sessions table and the content and source columns in
+// the cascade (each read by the session's key). Two layouts with the same
+// digest write the same rows for the same sessions.
+func (l Layout) ContentDigest() string {
+	h := sha256.New()
+	fmt.Fprintf(h, "sessions %s\n", l.Sessions)
+	for _, kind := range []struct {
+		name string
+		cols []QColumn
+	}{{"content", l.ContentSources}, {"source", l.SourceColumns}} {
+		cols := slices.Clone(kind.cols)
+		slices.SortFunc(cols, func(a, b QColumn) int { return strings.Compare(a.String(), b.String()) })
+		for _, c := range cols {
+			fmt.Fprintf(h, "%s %q %q %q by %q\n", kind.name, c.Table.Schema, c.Table.Name, c.Column, l.sessionKey(c.Table))
+		}
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// ledgerTagsLayoutSQL is whether migration 00018's column exists.
+const ledgerTagsLayoutSQL = `SELECT EXISTS (SELECT 1 FROM pg_attribute
+	WHERE attrelid = 'lethe.erasure_ledger'::regclass AND attname = 'layout_digest' AND NOT attisdropped)`
 
 const (
 	// contentSourcesSQL reads the registered content-hash columns.
@@ -176,7 +205,13 @@ func (l *Layout) readRegistry(ctx context.Context, q Querier) error {
 	if l.Lineages, err = readLineages(ctx, q); err != nil {
 		return fmt.Errorf("read lethe.lineage_tables: %w", err)
 	}
-	return l.readSourceColumns(ctx, q)
+	if err := l.readSourceColumns(ctx, q); err != nil {
+		return err
+	}
+	if err := q.QueryRow(ctx, ledgerTagsLayoutSQL).Scan(&l.LedgerTagsLayout); err != nil {
+		return fmt.Errorf("read lethe.erasure_ledger's columns: %w", err)
+	}
+	return nil
 }
 
 // readSourceColumns keeps the registered source columns of the sessions table.

@@ -71,23 +71,20 @@ func (e *Eraser) writeContent(ctx context.Context, tx pgx.Tx, l Layout, req eras
 // transaction. A repeat reports the first run's clock readings.
 func (e *Eraser) Tombstone(ctx context.Context, req erasure.Request) (erasure.Plan, error) {
 	var plan erasure.Plan
-	err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		l, epoch, err := e.layoutAndEpoch(ctx, tx)
-		if err != nil {
-			return err
-		}
+	err := e.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx, l Layout) error {
 		// The sessions' locks before their rows, in the order a cancel takes
 		// them: the other order deadlocked with an overlapping cancel.
 		if _, err := tx.Exec(ctx, lockSessionsSQL, req.SessionIDs); err != nil {
 			return fmt.Errorf("wait for derivations in flight: %w", err)
 		}
+		var err error
 		if plan, err = e.takePlan(ctx, tx, l, req, true); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, tombstoneSQL(l), plan.Found, req.UID); err != nil {
 			return fmt.Errorf("tombstone sessions: %w", err)
 		}
-		if err := e.writeLedger(ctx, tx, req, "session", plan.Found); err != nil {
+		if err := e.writeSessionLedger(ctx, tx, l, req, plan.Found); err != nil {
 			return fmt.Errorf("write ledger: %w", err)
 		}
 		if err := e.writeContent(ctx, tx, l, req, plan.Found); err != nil {
@@ -96,7 +93,6 @@ func (e *Eraser) Tombstone(ctx context.Context, req erasure.Request) (erasure.Pl
 		if err := e.writeSources(ctx, tx, l, req, plan.Found); err != nil {
 			return err
 		}
-		tagLayoutEpoch(ctx, tx, req.UID, plan.Found, epoch)
 		// The first tombstone's clock readings, so a repeat reports the same times.
 		if err := tx.QueryRow(ctx, firstTombstoneSQL, req.UID, req.Grace.Seconds()).Scan(&plan.TombstonedAt, &plan.GraceEndsAt); err != nil {
 			return fmt.Errorf("read ledger: %w", err)
@@ -399,57 +395,47 @@ func (e *Eraser) ErasedSessionsOfGoneRequests(ctx context.Context, live []string
 	return collectStrings(ctx, e.Pool, erasedSessionsOfGoneSQL, live, since, e.tenant())
 }
 
-// tagLayoutSQL sets, on the session rows $2 of the request $1, the epoch
-// their content rows were written under: md5($3) when the catalog epoch is
-// still $3 at the end of the writes, else NULL (not known: a change
-// committed meanwhile may have changed the layout).
-const tagLayoutSQL = `WITH u AS (UPDATE lethe.erasure_ledger
-	SET layout_epoch = CASE WHEN ` + catalogEpochExpr + ` = $3::text THEN md5($3::text) END
-	WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) AND erased_at IS NULL RETURNING 1)
-	SELECT count(*) FROM u`
+// sessionLedgerSQL is ledgerInsertSQL for session rows, with the digest
+// $5 of the layout their content and source rows are written from
+// (migration 00018). A repeat keeps the first run's: the rows it wrote are
+// still there, and a digest that is not the deletion's makes it write the
+// rows again.
+const sessionLedgerSQL = `INSERT INTO lethe.erasure_ledger (scope, record_id, request_uid, tenant_id, tombstoned_at, grace_ends_at, layout_digest)
+	SELECT 'session', r, $2, $3, now(), now() + make_interval(secs => $4), $5 FROM unnest($1::text[]) AS r
+	ON CONFLICT DO NOTHING`
 
-// tagLayoutEpoch records the layout epoch of the content rows just written
-// for the sessions ids (migration 00018). Where it cannot (no epoch, no
-// migration 00013 or 00018) the rows keep NULL and every deletion batch of
-// the sessions writes their content rows again: nothing to report.
-func tagLayoutEpoch(ctx context.Context, tx pgx.Tx, uid string, ids []string, epoch string) {
-	var at *string
-	if epoch != "" {
-		at = &epoch
+// writeSessionLedger writes the session rows of the sessions ids, with
+// the digest of l where the ledger records it.
+func (e *Eraser) writeSessionLedger(ctx context.Context, tx pgx.Tx, l Layout, req erasure.Request, ids []string) error {
+	if !l.LedgerTagsLayout {
+		return e.writeLedger(ctx, tx, req, "session", ids)
 	}
-	_ = underSavepoint(ctx, tx, func(q Querier) error {
-		var n int64
-		return q.QueryRow(ctx, tagLayoutSQL, uid, ids, at).Scan(&n)
-	})
+	_, err := tx.Exec(ctx, sessionLedgerSQL, ids, req.UID, e.tenant(), req.Grace.Seconds(), l.ContentDigest())
+	return err
 }
 
 // staleLayoutSQL is, of the request $1's session rows of $2, those whose
-// content rows were not written under the epoch $3 (NULL: not known).
+// content and source rows were not written from a layout of digest $3.
 const staleLayoutSQL = `SELECT record_id FROM lethe.erasure_ledger
 	WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[])
-	  AND layout_epoch IS DISTINCT FROM md5($3::text)`
+	  AND layout_digest IS DISTINCT FROM $3::text`
 
-// rewriteStaleContent writes again, from the layout l read and audited
-// under epoch, the content and source ledger rows of the sessions ids the
-// tombstone wrote under another layout (a content source registered or a
-// cascading table added since): the deletion removes what l reaches, and
-// the ledger must refuse all of it back. The grace period is served.
-func (e *Eraser) rewriteStaleContent(ctx context.Context, tx pgx.Tx, l Layout, epoch, uid string, ids []string) error {
+// rewriteStaleContent writes again, from the audited layout l, the content
+// and source rows of the sessions ids the tombstone wrote from another
+// layout, or from one not recorded (a content source registered or a
+// cascading table added since; migration 00018 not applied): the deletion
+// removes what l reaches, and the ledger must refuse all of it back. The
+// grace period is served.
+func (e *Eraser) rewriteStaleContent(ctx context.Context, tx pgx.Tx, l Layout, uid string, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	var at *string
-	if epoch != "" {
-		at = &epoch
-	}
 	stale := ids
-	err := underSavepoint(ctx, tx, func(q Querier) error {
+	if l.LedgerTagsLayout {
 		var err error
-		stale, err = collectStrings(ctx, q, staleLayoutSQL, uid, ids, at)
-		return err
-	})
-	if err != nil {
-		stale = ids // no migration 00018: not known, so every one
+		if stale, err = collectStrings(ctx, tx, staleLayoutSQL, uid, ids, l.ContentDigest()); err != nil {
+			return fmt.Errorf("read the ledger's layouts: %w", err)
+		}
 	}
 	if len(stale) == 0 {
 		return nil
