@@ -9,8 +9,10 @@
 --
 --   lethe.erasure_ledger.layout_digest
 --                             on a session row, the digest of the layout
---                             (sessions table, content and source columns)
---                             its content and source rows were written
+--                             (sessions table, the tables cascading from it,
+--                             content and source columns, the partitions a
+--                             read of theirs reaches) its content and
+--                             source rows were written
 --                             from; NULL when not known. A deletion batch
 --                             takes the short way only when every session's
 --                             is the digest of the layout it acts on; the

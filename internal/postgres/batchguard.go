@@ -88,6 +88,18 @@ const mechanismIntactSQL = `SELECT
 		   OR (d.classid = 'pg_constraint'::regclass AND EXISTS (SELECT 1 FROM pg_constraint k WHERE k.oid = d.objid AND k.conrelid IN (SELECT oid FROM permanent)))
 		   OR (d.classid = 'pg_policy'::regclass AND EXISTS (SELECT 1 FROM pg_policy y WHERE y.oid = d.objid AND y.polrelid IN (SELECT oid FROM permanent))))`
 
+// errCatalogMoved is the catalog changing while the long way audited it,
+// or between the audit and the layout it read: it audits again.
+var errCatalogMoved = errors.New("the catalog changed during the deletion's schema audit")
+
+// catalogMoved reports whether the long way should audit again: the
+// catalog moved during its audit, or its last statement found the epoch it
+// audited under replaced (LE004).
+func catalogMoved(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.Is(err, errCatalogMoved) || (errors.As(err, &pgErr) && pgErr.Code == sqlStateBatchGuard)
+}
+
 // errShortWayClosed declines a batch before it starts: the layout of the
 // audited epoch is gone, or the ledger does not record the layout its
 // content rows were written from (migration 00018 not applied).
@@ -129,10 +141,11 @@ func batchGuardSQL(l Layout) string {
 // a lock rolls the batch back.
 const epochStillSQL = `SELECT lethe.require_batch(` + catalogEpochExpr + ` = $1, true)`
 
-// declined reports whether the short way's pipeline failed at a guard —
-// refused (LE004), or unable to run (migration 00013 reverted): the
-// transaction rolls back and the long way runs and reports what is wrong,
-// if anything is. Any other error is the batch's.
+// declined reports whether the short way failed at a guard — closed before
+// it started (errShortWayClosed), refused (LE004; the message names the
+// epoch for a layout digest refused too), or unable to run (migration 00013
+// or 00018 reverted): the transaction rolls back and the long way runs and
+// reports what is wrong, if anything is. Any other error is the batch's.
 func declined(err error) bool {
 	if errors.Is(err, errShortWayClosed) {
 		return true
@@ -142,7 +155,7 @@ func declined(err error) bool {
 		return false
 	}
 	switch pgErr.Code {
-	case sqlStateBatchGuard, "42883", "42P01": // undefined function, undefined table
+	case sqlStateBatchGuard, "42883", "42P01", "42703": // undefined function, table, column (00018's reverted)
 		return true
 	}
 	return false
@@ -231,50 +244,58 @@ func (e *Eraser) shortWayEpoch() string {
 // guardSchemaRemembered is guardSchema, remembering the catalog epoch when
 // the audit passes, the token's machinery is intact and the epoch read the
 // same before and after (a change committed meanwhile is not taken as
-// audited).
-func (e *Eraser) guardSchemaRemembered(ctx context.Context, tx pgx.Tx) error {
+// audited). It returns the epoch it remembered: "" when there is none (no
+// machinery), errCatalogMoved when the epoch changed during the audit.
+func (e *Eraser) guardSchemaRemembered(ctx context.Context, tx pgx.Tx) (string, error) {
 	before := readEpoch(ctx, tx)
 	if err := guardSchema(ctx, tx, e.Schema); err != nil {
 		e.remember("")
-		return err
+		return "", err
 	}
 	if before == "" || !mechanismIntact(ctx, tx) {
 		e.remember("")
-		return nil
+		return "", nil
 	}
-	if after := readEpoch(ctx, tx); after == before {
-		e.remember(after)
+	if after := readEpoch(ctx, tx); after != before {
+		return "", errCatalogMoved
 	}
-	return nil
+	e.remember(before)
+	return before, nil
 }
 
 // auditedLayout audits the schema in tx (guardSchemaRemembered) and returns
-// the layout to act on in it, with the epoch it was read and audited under
-// ("" when not known): the Eraser's when it was read under the epoch the
-// audit just remembered (no DDL since), else the layout read again in tx,
-// after the audit. A layout is read by several statements, each with its
-// own snapshot, and kept for the Eraser's life: one read while the catalog
-// changed (a pg_restore adds the keys to sessions one by one, and grants
-// the privileges only after all of them) can miss a cascading table, and
-// the deletion would then miss its content hashes: the content-keyed
-// entries of that table's rows would stay, with no ledger row, for good.
+// the layout to act on in it with the epoch it was audited under ("" when
+// there is no epoch to audit under): the Eraser's layout when it was read
+// under that epoch, else the layout read again in tx, after the audit,
+// which must be read under it too. A layout is read by several statements,
+// each with its own snapshot, and kept for the Eraser's life: one read
+// while the catalog changed (a pg_restore adds the keys to sessions one by
+// one, and grants the privileges only after all of them) can miss a
+// cascading table, and the deletion would then miss its content hashes:
+// the content-keyed entries of that table's rows would stay, with no
+// ledger row, for good. errCatalogMoved: the catalog changed during the
+// audit or between it and the read; the caller audits again.
 func (e *Eraser) auditedLayout(ctx context.Context, tx pgx.Tx) (Layout, string, error) {
-	if err := e.guardSchemaRemembered(ctx, tx); err != nil {
+	audited, err := e.guardSchemaRemembered(ctx, tx)
+	if err != nil {
 		return Layout{}, "", err
 	}
-	if epoch := e.shortWayEpoch(); epoch != "" {
-		if l, ok := e.layoutUnder(epoch); ok {
-			return l, epoch, nil
+	if audited != "" {
+		if l, ok := e.layoutUnder(audited); ok {
+			return l, audited, nil
 		}
 	}
 	e.mu.Lock()
 	e.loaded, e.layoutEpoch = nil, ""
 	e.mu.Unlock()
 	l, read, err := e.layoutAndEpoch(ctx, tx)
-	if err != nil || read == "" || read != e.shortWayEpoch() {
+	if err != nil {
 		return l, "", err
 	}
-	return l, read, nil
+	if audited != "" && read != audited {
+		return l, "", errCatalogMoved
+	}
+	return l, audited, nil
 }
 
 // layoutUnder is the Eraser's layout if it was read under epoch.

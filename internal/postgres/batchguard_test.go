@@ -479,3 +479,48 @@ func TestSessionsTombstonedBeforeTheLayoutDigestHaveTheirContentRowsWrittenAgain
 		t.Errorf("%d ledger rows for the hash of the source registered during the grace period, want 1", n)
 	}
 }
+
+// A partition holding a session's content attached to a registered content
+// source during the grace period: a read of the source now reaches its
+// rows, so the layout's digest changes and the deletion writes the
+// partition's hashes to the ledger (the source's name alone is unchanged).
+func TestAPartitionAttachedDuringTheGracePeriodIsInTheLedger(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	for _, stmt := range []string{
+		`CREATE TABLE memory.notes (session_id uuid NOT NULL REFERENCES memory.sessions (id) ON DELETE CASCADE,
+			kind text NOT NULL, content_sha256 text) PARTITION BY LIST (kind)`,
+		`CREATE TABLE memory.notes_current PARTITION OF memory.notes FOR VALUES IN ('current')`,
+		`CREATE TABLE memory.notes_archive (session_id uuid NOT NULL REFERENCES memory.sessions (id) ON DELETE CASCADE,
+			kind text NOT NULL, content_sha256 text)`,
+	} {
+		mustExec(t, conn, stmt)
+	}
+	for _, table := range []string{"memory.notes", "memory.notes_current", "memory.notes_archive"} {
+		mustExec(t, conn, `ALTER TABLE `+table+` ENABLE ROW LEVEL SECURITY`)
+		mustExec(t, conn, `ALTER TABLE `+table+` FORCE ROW LEVEL SECURITY`)
+		mustExec(t, conn, `CREATE POLICY everyone ON `+table+` USING (true)`)
+	}
+	mustExec(t, conn, `INSERT INTO memory.notes VALUES ($1, 'current', 'sha-note-current')`, sessA)
+	mustExec(t, conn, `INSERT INTO memory.notes_archive VALUES ($1, 'archive', 'sha-note-archive')`, sessA)
+	mustExec(t, conn, `INSERT INTO lethe.content_sources (source_table, hash_column) VALUES ('memory.notes', 'content_sha256')`)
+	pass := primedPasses(t, dsn, conn)
+
+	req := erasure.Request{UID: "uid-attached", SessionIDs: []string{sessA}}
+	if _, err := pass().Tombstone(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, conn, `ALTER TABLE memory.notes ATTACH PARTITION memory.notes_archive FOR VALUES IN ('archive')`)
+	e := pass()
+	if _, err := e.Delete(ctx, req, 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{"sha-note-current", "sha-note-archive"} {
+		if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'content'
+			AND record_id = lethe.content_hash($2)`, req.UID, h); n != 1 {
+			t.Errorf("%d ledger rows for %s, want 1", n, h)
+		}
+	}
+}

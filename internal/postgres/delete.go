@@ -133,8 +133,9 @@ type batchSample struct {
 }
 
 // deleteBatch erases one batch, the short way when the catalog is the one
-// last audited compliant and the whole batch is eligible, else the long
-// way (batchguard.go).
+// last audited compliant, the whole batch is eligible and its content rows
+// were written from the layout the batch acts on, else the long way
+// (batchguard.go).
 func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []string, budget sampleBudget) (erasure.BatchResult, batchSample, error) {
 	if epoch := e.shortWayEpoch(); epoch != "" {
 		res, sample, err := e.deleteBatchShort(ctx, uid, batch, ids, budget, epoch)
@@ -147,8 +148,8 @@ func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []s
 		}
 		e.ways.declined.Add(1)
 	}
-	// The long way audits again when the catalog changed after its audit
-	// (a few times: then the error is the batch's).
+	// The long way audits again when the catalog changed during or after
+	// its audit (catalogMoved; a few times: then the error is the batch's).
 	var res erasure.BatchResult
 	var sample batchSample
 	var err error
@@ -157,7 +158,7 @@ func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []s
 		if err == nil {
 			e.ways.long.Add(1)
 		}
-		if !declined(err) {
+		if !catalogMoved(err) {
 			break
 		}
 	}

@@ -89,18 +89,31 @@ type Layout struct {
 	// path): the ledger keeps their keyed hashes, so a source is not ingested
 	// again (lethe.source_columns; only columns of the sessions table count).
 	SourceColumns []QColumn
+	// SourceReach lists, as "parent child", the tables a read of a content
+	// or source column's table reaches besides it: its partitions and
+	// inheriting tables, at any depth.
+	SourceReach []string
 	// LedgerTagsLayout is true when the ledger's session rows record the
 	// layout their content rows were written under (migration 00018).
 	LedgerTagsLayout bool
 }
 
 // ContentDigest identifies what a tombstone's content and source rows are
-// written from: the sessions table and the content and source columns in
-// the cascade (each read by the session's key). Two layouts with the same
-// digest write the same rows for the same sessions.
+// written from: the sessions table, the tables cascading from it, the
+// content and source columns in the cascade (each read by the session's
+// key) and the partitions and inheriting tables a read of theirs reaches
+// (attaching a partition that holds a session's rows adds content).
 func (l Layout) ContentDigest() string {
 	h := sha256.New()
 	fmt.Fprintf(h, "sessions %s\n", l.Sessions)
+	children := slices.Clone(l.Children)
+	slices.SortFunc(children, func(a, b Table) int { return strings.Compare(a.String(), b.String()) })
+	for _, c := range children {
+		fmt.Fprintf(h, "child %q %q\n", c.Schema, c.Name)
+	}
+	for _, r := range l.SourceReach {
+		fmt.Fprintf(h, "reach %q\n", r)
+	}
 	for _, kind := range []struct {
 		name string
 		cols []QColumn
@@ -112,6 +125,31 @@ func (l Layout) ContentDigest() string {
 		}
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// sourceReachSQL lists the partitions and inheriting tables, at any depth,
+// of the tables $1, as "parent child" (qualified names), sorted.
+const sourceReachSQL = `WITH RECURSIVE d(parent, child) AS (
+		SELECT i.inhparent, i.inhrelid FROM pg_inherits i WHERE i.inhparent = ANY($1::text[]::regclass[])
+		UNION SELECT d.parent, i.inhrelid FROM d JOIN pg_inherits i ON i.inhparent = d.child)
+	SELECT d.parent::regclass::text || ' ' || d.child::regclass::text FROM d ORDER BY 1`
+
+// readSourceReach fills SourceReach for the content and source columns' tables.
+func (l *Layout) readSourceReach(ctx context.Context, q Querier) error {
+	var tables []string
+	for _, c := range slices.Concat(l.ContentSources, l.SourceColumns) {
+		if t := c.Table.Ident(); !slices.Contains(tables, t) {
+			tables = append(tables, t)
+		}
+	}
+	if len(tables) == 0 {
+		return nil
+	}
+	var err error
+	if l.SourceReach, err = collectStrings(ctx, q, sourceReachSQL, tables); err != nil {
+		return fmt.Errorf("read the partitions of the content sources: %w", err)
+	}
+	return nil
 }
 
 // ledgerTagsLayoutSQL is whether migration 00018's column exists.
@@ -206,6 +244,9 @@ func (l *Layout) readRegistry(ctx context.Context, q Querier) error {
 		return fmt.Errorf("read lethe.lineage_tables: %w", err)
 	}
 	if err := l.readSourceColumns(ctx, q); err != nil {
+		return err
+	}
+	if err := l.readSourceReach(ctx, q); err != nil {
 		return err
 	}
 	if err := q.QueryRow(ctx, ledgerTagsLayoutSQL).Scan(&l.LedgerTagsLayout); err != nil {

@@ -48,12 +48,23 @@ func (e *Eraser) Reerase(ctx context.Context, req erasure.Request) (erasure.Batc
 	if lost, err := e.lost(ctx, req); err != nil || !lost {
 		return res, err
 	}
-	res.Skipped = false
+	var err error
+	for range longWayAttempts {
+		if res, err = e.reeraseOnce(ctx, req); !catalogMoved(err) {
+			break
+		}
+	}
+	return res, err
+}
+
+// reeraseOnce is one transaction of Reerase. As the deletion's long way:
+// the schema audited, the layout the one the audited catalog gives (the
+// pass may have read it while a restore was still adding the keys), and
+// the epoch it was audited under checked again at the end.
+func (e *Eraser) reeraseOnce(ctx context.Context, req erasure.Request) (erasure.BatchResult, error) {
+	res := erasure.BatchResult{}
 	err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		// As the deletion's long way: the schema audited, and the layout
-		// the one the audited catalog gives (the pass may have read it
-		// while a restore was still adding the keys).
-		l, _, err := e.auditedLayout(ctx, tx)
+		l, epoch, err := e.auditedLayout(ctx, tx)
 		if err != nil {
 			return err
 		}
@@ -74,16 +85,28 @@ func (e *Eraser) Reerase(ctx context.Context, req erasure.Request) (erasure.Batc
 		if err := purgeResidue(ctx, tx, l, req, e.tenant(), &res); err != nil {
 			return err
 		}
-		if err := tx.QueryRow(ctx, nowSQL).Scan(&res.DeletedAt); err != nil {
-			return err
-		}
-		if res.Sessions == 0 && res.LedgerRowsRestored == 0 && res.DerivedRecords == 0 && res.ContentIndexEntries == 0 {
-			res.Skipped = true
-			return nil
-		}
-		return e.resurrectedReceipt(ctx, tx, req.UID, &res)
+		return e.finishReerase(ctx, tx, req.UID, epoch, &res)
 	})
 	return res, err
+}
+
+// finishReerase dates the re-erasure, checks the epoch it audited under
+// ("" none) once more, and writes the receipt unless nothing came back.
+func (e *Eraser) finishReerase(ctx context.Context, tx pgx.Tx, uid, epoch string, res *erasure.BatchResult) error {
+	if err := tx.QueryRow(ctx, nowSQL).Scan(&res.DeletedAt); err != nil {
+		return err
+	}
+	if epoch != "" {
+		var ok bool
+		if err := tx.QueryRow(ctx, epochStillSQL, epoch).Scan(&ok); err != nil {
+			return err
+		}
+	}
+	if res.Sessions == 0 && res.LedgerRowsRestored == 0 && res.DerivedRecords == 0 && res.ContentIndexEntries == 0 {
+		res.Skipped = true
+		return nil
+	}
+	return e.resurrectedReceipt(ctx, tx, uid, res)
 }
 
 // eraseBack tombstones the sessions that came back — hidden from the
