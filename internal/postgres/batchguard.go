@@ -3,7 +3,9 @@ package postgres
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -275,8 +277,16 @@ func (e *Eraser) guardSchemaRemembered(ctx context.Context, tx pgx.Tx) (string, 
 // the content-keyed entries of that table's rows would stay, with no
 // ledger row, for good. errCatalogMoved: the catalog changed during the
 // audit or between it and the read; the caller audits again.
-func (e *Eraser) auditedLayout(ctx context.Context, tx pgx.Tx) (Layout, string, error) {
+//
+// Settling (the last of auditAttempts), a moved catalog is not an error:
+// the layout read after the audit is returned with no epoch, as where
+// there is no event trigger, so that a steady stream of DDL cannot starve
+// the deletion.
+func (e *Eraser) auditedLayout(ctx context.Context, tx pgx.Tx, settle bool) (Layout, string, error) {
 	audited, err := e.guardSchemaRemembered(ctx, tx)
+	if settle && errors.Is(err, errCatalogMoved) {
+		audited, err = "", nil
+	}
 	if err != nil {
 		return Layout{}, "", err
 	}
@@ -293,9 +303,37 @@ func (e *Eraser) auditedLayout(ctx context.Context, tx pgx.Tx) (Layout, string, 
 		return l, "", err
 	}
 	if audited != "" && read != audited {
+		if settle {
+			return l, "", nil
+		}
 		return l, "", errCatalogMoved
 	}
 	return l, audited, nil
+}
+
+// longWayAttempts bounds the long way's audits of one transaction.
+const longWayAttempts = 3
+
+// auditAttempts runs attempt (a long-way transaction: its own audit, its
+// work, the audited epoch checked at its end) again while the catalog
+// moves under it, after a short jittered pause; the last attempt settles
+// (auditedLayout).
+func auditAttempts(ctx context.Context, attempt func(settle bool) error) error {
+	var err error
+	for i := range longWayAttempts {
+		if i > 0 {
+			pause := time.Duration(10<<(2*i)) * time.Millisecond
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(pause/2 + rand.N(pause)):
+			}
+		}
+		if err = attempt(i == longWayAttempts-1); !catalogMoved(err) {
+			return err
+		}
+	}
+	return err
 }
 
 // layoutUnder is the Eraser's layout if it was read under epoch.

@@ -524,3 +524,47 @@ func TestAPartitionAttachedDuringTheGracePeriodIsInTheLedger(t *testing.T) {
 		}
 	}
 }
+
+// A steady stream of DDL elsewhere in the database (every command replaces
+// the epoch) does not starve a deletion: its audits see the catalog move,
+// and the last attempt goes on as where there is no event trigger.
+func TestSteadyDDLDoesNotStarveTheLongWay(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	req := erasure.Request{UID: "uid-churn", SessionIDs: []string{sessA}}
+	if _, err := eraser(t, dsn, "t1").Tombstone(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	churn := connect(t, dsn)
+	stop := make(chan struct{})
+	churned := make(chan int)
+	go func() {
+		n := 0
+		defer func() { churned <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := churn.Exec(ctx, `CREATE TABLE public.churn (x int); DROP TABLE public.churn`); err != nil {
+				return
+			}
+			n++
+		}
+	}()
+	e := eraser(t, dsn, "t1")
+	_, err := e.Delete(ctx, req, 10, 0)
+	close(stop)
+	if n := <-churned; n < 10 {
+		t.Fatalf("only %d DDL rounds ran during the deletion: the stream did not churn", n)
+	}
+	if err != nil {
+		t.Fatalf("deletion under steady DDL: %v", err)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM memory.sessions WHERE id = $1`, sessA); n != 0 {
+		t.Error("the session was not deleted")
+	}
+}

@@ -148,25 +148,18 @@ func (e *Eraser) deleteBatch(ctx context.Context, uid string, batch int, ids []s
 		}
 		e.ways.declined.Add(1)
 	}
-	// The long way audits again when the catalog changed during or after
-	// its audit (catalogMoved; a few times: then the error is the batch's).
 	var res erasure.BatchResult
 	var sample batchSample
-	var err error
-	for range longWayAttempts {
-		res, sample, err = e.deleteBatchLong(ctx, uid, batch, ids, budget)
-		if err == nil {
-			e.ways.long.Add(1)
-		}
-		if !catalogMoved(err) {
-			break
-		}
+	err := auditAttempts(ctx, func(settle bool) error {
+		var err error
+		res, sample, err = e.deleteBatchLong(ctx, uid, batch, ids, budget, settle)
+		return err
+	})
+	if err == nil {
+		e.ways.long.Add(1)
 	}
 	return res, sample, err
 }
-
-// longWayAttempts bounds the long way's audits of one batch.
-const longWayAttempts = 3
 
 // deleteBatchShort sends the guard and the whole deletion in one pipeline,
 // then the receipt, then the commit.
@@ -202,11 +195,12 @@ func (e *Eraser) deleteBatchShort(ctx context.Context, uid string, batch int, id
 
 // deleteBatchLong audits the schema in the transaction, finds the eligible
 // sessions, marks those already gone and deletes the rest.
-func (e *Eraser) deleteBatchLong(ctx context.Context, uid string, batch int, ids []string, budget sampleBudget) (erasure.BatchResult, batchSample, error) {
+func (e *Eraser) deleteBatchLong(ctx context.Context, uid string, batch int, ids []string, budget sampleBudget,
+	settle bool) (erasure.BatchResult, batchSample, error) {
 	res := erasure.BatchResult{Batch: batch}
 	var sample *batchSample
 	err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		l, epoch, err := e.auditedLayout(ctx, tx)
+		l, epoch, err := e.auditedLayout(ctx, tx, settle)
 		if err != nil {
 			return err
 		}
@@ -230,9 +224,10 @@ func (e *Eraser) deleteBatchLong(ctx context.Context, uid string, batch int, ids
 		}
 		var p pipeline
 		sample = queueErase(&p, l, uid, eligible, e.tenant(), budget, &res)
-		if epoch != "" {
+		if epoch != "" && !settle {
 			// As the short way's last statement: a registry change or DDL
-			// that committed after the audit rolls the batch back.
+			// that committed after the audit rolls the batch back (and the
+			// batch audits again; settling, it goes on: auditAttempts).
 			p.queryRow("check the audited epoch", epochStillSQL, []any{epoch}, func(row pgx.Row) error {
 				var ok bool
 				return row.Scan(&ok)

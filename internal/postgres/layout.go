@@ -128,25 +128,36 @@ func (l Layout) ContentDigest() string {
 }
 
 // sourceReachSQL lists the partitions and inheriting tables, at any depth,
-// of the tables $1, as "parent child" (qualified names), sorted.
-const sourceReachSQL = `WITH RECURSIVE d(parent, child) AS (
-		SELECT i.inhparent, i.inhrelid FROM pg_inherits i WHERE i.inhparent = ANY($1::text[]::regclass[])
+// of the tables named by the schemas $1 and names $2, as "parent child"
+// (quoted qualified names, whatever the search path), sorted. A table
+// dropped or renamed since the registry was read is left out, not an
+// error (the epoch read around the layout notices the change).
+const sourceReachSQL = `WITH RECURSIVE roots AS (
+		SELECT c.oid FROM unnest($1::text[], $2::text[]) AS t(s, r)
+		JOIN pg_namespace n ON n.nspname = t.s JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.r),
+	d(parent, child) AS (
+		SELECT i.inhparent, i.inhrelid FROM pg_inherits i WHERE i.inhparent IN (SELECT oid FROM roots)
 		UNION SELECT d.parent, i.inhrelid FROM d JOIN pg_inherits i ON i.inhparent = d.child)
-	SELECT d.parent::regclass::text || ' ' || d.child::regclass::text FROM d ORDER BY 1`
+	SELECT format('%I.%I', pn.nspname, p.relname) || ' ' || format('%I.%I', cn.nspname, c.relname)
+	FROM d JOIN pg_class p ON p.oid = d.parent JOIN pg_namespace pn ON pn.oid = p.relnamespace
+	JOIN pg_class c ON c.oid = d.child JOIN pg_namespace cn ON cn.oid = c.relnamespace
+	ORDER BY 1`
 
 // readSourceReach fills SourceReach for the content and source columns' tables.
 func (l *Layout) readSourceReach(ctx context.Context, q Querier) error {
-	var tables []string
+	var schemas, names []string
+	var seen []Table
 	for _, c := range slices.Concat(l.ContentSources, l.SourceColumns) {
-		if t := c.Table.Ident(); !slices.Contains(tables, t) {
-			tables = append(tables, t)
+		if !slices.Contains(seen, c.Table) {
+			seen = append(seen, c.Table)
+			schemas, names = append(schemas, c.Table.Schema), append(names, c.Table.Name)
 		}
 	}
-	if len(tables) == 0 {
+	if len(seen) == 0 {
 		return nil
 	}
 	var err error
-	if l.SourceReach, err = collectStrings(ctx, q, sourceReachSQL, tables); err != nil {
+	if l.SourceReach, err = collectStrings(ctx, q, sourceReachSQL, schemas, names); err != nil {
 		return fmt.Errorf("read the partitions of the content sources: %w", err)
 	}
 	return nil

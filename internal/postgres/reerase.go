@@ -48,12 +48,11 @@ func (e *Eraser) Reerase(ctx context.Context, req erasure.Request) (erasure.Batc
 	if lost, err := e.lost(ctx, req); err != nil || !lost {
 		return res, err
 	}
-	var err error
-	for range longWayAttempts {
-		if res, err = e.reeraseOnce(ctx, req); !catalogMoved(err) {
-			break
-		}
-	}
+	err := auditAttempts(ctx, func(settle bool) error {
+		var err error
+		res, err = e.reeraseOnce(ctx, req, settle)
+		return err
+	})
 	return res, err
 }
 
@@ -61,10 +60,10 @@ func (e *Eraser) Reerase(ctx context.Context, req erasure.Request) (erasure.Batc
 // the schema audited, the layout the one the audited catalog gives (the
 // pass may have read it while a restore was still adding the keys), and
 // the epoch it was audited under checked again at the end.
-func (e *Eraser) reeraseOnce(ctx context.Context, req erasure.Request) (erasure.BatchResult, error) {
+func (e *Eraser) reeraseOnce(ctx context.Context, req erasure.Request, settle bool) (erasure.BatchResult, error) {
 	res := erasure.BatchResult{}
 	err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		l, epoch, err := e.auditedLayout(ctx, tx)
+		l, epoch, err := e.auditedLayout(ctx, tx, settle)
 		if err != nil {
 			return err
 		}
@@ -84,6 +83,9 @@ func (e *Eraser) reeraseOnce(ctx context.Context, req erasure.Request) (erasure.
 		}
 		if err := purgeResidue(ctx, tx, l, req, e.tenant(), &res); err != nil {
 			return err
+		}
+		if settle {
+			epoch = "" // the last attempt goes on (auditAttempts)
 		}
 		return e.finishReerase(ctx, tx, req.UID, epoch, &res)
 	})
