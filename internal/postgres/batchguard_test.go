@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/erasure"
 	"github.com/lethe-dev/lethe/internal/postgres"
@@ -279,8 +281,7 @@ func TestAContentSourceRegisteredAfterTheAuditIsInTheNextLedger(t *testing.T) {
 	dsn := migratedDB(t)
 	conn := connect(t, dsn)
 	seedTenants(t, conn)
-	mustExec(t, conn, `ALTER TABLE memory.artifacts ADD COLUMN content_sha256 text`)
-	mustExec(t, conn, `UPDATE memory.artifacts SET content_sha256 = 'sha-artifact-' || session_id`)
+	addArtifactHashes(t, conn)
 	pass := primedPasses(t, dsn, conn)
 	mustExec(t, conn, `INSERT INTO lethe.content_sources (source_table, hash_column) VALUES ('memory.artifacts', 'content_sha256')`)
 
@@ -288,8 +289,7 @@ func TestAContentSourceRegisteredAfterTheAuditIsInTheNextLedger(t *testing.T) {
 	if _, err := pass().Tombstone(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'content'
-		AND record_id = lethe.content_hash('sha-artifact-' || $2)`, req.UID, sessA); n != 1 {
+	if n := artifactLedgerRows(t, conn, req.UID, sessA); n != 1 {
 		t.Errorf("%d ledger rows for the newly registered source's hash, want 1", n)
 	}
 }
@@ -304,8 +304,7 @@ func TestAContentSourceRegisteredDuringTheGracePeriodIsInTheLedger(t *testing.T)
 	dsn := migratedDB(t)
 	conn := connect(t, dsn)
 	seedTenants(t, conn)
-	mustExec(t, conn, `ALTER TABLE memory.artifacts ADD COLUMN content_sha256 text`)
-	mustExec(t, conn, `UPDATE memory.artifacts SET content_sha256 = 'sha-artifact-' || session_id`)
+	addArtifactHashes(t, conn)
 	pass := primedPasses(t, dsn, conn)
 
 	req := erasure.Request{UID: "uid-in-grace", SessionIDs: []string{sessA}}
@@ -332,8 +331,7 @@ func TestAContentSourceRegisteredDuringTheGracePeriodIsInTheLedger(t *testing.T)
 	if w := e.Ways(); w.Declined != 1 || w.Short != 0 {
 		t.Errorf("batches by way: %+v, want the batch declined by the short way", w)
 	}
-	if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'content'
-		AND record_id = lethe.content_hash('sha-artifact-' || $2)`, req.UID, sessA); n != 1 {
+	if n := artifactLedgerRows(t, conn, req.UID, sessA); n != 1 {
 		t.Errorf("%d ledger rows for the hash of the source registered during the grace period, want 1", n)
 	}
 	if n := count(t, conn, `SELECT count(*) FROM memory.sessions WHERE id = $1`, sessA); n != 0 {
@@ -348,8 +346,7 @@ func TestWithoutTheLedgersLayoutDigestEveryBatchWritesItsContentRows(t *testing.
 	dsn := migratedDB(t)
 	conn := connect(t, dsn)
 	seedTenants(t, conn)
-	mustExec(t, conn, `ALTER TABLE memory.artifacts ADD COLUMN content_sha256 text`)
-	mustExec(t, conn, `UPDATE memory.artifacts SET content_sha256 = 'sha-artifact-' || session_id`)
+	addArtifactHashes(t, conn)
 	pass := primedPasses(t, dsn, conn)
 	mustExec(t, conn, `ALTER TABLE lethe.erasure_ledger DROP COLUMN layout_digest`)
 
@@ -365,8 +362,7 @@ func TestWithoutTheLedgersLayoutDigestEveryBatchWritesItsContentRows(t *testing.
 	if w := e.Ways(); w.Short != 0 || w.Long != 1 {
 		t.Errorf("batches by way: %+v, want the long way", w)
 	}
-	if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'content'
-		AND record_id = lethe.content_hash('sha-artifact-' || $2)`, req.UID, sessA); n != 1 {
+	if n := artifactLedgerRows(t, conn, req.UID, sessA); n != 1 {
 		t.Errorf("%d ledger rows for the hash of the source registered during the grace period, want 1", n)
 	}
 }
@@ -380,8 +376,7 @@ func TestWithoutAnEpochASourceRegisteredDuringTheGracePeriodIsInTheLedger(t *tes
 	conn := connect(t, dsn)
 	seedTenants(t, conn)
 	mustExec(t, conn, `ALTER EVENT TRIGGER lethe_catalog_changed DISABLE`)
-	mustExec(t, conn, `ALTER TABLE memory.artifacts ADD COLUMN content_sha256 text`)
-	mustExec(t, conn, `UPDATE memory.artifacts SET content_sha256 = 'sha-artifact-' || session_id`)
+	addArtifactHashes(t, conn)
 
 	req := erasure.Request{UID: "uid-no-trigger", SessionIDs: []string{sessA}}
 	if _, err := eraser(t, dsn, "t1").Tombstone(ctx, req); err != nil {
@@ -395,8 +390,7 @@ func TestWithoutAnEpochASourceRegisteredDuringTheGracePeriodIsInTheLedger(t *tes
 	if w := e.Ways(); w.Short != 0 || w.Long != 1 {
 		t.Errorf("batches by way: %+v, want the long way (no epoch)", w)
 	}
-	if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'content'
-		AND record_id = lethe.content_hash('sha-artifact-' || $2)`, req.UID, sessA); n != 1 {
+	if n := artifactLedgerRows(t, conn, req.UID, sessA); n != 1 {
 		t.Errorf("%d ledger rows for the hash of the source registered during the grace period, want 1", n)
 	}
 }
@@ -410,8 +404,7 @@ func TestTheLongWayChecksItsAuditedEpochAtItsEnd(t *testing.T) {
 	dsn := migratedDB(t)
 	conn := connect(t, dsn)
 	seedTenants(t, conn)
-	mustExec(t, conn, `ALTER TABLE memory.artifacts ADD COLUMN content_sha256 text`)
-	mustExec(t, conn, `UPDATE memory.artifacts SET content_sha256 = 'sha-artifact-' || session_id`)
+	addArtifactHashes(t, conn)
 
 	req := erasure.Request{UID: "uid-late-source", SessionIDs: []string{sessA}}
 	if _, err := eraser(t, dsn, "t1").Tombstone(ctx, req); err != nil {
@@ -442,8 +435,7 @@ func TestTheLongWayChecksItsAuditedEpochAtItsEnd(t *testing.T) {
 	if w := e.Ways(); w.Short != 0 || w.Long != 1 {
 		t.Errorf("batches by way: %+v, want one long way", w)
 	}
-	if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'content'
-		AND record_id = lethe.content_hash('sha-artifact-' || $2)`, req.UID, sessA); n != 1 {
+	if n := artifactLedgerRows(t, conn, req.UID, sessA); n != 1 {
 		t.Errorf("%d ledger rows for the hash of the source registered during the batch, want 1", n)
 	}
 	if n := count(t, conn, `SELECT count(*) FROM memory.sessions WHERE id = $1`, sessA); n != 0 {
@@ -459,8 +451,7 @@ func TestSessionsTombstonedBeforeTheLayoutDigestHaveTheirContentRowsWrittenAgain
 	dsn := migratedDB(t)
 	conn := connect(t, dsn)
 	seedTenants(t, conn)
-	mustExec(t, conn, `ALTER TABLE memory.artifacts ADD COLUMN content_sha256 text`)
-	mustExec(t, conn, `UPDATE memory.artifacts SET content_sha256 = 'sha-artifact-' || session_id`)
+	addArtifactHashes(t, conn)
 	pass := primedPasses(t, dsn, conn)
 	mustExec(t, conn, `ALTER TABLE lethe.erasure_ledger DROP COLUMN layout_digest`)
 
@@ -474,8 +465,7 @@ func TestSessionsTombstonedBeforeTheLayoutDigestHaveTheirContentRowsWrittenAgain
 	if _, err := e.Delete(ctx, req, 10, 0); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'content'
-		AND record_id = lethe.content_hash('sha-artifact-' || $2)`, req.UID, sessA); n != 1 {
+	if n := artifactLedgerRows(t, conn, req.UID, sessA); n != 1 {
 		t.Errorf("%d ledger rows for the hash of the source registered during the grace period, want 1", n)
 	}
 }
@@ -567,4 +557,20 @@ func TestSteadyDDLDoesNotStarveTheLongWay(t *testing.T) {
 	if n := count(t, conn, `SELECT count(*) FROM memory.sessions WHERE id = $1`, sessA); n != 0 {
 		t.Error("the session was not deleted")
 	}
+}
+
+// addArtifactHashes gives memory.artifacts a content-hash column, each
+// row's value "sha-artifact-" and its session, not yet registered.
+func addArtifactHashes(t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	mustExec(t, conn, `ALTER TABLE memory.artifacts ADD COLUMN content_sha256 text`)
+	mustExec(t, conn, `UPDATE memory.artifacts SET content_sha256 = 'sha-artifact-' || session_id`)
+}
+
+// artifactLedgerRows counts the request uid's content ledger rows of the
+// artifact hash of session (addArtifactHashes).
+func artifactLedgerRows(t *testing.T, conn *pgx.Conn, uid, session string) int64 {
+	t.Helper()
+	return count(t, conn, `SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'content'
+		AND record_id = lethe.content_hash('sha-artifact-' || $2)`, uid, session)
 }
