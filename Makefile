@@ -122,14 +122,15 @@ history: test-deps ## Run the crash-safety history checker in full (HISTORY_RUNS
 		go test -run '^TestRandomizedFaultHistories$$' -count 1 -timeout 6h -v ./test/history
 
 # Each benchmark runs BENCH_COUNT times; the table gives each figure's median
-# and spread over the runs, its target and whether it is met.
+# and spread over the runs, its target and whether it is met. One package at
+# a time (-p 1): two benchmarks running at once on 2 cores would share them.
 BENCH_COUNT ?= 3
 BENCH_REPORT := $(CURDIR)/.bench/report.jsonl
 
 .PHONY: bench
 bench: test-deps ## Run the benchmarks (ratios against a baseline in the same run) BENCH_COUNT times, then print the table of figures and targets.
 	@mkdir -p $(dir $(BENCH_REPORT)) && rm -f $(BENCH_REPORT)
-	LETHE_BENCH_REPORT=$(BENCH_REPORT) go test -run '^$$' -bench . -benchtime 1x -count $(BENCH_COUNT) -timeout 4h ./...
+	LETHE_BENCH_REPORT=$(BENCH_REPORT) go test -p 1 -run '^$$' -bench . -benchtime 1x -count $(BENCH_COUNT) -timeout 4h ./...
 	@go run ./hack/benchtable $(BENCH_REPORT)
 
 ##@ Build
