@@ -131,7 +131,7 @@ BENCH_REPORT := $(CURDIR)/.bench/report.jsonl
 bench: test-deps ## Run the benchmarks (ratios against a baseline in the same run) BENCH_COUNT times, then print the table of figures and targets.
 	@mkdir -p $(dir $(BENCH_REPORT)) && rm -f $(BENCH_REPORT)
 	LETHE_BENCH_REPORT=$(BENCH_REPORT) go test -p 1 -run '^$$' -bench . -benchtime 1x -count $(BENCH_COUNT) -timeout 4h ./...
-	@go run ./hack/benchtable $(BENCH_REPORT)
+	@go run ./hack/benchtable -runs $(BENCH_COUNT) $(BENCH_REPORT)
 
 ##@ Build
 .PHONY: build

@@ -6,6 +6,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"os"
 
@@ -13,11 +14,13 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: benchtable REPORT.jsonl")
+	runs := flag.Int("runs", 1, "the runs every row must have (make bench's BENCH_COUNT)")
+	flag.Parse()
+	if flag.NArg() != 1 || *runs < 1 {
+		fmt.Fprintln(os.Stderr, "usage: benchtable -runs N REPORT.jsonl (N at least 1)")
 		os.Exit(2)
 	}
-	f, err := os.Open(os.Args[1])
+	f, err := os.Open(flag.Arg(0))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchtable:", err)
 		os.Exit(1)
@@ -29,4 +32,11 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Print(benchreport.Table(rows))
+	if short := benchreport.Incomplete(rows, *runs); len(short) > 0 {
+		for _, r := range short {
+			fmt.Fprintf(os.Stderr, "benchtable: %s %q [%s] has %d of %d runs: a run of its benchmark failed (see --- FAIL above)\n",
+				r.ID, r.Figure, r.Setting, len(r.Runs), *runs)
+		}
+		os.Exit(1)
+	}
 }

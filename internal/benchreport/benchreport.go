@@ -174,6 +174,20 @@ func Read(r io.Reader) ([]Row, error) {
 	return out, nil
 }
 
+// Incomplete returns the rows with fewer than runs runs. Every benchmark
+// records each of its rows once per run, so a row short of `go test -count`
+// runs is a run that failed: go test reports a failure in a count after the
+// first (--- FAIL) without failing the binary.
+func Incomplete(rows []Row, runs int) []Row {
+	var out []Row
+	for _, r := range rows {
+		if len(r.Runs) < runs {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // Table renders the rows as a Markdown table.
 func Table(rows []Row) string {
 	var b strings.Builder

@@ -62,3 +62,19 @@ func TestReadRefusesRowsItCannotPlace(t *testing.T) {
 		}
 	}
 }
+
+// A row short of the runs asked for is reported: the run that did not
+// record it failed.
+func TestIncompleteNamesRowsShortOfTheRuns(t *testing.T) {
+	rows := []benchreport.Row{
+		{ID: "R13", Figure: "per run", Runs: []float64{2.2}},
+		{ID: "P1", Figure: "ratio", Runs: []float64{1.5, 1.6, 1.7}},
+	}
+	short := benchreport.Incomplete(rows, 3)
+	if len(short) != 1 || short[0].ID != "R13" {
+		t.Fatalf("incomplete rows %+v, want only R13's", short)
+	}
+	if len(benchreport.Incomplete(rows, 1)) != 0 {
+		t.Error("rows with every run reported incomplete")
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,20 +113,30 @@ func BenchmarkR13HistoryChecker(b *testing.B) {
 			b.Fatalf("seed %d: %d violations, the first: %s", seed, len(res.violations), res.violations[0])
 		}
 		perRun := res.elapsed.Seconds() / float64(res.runs)
-		setting := fmt.Sprintf("%d runs (seed %d), %d per round, restore probability %.2f", res.runs, seed, res.perRound, res.restoreProb)
+		// The seed is logged, not in the setting: the rows of the counts
+		// (each its own seed) are one figure's runs.
+		b.Logf("R13: runs %d–%d of this process, seed %d (replay with LETHE_HISTORY_SEED=%d)", res.first, res.first+res.runs-1, seed, seed)
+		setting := fmt.Sprintf("%d runs per count, %d per round, restore probability %.2f; a count's runs follow those of the counts before it, whose stores stay",
+			res.runs, res.perRound, res.restoreProb)
 		benchreport.Record(b, benchreport.Row{ID: "R13", Figure: "history checker: 10,000 runs at the measured rate", Setting: setting,
 			Unit: "h", Runs: []float64{perRun * 10000 / 3600}, Target: 2, HasTarget: true})
 		benchreport.Record(b, benchreport.Row{ID: "R13", Figure: "history checker: time per run", Setting: setting, Unit: "s", Runs: []float64{perRun}})
 	}
 }
 
+// passRuns numbers the runs of every pass in this process: a benchmark's
+// next count must not reuse the run IDs of the one before, whose sessions
+// it erased (their re-ingestion is refused) and whose namespaces it made.
+var passRuns atomic.Int64
+
 // passResult is what a pass of the history checker did.
 type passResult struct {
-	runs, perRound int
-	restoreProb    float64
-	elapsed        time.Duration
-	violations     []string
-	faults         *faults
+	// first is the ID of the pass's first run (passRuns).
+	first, runs, perRound int
+	restoreProb           float64
+	elapsed               time.Duration
+	violations            []string
+	faults                *faults
 }
 
 // historyPass runs total scenarios in rounds of perRound concurrent runs,
@@ -156,10 +167,11 @@ func historyPass(tb testing.TB, total, perRound int, seed uint64) passResult {
 	defer m.stop()
 
 	f := res.faults
+	res.first = int(passRuns.Add(int64(total))) - total
 	started := time.Now()
 	for i := 0; res.runs < total; i++ {
 		n := min(res.perRound, total-res.runs)
-		r := &round{t: tb, e: e, db: db, gc: gc, m: m, f: f, seed: seed + uint64(i), first: res.runs}
+		r := &round{t: tb, e: e, db: db, gc: gc, m: m, f: f, seed: seed + uint64(i), first: res.first + res.runs}
 		rng := rand.New(rand.NewPCG(r.seed, restoreStream))
 		if rng.Float64() < res.restoreProb || res.restoreProb > 0 && res.runs+n >= total && f.restores == 0 {
 			r.restore = &restoreFault{file: filepath.Join(e.dir, fmt.Sprintf("round-%d.dump", i)), deleteOne: rng.IntN(2) == 0, rng: rng}
