@@ -92,7 +92,7 @@ func BenchmarkP1DeleteOneSession(b *testing.B) {
 	b.Logf("P1 data: %d sessions, %d child rows, %d vectors (384 dims, HNSW), seeded in %s", len(ids), childRows, vectors, time.Since(start).Round(time.Second))
 	// Each round deletes one session raw, one by Lethe without the residue
 	// sample (probe budget 0) and one with it; one more is the warm-up.
-	pairs := min(*benchSamplePairs, (len(ids)-1)/3)
+	rounds := min(*benchSamplePairs, (len(ids)-1)/3)
 
 	pool, err := postgres.Connect(ctx, dsn, postgres.Options{Vector: true})
 	if err != nil {
@@ -110,9 +110,9 @@ func BenchmarkP1DeleteOneSession(b *testing.B) {
 	// Every session is read before the loop, as a grace period before its
 	// deletion would: the raw ones by a plan, which reads what a tombstone
 	// reads, so that neither way finds the other's pages warmer.
-	bare := make([]erasure.Request, pairs)
-	sampled := make([]erasure.Request, pairs)
-	for i := range pairs {
+	bare := make([]erasure.Request, rounds)
+	sampled := make([]erasure.Request, rounds)
+	for i := range rounds {
 		if _, err := e.Plan(ctx, erasure.Request{UID: fmt.Sprintf("bench-raw-%d", i), SessionIDs: []string{ids[3*i]}}); err != nil {
 			b.Fatal(err)
 		}
@@ -125,7 +125,7 @@ func BenchmarkP1DeleteOneSession(b *testing.B) {
 		}
 	}
 	b.ResetTimer()
-	for i := 0; i < pairs; i++ {
+	for i := 0; i < rounds; i++ {
 		var res erasure.DeleteResult
 		ways := []func(){
 			func() {
@@ -156,9 +156,8 @@ func BenchmarkP1DeleteOneSession(b *testing.B) {
 		for k := range ways {
 			ways[(i+k)%len(ways)]()
 		}
-		req := sampled[i]
 		t2 := time.Now()
-		if _, err := e.Verify(ctx, req); err != nil {
+		if _, err := e.Verify(ctx, sampled[i]); err != nil {
 			b.Fatal(err)
 		}
 		verify += time.Since(t2)
@@ -176,17 +175,17 @@ func BenchmarkP1DeleteOneSession(b *testing.B) {
 	}
 	b.StopTimer()
 	slices.Sort(vacuums)
-	n := time.Duration(pairs)
+	n := time.Duration(rounds)
 	b.ReportMetric(float64((raw/n).Microseconds())/1000, "raw-ms/session")
 	b.ReportMetric(float64((lethe/n).Microseconds())/1000, "lethe-ms/session")
 	b.ReportMetric(float64(lethe)/float64(raw), "ratio")
 	b.ReportMetric(float64((verify/n).Microseconds())/1000, "verify-ms")
 	b.ReportMetric(float64((probe/n).Microseconds())/1000, "probe-ms")
 	b.ReportMetric(float64(vacuums[len(vacuums)/2].Microseconds())/1000, "vacuum-ms")
-	setting := fmt.Sprintf("%d sessions, %d child rows, %d vectors (HNSW); %d sessions each way", len(ids), childRows, vectors, pairs)
+	setting := fmt.Sprintf("%d sessions, %d child rows, %d vectors (HNSW); %d sessions each way", len(ids), childRows, vectors, rounds)
 	benchreport.Record(b, benchreport.Row{ID: "P1", Figure: "delete of one session (~1,000 child rows) / raw cascade", Setting: setting,
 		Unit: "×", Runs: []float64{float64(lethe) / float64(raw)}, Target: 1.10, HasTarget: true})
-	benchreport.Record(b, benchreport.Row{ID: "P1", Figure: fmt.Sprintf("whole Deleted step (delete + verification + residue probe of %d embeddings) / raw cascade", probed/pairs),
+	benchreport.Record(b, benchreport.Row{ID: "P1", Figure: fmt.Sprintf("whole Deleted step (delete + verification + residue probe of %d embeddings) / raw cascade", probed/rounds),
 		Setting: setting, Unit: "×", Runs: []float64{float64(lethe+verify+probe) / float64(raw)}, Target: 1.5, HasTarget: true})
 	benchreport.Record(b, benchreport.Row{ID: "P1", Figure: "delete of one session without the residue sample (probe budget 0) / raw cascade", Setting: setting,
 		Unit: "×", Runs: []float64{float64(unsampled) / float64(raw)}})
@@ -194,7 +193,7 @@ func BenchmarkP1DeleteOneSession(b *testing.B) {
 	benchreport.Record(b, benchreport.Row{ID: "P1", Figure: "first deletion after a start (long way: schema audit in its transaction) / raw cascade",
 		Setting: setting + "; one session", Unit: "×", Runs: []float64{float64(cold) / float64(raw/n)}})
 	b.Logf("P1: %d sessions each way; lethe/raw = %.2f (without the residue sample %.2f); verification %s, residue probe of %d embeddings %s per session; batches by way %+v (the first the untimed warm-up, %s)",
-		pairs, float64(lethe)/float64(raw), float64(unsampled)/float64(raw), verify/n, probed/pairs, probe/n, e.Ways(), cold)
+		rounds, float64(lethe)/float64(raw), float64(unsampled)/float64(raw), verify/n, probed/rounds, probe/n, e.Ways(), cold)
 	b.Logf("P1 vacuum (lazy, the tables the deletion touched) after each erased session: median %s (min %s, max %s; %.2f× the raw delete's mean)",
 		vacuums[len(vacuums)/2], vacuums[0], vacuums[len(vacuums)-1], float64(vacuums[len(vacuums)/2])/float64(raw/n))
 }
