@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/erasure"
@@ -82,7 +83,8 @@ func setTombstoneGauges(ctx context.Context, store *lethev1.MemoryStore, ledger 
 // database may be shared by stores in other namespaces.
 func (r *MemoryStoreReconciler) requestUIDs(ctx context.Context) (map[string]bool, error) {
 	list := &lethev1.ErasureRequestList{}
-	if err := r.Client.List(ctx, list); err != nil {
+	// Only the UIDs are read: no copy of every request in the cluster.
+	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	out := make(map[string]bool, len(list.Items))

@@ -101,7 +101,7 @@ func goneOrChanged() predicate.Funcs {
 // whose store's Backups live in its namespace.
 func (w *veleroWatch) requestsWaitingIn(ctx context.Context, obj client.Object) []reconcile.Request {
 	stores := &lethev1.MemoryStoreList{}
-	if err := w.reader.List(ctx, stores); err != nil {
+	if err := w.reader.List(ctx, stores, client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "list MemoryStores for a Velero event")
 		return nil
 	}
@@ -111,7 +111,7 @@ func (w *veleroWatch) requestsWaitingIn(ctx context.Context, obj client.Object) 
 			continue
 		}
 		ers := &lethev1.ErasureRequestList{}
-		if err := w.reader.List(ctx, ers, client.InNamespace(s.Namespace), client.MatchingFields{indexWaitingOnBackups: s.Name}); err != nil {
+		if err := w.reader.List(ctx, ers, client.InNamespace(s.Namespace), client.MatchingFields{indexWaitingOnBackups: s.Name}, client.UnsafeDisableDeepCopy); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "list the requests waiting on the backup step")
 			return nil
 		}

@@ -85,6 +85,7 @@ func runMigrate(args []string) int {
 
 type managerFlags struct {
 	metricsAddr, probeAddr string
+	pprofAddr              string
 	leaderElect            bool
 	leaderElectionNS       string
 	storeRecheck           time.Duration
@@ -155,6 +156,7 @@ func runManager(args []string) int {
 func bindManagerFlags(fs *flag.FlagSet, f *managerFlags) {
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address the metrics endpoint binds to; 0 disables it")
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "address the health and readiness probes bind to")
+	fs.StringVar(&f.pprofAddr, "pprof-bind-address", "", "address Go's profiling endpoints (/debug/pprof) bind to; empty: off. Bind it to 127.0.0.1: profiles are not authenticated")
 	fs.BoolVar(&f.leaderElect, "leader-elect", false, "elect a leader so that only one manager acts at a time")
 	fs.StringVar(&f.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader election lease (default: the manager's own)")
 	fs.DurationVar(&f.storeRecheck, "store-recheck-interval", 5*time.Minute, "how often a Ready MemoryStore is probed and audited again")
@@ -265,6 +267,7 @@ func newManager(f managerFlags) (ctrl.Manager, *rest.Config, *setupFailure) {
 		Scheme:                        scheme,
 		Metrics:                       metricsserver.Options{BindAddress: f.metricsAddr},
 		HealthProbeBindAddress:        f.probeAddr,
+		PprofBindAddress:              f.pprofAddr,
 		LeaderElection:                f.leaderElect,
 		LeaderElectionID:              "lethe-manager.erasure.lethe.dev",
 		LeaderElectionNamespace:       f.leaderElectionNS,
