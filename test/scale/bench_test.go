@@ -122,15 +122,24 @@ func (e *env) manager(b *testing.B, qps float32, burst, concurrency int) func() 
 	}).SetupWithManager(mgr); err != nil {
 		b.Fatal(err)
 	}
+	stop := runUntilStopped(b, mgr.Start)
+	return func() {
+		stop()
+		pools.Close()
+	}
+}
+
+// runUntilStopped runs start (a manager's or a cache's) in the background;
+// the returned func cancels it and waits for it to return.
+func runUntilStopped(b *testing.B, start func(context.Context) error) func() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
+	go func() { done <- start(ctx) }()
 	return func() {
 		cancel()
 		if err := <-done; err != nil {
 			b.Error(err)
 		}
-		pools.Close()
 	}
 }
 
@@ -210,21 +219,13 @@ func (e *env) createAll(b *testing.B, ns string, ids []string, n int, sizes []in
 // and decoded on the two cores the manager under measurement runs on.
 func (e *env) waitAll(b *testing.B, ns string, n int, phase lethev1.Phase, timeout time.Duration) {
 	b.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	phases, err := cache.New(e.cp.Config, cache.Options{Scheme: e.scheme,
 		DefaultNamespaces: map[string]cache.Config{ns: {}}, DefaultTransform: phaseOnly})
 	if err != nil {
 		b.Fatal(err)
 	}
-	started := make(chan error, 1)
-	go func() { started <- phases.Start(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-started; err != nil {
-			b.Error(err)
-		}
-	}()
+	defer runUntilStopped(b, phases.Start)()
+	ctx := context.Background()
 	deadline := time.Now().Add(timeout)
 	for {
 		list := &lethev1.ErasureRequestList{}
