@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -136,6 +135,16 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if err := r.Client.Get(ctx, req.NamespacedName, er); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	// Past the deletion, every pass re-verifies, and what it finds must land
+	// in the history: the pass works on the whole, latest request, read
+	// uncached (the cache keeps it without its evidence).
+	if trimmedInCache(er) {
+		latest := &lethev1.ErasureRequest{}
+		if err := r.APIReader.Get(ctx, req.NamespacedName, latest); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+		er = latest
+	}
 	// The finalizer goes on before anything touches the database.
 	if er.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(er, Finalizer) {
 		controllerutil.AddFinalizer(er, Finalizer)
@@ -175,14 +184,6 @@ func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 			lethev1.ReasonSigningKeyUnavailable, "the receipt signing key cannot be read (see the manager's --receipt-key-secret); every history entry is signed, so the request waits for it")}
 		r.record(p, out)
 		return r.result(ctx, "signing key", out)
-	}
-
-	// Past the deletion, every pass re-verifies, and what it finds must land
-	// in the history: only from the latest version of the request.
-	if meta.IsStatusConditionTrue(er.Status.Conditions, lethev1.ConditionDeleted) {
-		if fresh, err := r.isFresh(ctx, er); err != nil || !fresh {
-			return ctrl.Result{RequeueAfter: time.Second}, err
-		}
 	}
 	return r.runSteps(ctx, p)
 }
@@ -365,15 +366,6 @@ func requeueOnConflict(err error) (ctrl.Result, error) {
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	return ctrl.Result{}, err
-}
-
-// isFresh reports whether er is the API server's latest version.
-func (r *ErasureRequestReconciler) isFresh(ctx context.Context, er *lethev1.ErasureRequest) (bool, error) {
-	latest := &lethev1.ErasureRequest{}
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(er), latest); err != nil {
-		return false, client.IgnoreNotFound(err)
-	}
-	return latest.ResourceVersion == er.ResourceVersion, nil
 }
 
 // initStatus fills what is known from the spec alone.

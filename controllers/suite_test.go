@@ -123,6 +123,7 @@ func startManager(cfg *rest.Config, pools *postgres.Pools, another bool, opts ..
 		Scheme:     suiteScheme(),
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Client:     client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		Cache:      controllers.CacheOptions(true),
 		Controller: config.Controller{SkipNameValidation: ptr.To(another)},
 	})
 	if err != nil {

@@ -41,9 +41,11 @@ func TestTwoManagersAtOnceDeleteEachSessionOnce(t *testing.T) {
 	// every request earlier tests left (each re-verified on start), its queue
 	// would be busy for seconds while the suite's manager, idle, did all the
 	// work of this test alone.
+	cacheOpts := controllers.CacheOptions(true)
+	cacheOpts.DefaultNamespaces = map[string]cache.Config{e.ns: {}}
 	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
 		Scheme:     scheme,
-		Cache:      cache.Options{DefaultNamespaces: map[string]cache.Config{e.ns: {}}},
+		Cache:      cacheOpts,
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Client:     client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},

@@ -21,9 +21,7 @@ import (
 	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -109,17 +107,6 @@ type managerFlags struct {
 	receiptKeyCreate       bool
 	concurrency            int
 	stripManagedFields     bool
-}
-
-// cacheTransform is applied to every object before it enters the cache.
-// Server-side apply and every status write add managedFields entries that
-// the controllers never read; with 10,000 requests cached they are a large
-// share of the manager's memory (P4).
-func cacheTransform(stripManagedFields bool) toolscache.TransformFunc {
-	if !stripManagedFields {
-		return nil
-	}
-	return cache.TransformStripManagedFields()
 }
 
 // runManager parses and checks the flags, then runs the operator until it is
@@ -276,7 +263,7 @@ func newManager(f managerFlags) (ctrl.Manager, *rest.Config, *setupFailure) {
 			// Secrets are read straight from the API server, never cached cluster-wide.
 			DisableFor: []client.Object{&corev1.Secret{}},
 		}},
-		Cache: cache.Options{DefaultTransform: cacheTransform(f.stripManagedFields)},
+		Cache: controllers.CacheOptions(f.stripManagedFields),
 	})
 	if err != nil {
 		return nil, nil, &setupFailure{"create manager", err}

@@ -104,6 +104,7 @@ func (e *env) manager(b *testing.B, qps float32, burst, concurrency int) func() 
 		Scheme:     e.scheme,
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Client:     client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		Cache:      controllers.CacheOptions(true),
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
