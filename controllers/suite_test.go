@@ -136,7 +136,7 @@ func startManager(cfg *rest.Config, pools *postgres.Pools, another bool, opts ..
 	graphs := &graph.Clients{}
 	detector := backups.Detector{Discovery: disc}
 	reverify := make(chan event.TypedGenericEvent[client.Object], 1024)
-	conn := &connector.Connector{Secrets: mgr.GetAPIReader(), Pools: pools, Graphs: graphs, Velero: backups.Velero{
+	conn := &connector.Connector{Secrets: mgr.GetAPIReader(), SecretTTL: 5 * time.Second, Pools: pools, Graphs: graphs, Velero: backups.Velero{
 		Detector: detector, Rotator: backups.Rotator{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Concurrency: 8}}}
 	records := &controllers.ErasureRecords{Connector: conn,
 		Keeper: &storerecord.Keeper{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),

@@ -107,6 +107,7 @@ type managerFlags struct {
 	receiptKeyCreate       bool
 	concurrency            int
 	stripManagedFields     bool
+	secretTTL              time.Duration
 }
 
 // runManager parses and checks the flags, then runs the operator until it is
@@ -167,6 +168,7 @@ func bindManagerFlags(fs *flag.FlagSet, f *managerFlags) {
 	fs.StringVar(&f.recordKey, "record-key-secret", "", "NAMESPACE/NAME of the Secret (created when absent) whose key hashes the session IDs in each MemoryStore's erasure record, so that a restore stays detectable after a request object is deleted; use the manager's own namespace. Empty: no record is kept")
 	fs.BoolVar(&f.receiptKeyCreate, "receipt-key-create", true, "create the --receipt-key-secret Secret with a new ed25519 key when it does not exist (an Event on the Secret says so); false: a missing Secret makes receipts wait for it")
 	fs.IntVar(&f.concurrency, "max-concurrent-reconciles", 4, "ErasureRequests worked on at once")
+	fs.DurationVar(&f.secretTTL, "secret-cache-ttl", 5*time.Second, "how long a store's Secret value (DSN, graph URL) read from the API server is reused; a rotated value is picked up within it (0: read on every pass)")
 	fs.BoolVar(&f.stripManagedFields, "cache-strip-managed-fields", true, "drop metadata.managedFields from cached objects (the manager never reads them; P4 measures the memory this saves)")
 }
 
@@ -197,7 +199,7 @@ func serve(f managerFlags, receiptKey types.NamespacedName) int {
 	graphs := &graph.Clients{}
 	defer graphs.Close()
 	detector := backups.Detector{Discovery: disc}
-	conn := &connector.Connector{Secrets: mgr.GetAPIReader(), Pools: pools, Graphs: graphs, Velero: backups.Velero{
+	conn := &connector.Connector{Secrets: mgr.GetAPIReader(), SecretTTL: f.secretTTL, Pools: pools, Graphs: graphs, Velero: backups.Velero{
 		Detector: detector, Rotator: backups.Rotator{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Concurrency: 8}}}
 
 	if fail := addControllers(mgr, f, receiptKey, conn, detector); fail != nil {
@@ -375,6 +377,7 @@ func validateFlags(f managerFlags) error {
 		{f.graphBatch < 1 || f.graphBatch > 1000, "--graph-batch-size must be between 1 and 1000, got %d", []any{f.graphBatch}},
 		{f.graphDeleteLimit < 1 || f.graphDeleteLimit > 100000, "--graph-delete-limit must be between 1 and 100000, got %d", []any{f.graphDeleteLimit}},
 		{f.sweepMaxOrphanPercent < 1 || f.sweepMaxOrphanPercent > 100, "--sweep-max-orphan-percent must be between 1 and 100, got %d", []any{f.sweepMaxOrphanPercent}},
+		{f.secretTTL < 0 || f.secretTTL > 5*time.Minute, "--secret-cache-ttl must be between 0 and 5m, got %s", []any{f.secretTTL}},
 		{f.kubeQPS <= 0 || f.kubeBurst < 1, "--kube-api-qps and --kube-api-burst must be positive, got %v and %d", []any{f.kubeQPS, f.kubeBurst}},
 		{receiptKeyErr != nil, "--receipt-key-secret: %w", []any{receiptKeyErr}},
 		{recordKeyErr != nil, "--record-key-secret: %w", []any{recordKeyErr}},

@@ -101,6 +101,7 @@ func TestManagerFlagsAreValidated(t *testing.T) {
 		"--backup-recheck-interval":   func(f *managerFlags) { f.backupRecheck = 0 },
 		"--error-backoff-max":         func(f *managerFlags) { f.errorBackoffMax = 2 * time.Hour },
 		"--kube-api-qps":              func(f *managerFlags) { f.kubeQPS = 0 },
+		"--secret-cache-ttl":          func(f *managerFlags) { f.secretTTL = -time.Second },
 		"--max-concurrent-reconciles": func(f *managerFlags) { f.concurrency = 0 },
 	} {
 		f := ok

@@ -1,6 +1,6 @@
 // Package connector turns a MemoryStore into the connections Lethe works
-// through: it reads the store's Secrets (uncached, in the store's namespace
-// only), keeps one pool per database and one client per graph, and hands
+// through: it reads the store's Secrets (in the store's namespace only,
+// each value held for SecretTTL at most), keeps one pool per database and one client per graph, and hands
 // the phase machine its ports. Both controllers use it; neither sees a
 // client library.
 package connector
@@ -9,11 +9,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
@@ -32,6 +34,13 @@ type Connector struct {
 	Graphs  *graph.Clients
 	// Velero is the backups port of every store that configures Velero.
 	Velero erasure.Backups
+	// SecretTTL is how long a Secret value read is reused (secretValues);
+	// zero: every read goes to the API server.
+	SecretTTL time.Duration
+	// Clock times SecretTTL; the real clock when nil.
+	Clock clock.PassiveClock
+
+	secrets secretValues
 }
 
 // Ports returns the ports of one pass over store. The primary is opened
@@ -101,9 +110,35 @@ func (c *Connector) pool(ctx context.Context, store *lethev1.MemoryStore, target
 	return pool, nil
 }
 
-// ReadSecretKey reads one key of a Secret in namespace. A missing Secret or
-// key is a *erasure.ConfigError; the value is never logged or put in a message.
+// ReadSecretKey reads one key of a Secret in namespace, reusing a value
+// read within SecretTTL. A missing Secret or key is a *erasure.ConfigError;
+// the value is never logged or put in a message.
 func (c *Connector) ReadSecretKey(ctx context.Context, namespace string, ref lethev1.SecretKeyRef) (string, error) {
+	k := secretKey{namespace: namespace, name: ref.Name, key: ref.Key}
+	if c.SecretTTL <= 0 {
+		return c.readSecretKey(ctx, k)
+	}
+	now := c.now()
+	if v, ok := c.secrets.get(k, now); ok {
+		return v, nil
+	}
+	v, err := c.readSecretKey(ctx, k)
+	if err == nil {
+		c.secrets.put(k, v, now, c.SecretTTL)
+	}
+	return v, err
+}
+
+func (c *Connector) now() time.Time {
+	if c.Clock == nil {
+		return time.Now()
+	}
+	return c.Clock.Now()
+}
+
+// readSecretKey reads one key of a Secret from the API server.
+func (c *Connector) readSecretKey(ctx context.Context, k secretKey) (string, error) {
+	namespace, ref := k.namespace, lethev1.SecretKeyRef{Name: k.name, Key: k.key}
 	secret := &corev1.Secret{}
 	err := c.Secrets.Get(ctx, types.NamespacedName{Namespace: namespace, Name: ref.Name}, secret)
 	switch {

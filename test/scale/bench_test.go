@@ -111,7 +111,7 @@ func (e *env) manager(b *testing.B, qps float32, burst, concurrency int) func() 
 		b.Fatal(err)
 	}
 	pools := &postgres.Pools{Options: postgres.Options{Vector: true, MaxConns: int32(concurrency + 2)}}
-	conn := &connector.Connector{Secrets: mgr.GetAPIReader(), Pools: pools, Graphs: &graph.Clients{}}
+	conn := &connector.Connector{Secrets: mgr.GetAPIReader(), SecretTTL: 5 * time.Second, Pools: pools, Graphs: &graph.Clients{}}
 	if err := (&controllers.MemoryStoreReconciler{Client: mgr.GetClient(),
 		Recorder: mgr.GetEventRecorder("lethe-memorystore"), Connector: conn, Velero: noVelero{},
 	}).SetupWithManager(mgr); err != nil {
