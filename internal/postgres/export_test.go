@@ -12,3 +12,6 @@ func (e *Eraser) VacuumsWaiting() int {
 	}
 	return n
 }
+
+// NotErasedSQL is Verify's ledger check, for its plan test.
+const NotErasedSQL = notErasedSQL
