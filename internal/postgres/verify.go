@@ -9,13 +9,18 @@ import (
 )
 
 // notErasedSQL counts the sessions $1 no request holds erased in the ledger
-// (a session another request erased first counts as erased). An erased row
-// is never cancelled (CHECK ledger_erased_xor_cancelled), so cancelled_at IS
-// NULL changes no answer; it lets the lookup use erasure_ledger_active_idx
-// instead of reading the whole ledger for every request verified.
+// (a session another request erased first counts as erased). Each session
+// is one lookup of erasure_ledger_active_idx on (scope, record_id), whatever
+// the ledger's statistics say: as a NOT EXISTS anti join, a ledger whose
+// statistics are stale (it grows by a row per session erased) was read
+// whole for every request verified. An erased row is never cancelled
+// (CHECK ledger_erased_xor_cancelled), so cancelled_at IS NULL, the index's
+// predicate, changes no answer.
 const notErasedSQL = `SELECT count(*) FROM unnest($1::text[]) AS r
-	WHERE NOT EXISTS (SELECT 1 FROM lethe.erasure_ledger l
-		WHERE l.scope = 'session' AND l.record_id = r AND l.cancelled_at IS NULL AND l.erased_at IS NOT NULL)`
+	LEFT JOIN LATERAL (SELECT true AS erased FROM lethe.erasure_ledger l
+		WHERE l.scope = 'session' AND l.record_id = r AND l.cancelled_at IS NULL AND l.erased_at IS NOT NULL
+		LIMIT 1) e ON true
+	WHERE e.erased IS NULL`
 
 // Verify looks for anything left of the sessions req names — what the
 // request found, not what the ledger says was erased: a session a batch
