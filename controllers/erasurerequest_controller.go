@@ -121,6 +121,9 @@ type ErasureRequestReconciler struct {
 	VeleroDiscoveryInterval time.Duration
 
 	machine *erasure.Machine
+	// wakes carries the requests whose step's outside work ended
+	// (erasure_wake.go).
+	wakes chan event.TypedGenericEvent[client.Object]
 }
 
 // +kubebuilder:rbac:groups=erasure.lethe.dev,resources=erasurerequests,verbs=get;list;watch;update;patch;delete
@@ -200,6 +203,9 @@ func (r *ErasureRequestReconciler) runSteps(ctx context.Context, p *pass) (ctrl.
 	for _, st := range r.machine.Steps() {
 		out := st.Run(ctx, sc)
 		r.record(p, out)
+		if out.Wake != nil {
+			r.wakeOn(ctx, out.Wake, er)
+		}
 		if !out.IsDone() {
 			return r.result(ctx, st.Name(), out)
 		}
@@ -406,6 +412,8 @@ func (r *ErasureRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Reverify != nil {
 		b = b.WatchesRawSource(source.Channel(r.Reverify, &handler.TypedEnqueueRequestForObject[client.Object]{}))
 	}
+	r.wakes = make(chan event.TypedGenericEvent[client.Object])
+	b = b.WatchesRawSource(source.Channel(r.wakes, &handler.TypedEnqueueRequestForObject[client.Object]{}))
 	c, err := b.Named("erasurerequest").
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles),

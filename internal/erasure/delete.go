@@ -37,6 +37,9 @@ type Deletion struct {
 	// residue probe, in memory only, keyed by request UID: batches that
 	// ran in an earlier pass of this process sampled them.
 	probes sync.Map
+	// parked keeps the deletions verified and waiting for their vacuum,
+	// by request UID (delete_vacuum.go).
+	parked sync.Map
 }
 
 // Name is the step's condition type.
@@ -57,6 +60,9 @@ func (d *Deletion) Run(ctx context.Context, s *Scope) Outcome {
 		if out, claimed := d.claim(ctx, s); !claimed {
 			return out
 		}
+	}
+	if out, parked := d.unpark(s); parked {
+		return out
 	}
 	res, err := s.Ledger.Delete(ctx, LedgerRequest(s.Request), d.Config.BatchSize, d.Config.ProbeBudget)
 	if err != nil {
@@ -87,14 +93,7 @@ func (d *Deletion) Run(ctx context.Context, s *Scope) Outcome {
 		out.Evidence, out.Work = &ev, work
 		return out
 	}
-	warning := d.vacuum(ctx, s, &ev)
-	d.forget(s.uid())
-	out := done(lethev1.ConditionDeleted, lethev1.ReasonSessionsDeleted,
-		"the sessions, every row cascading from them, their content-keyed entries and derived records are deleted and verified absent")
-	out.Evidence = &ev
-	out.Milestone = &Milestone{Phase: lethev1.PhaseDeleted, At: ev.CompletedAt.Time, Evidence: ev, Note: ev.Note}
-	out.Work, out.Warning = work, warning
-	return out
+	return d.vacuumThenDone(ctx, s, ev, work)
 }
 
 // claim writes the intent to delete before anything is deleted. A cancel
@@ -115,7 +114,7 @@ func (d *Deletion) claim(ctx context.Context, s *Scope) (Outcome, bool) {
 		}
 	}
 	claimed, err := s.Claims.Claim(ctx, metav1.Condition{Type: lethev1.ConditionDeleted, Status: metav1.ConditionFalse,
-		Reason: lethev1.ReasonDeleting, Message: "deletion claimed; deleting in bounded batches"})
+		Reason: lethev1.ReasonDeleting, Message: "deletion claimed; deleting in bounded batches, then verifying and vacuuming"})
 	if err != nil {
 		return errored(err), false
 	}
@@ -353,34 +352,6 @@ func (d *Deletion) Reverify(ctx context.Context, s *Scope) Outcome {
 	}
 }
 
-// vacuum vacuums the tables the deletion touched, as the store says, and
-// records it in ev: when, and how many tables it could and could not
-// vacuum. A vacuum that fails or may not run is a warning, not a stop: the
-// graph and the backups still hold the erased data and come next;
-// autovacuum removes the tuples later.
-func (d *Deletion) vacuum(ctx context.Context, s *Scope, ev *lethev1.StepEvidence) *Warning {
-	mode := s.Store.Spec.Postgres.VacuumOrDefault()
-	if mode == lethev1.VacuumOff {
-		return nil
-	}
-	v, err := s.Ledger.Vacuum(ctx, mode)
-	if err != nil {
-		ev.Counts = append(ev.Counts, lethev1.TableCount{Table: CountTablesVacuumed + " (" + string(mode) + ", failed)", Rows: int64(v.Vacuumed)})
-		return &Warning{Reason: ReasonVacuumIncomplete, Action: "Vacuum",
-			Note: fmt.Sprintf("the vacuum after the deletion failed after %d table(s); the erased tuples stay in the data files until autovacuum removes them", v.Vacuumed)}
-	}
-	ev.Counts = append(ev.Counts, lethev1.TableCount{Table: CountTablesVacuumed + " (" + string(mode) + ")", Rows: int64(v.Vacuumed)})
-	if v.Vacuumed > 0 {
-		ev.VacuumedAt = mtime(v.At)
-	}
-	if v.NotPermitted == 0 {
-		return nil
-	}
-	ev.Counts = append(ev.Counts, lethev1.TableCount{Table: CountTablesNotVacuumed, Rows: int64(v.NotPermitted)})
-	return &Warning{Reason: ReasonVacuumIncomplete, Action: "Vacuum",
-		Note: fmt.Sprintf("%d table(s) not vacuumed: the manager's role neither owns them nor holds MAINTAIN; the erased tuples stay in their data files until autovacuum removes them", v.NotPermitted)}
-}
-
 // ReasonVacuumIncomplete is the Warning when the vacuum after a deletion
 // failed or could not vacuum every table.
 const ReasonVacuumIncomplete = "VacuumIncomplete"
@@ -444,7 +415,11 @@ func (d *Deletion) sample(uid string, res DeleteResult) (sample probeSample, kno
 	return fresh, slices.ContainsFunc(res.Batches, func(b BatchResult) bool { return !b.Skipped })
 }
 
-func (d *Deletion) forget(uid string) { d.probes.Delete(uid) }
+// forget drops what the step keeps in memory for the request.
+func (d *Deletion) forget(uid string) {
+	d.probes.Delete(uid)
+	d.parked.Delete(uid)
+}
 
 func mode(er *lethev1.ErasureRequest) string {
 	if er.Spec.Immediate {

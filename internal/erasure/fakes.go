@@ -121,6 +121,11 @@ func (f *LedgerFns) Vacuum(ctx context.Context, mode lethev1.VacuumMode) (Vacuum
 	return f.VacuumFn(ctx, mode)
 }
 
+// StartVacuum runs Vacuum to its end: the ticket has ended when returned.
+func (f *LedgerFns) StartVacuum(ctx context.Context, mode lethev1.VacuumMode) *VacuumTicket {
+	return EndedVacuum(f.Vacuum(ctx, mode))
+}
+
 func (f *LedgerFns) HeldBy(ctx context.Context, uid string) (int64, error) {
 	if f.HeldByFn == nil {
 		return 0, ErrNotFaked

@@ -84,6 +84,10 @@ type Outcome struct {
 	// RequeueAfter is when to look again (Waiting, Stalled, or a completed
 	// request's next re-verification).
 	RequeueAfter time.Duration
+	// Wake, when set, is closed when the work the step waits on (outside
+	// the pass) has ended: the request gets a pass then. A step returns it
+	// once per wait, so that one wait brings one pass.
+	Wake <-chan struct{}
 	// Err is the error behind an Errored outcome; never copied into a message.
 	Err error
 }

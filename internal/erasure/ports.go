@@ -72,6 +72,10 @@ type Ledger interface {
 	// the data files. Tables the role may not vacuum are counted, not an
 	// error. At is the database's clock after the last one.
 	Vacuum(ctx context.Context, mode lethev1.VacuumMode) (VacuumResult, error)
+	// StartVacuum is Vacuum without the wait: it joins a vacuum that starts
+	// after the call (so it covers every deletion committed before it) and
+	// returns at once. The vacuum runs on when ctx ends.
+	StartVacuum(ctx context.Context, mode lethev1.VacuumMode) *VacuumTicket
 	// HeldBy counts the sessions the request holds in the ledger, neither
 	// erased nor cancelled (its tombstones in force).
 	HeldBy(ctx context.Context, uid string) (int64, error)

@@ -350,6 +350,45 @@ type VacuumResult struct {
 	At time.Time
 }
 
+// VacuumTicket is the vacuum Ledger.StartVacuum joined: Done is closed
+// when it has ended, and Result says how from then on.
+type VacuumTicket struct {
+	done   <-chan struct{}
+	result func() (VacuumResult, error)
+}
+
+// NewVacuumTicket is the ticket of a vacuum that closes done when it has
+// ended; result is called only after that.
+func NewVacuumTicket(done <-chan struct{}, result func() (VacuumResult, error)) *VacuumTicket {
+	return &VacuumTicket{done: done, result: result}
+}
+
+// EndedVacuum is the ticket of a vacuum that has ended with res and err.
+func EndedVacuum(res VacuumResult, err error) *VacuumTicket {
+	done := make(chan struct{})
+	close(done)
+	return NewVacuumTicket(done, func() (VacuumResult, error) { return res, err })
+}
+
+// Done is closed when the vacuum has ended.
+func (t *VacuumTicket) Done() <-chan struct{} { return t.done }
+
+// Ended reports whether the vacuum has ended.
+func (t *VacuumTicket) Ended() bool {
+	select {
+	case <-t.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Result is what the vacuum did; it waits for the vacuum to end.
+func (t *VacuumTicket) Result() (VacuumResult, error) {
+	<-t.done
+	return t.result()
+}
+
 // Proof is a completed request's receipt and history, as mirrored into the
 // memory database (Ledger.MirrorProof) so that it outlives the request.
 type Proof struct {

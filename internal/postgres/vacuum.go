@@ -46,11 +46,24 @@ func vacuumTables(l Layout) []Table {
 // memo share their vacuums (vacuumQueue): the result is that of a vacuum
 // that started after the call.
 func (e *Eraser) Vacuum(ctx context.Context, mode lethev1.VacuumMode) (erasure.VacuumResult, error) {
+	return e.joinVacuum(ctx, mode).wait(ctx)
+}
+
+// StartVacuum is Vacuum without the wait (erasure.Ledger): the ticket
+// ends with the vacuum joined.
+func (e *Eraser) StartVacuum(ctx context.Context, mode lethev1.VacuumMode) *erasure.VacuumTicket {
+	r := e.joinVacuum(ctx, mode)
+	return erasure.NewVacuumTicket(r.done, func() (erasure.VacuumResult, error) { return r.res, r.err })
+}
+
+// joinVacuum joins the next vacuum of the Erasers sharing e's memo that has
+// not started (vacuumQueue), which runs detached from ctx.
+func (e *Eraser) joinVacuum(ctx context.Context, mode lethev1.VacuumMode) *vacuumRun {
 	// The vacuum reads the layout when it starts, not the one this Eraser
 	// read: those who join it may have deleted from a table added since.
 	m := e.memo()
 	fresh := &Eraser{Pool: e.Pool, Schema: e.Schema, TenantID: e.TenantID, ProbeExclude: e.ProbeExclude, Memo: m}
-	return m.vacuums.run(ctx, e.Pool, mode, fresh.vacuumNow)
+	return m.vacuums.join(ctx, e.Pool, mode, fresh.vacuumNow)
 }
 
 // VacuumsStarted is how many vacuums the Erasers sharing e's memo started.

@@ -36,11 +36,29 @@ type vacuumRun struct {
 	err     error
 }
 
-// run joins the next vacuum of mode on pool not yet started (or queues one that
-// calls vacuum) and waits for its result. The vacuum runs detached from
-// ctx: others may be waiting for it; ctx only bounds this caller's wait.
+// run joins the next vacuum of mode on pool not yet started and waits for
+// its result; ctx bounds only this caller's wait.
 func (q *vacuumQueue) run(ctx context.Context, pool DB, mode lethev1.VacuumMode,
 	vacuum func(context.Context, lethev1.VacuumMode) (erasure.VacuumResult, error)) (erasure.VacuumResult, error) {
+	return q.join(ctx, pool, mode, vacuum).wait(ctx)
+}
+
+// wait waits for the vacuum's result; ctx bounds only this wait.
+func (r *vacuumRun) wait(ctx context.Context) (erasure.VacuumResult, error) {
+	select {
+	case <-r.done:
+		return r.res, r.err
+	case <-ctx.Done():
+		return erasure.VacuumResult{}, ctx.Err()
+	}
+}
+
+// join joins the next vacuum of mode on pool not yet started (or queues one
+// that calls vacuum) and returns it: its done is closed when it has ended,
+// res and err set before. The vacuum runs detached from ctx: others may be
+// waiting for it.
+func (q *vacuumQueue) join(ctx context.Context, pool DB, mode lethev1.VacuumMode,
+	vacuum func(context.Context, lethev1.VacuumMode) (erasure.VacuumResult, error)) *vacuumRun {
 	q.mu.Lock()
 	var r *vacuumRun
 	for _, p := range q.pending {
@@ -57,12 +75,7 @@ func (q *vacuumQueue) run(ctx context.Context, pool DB, mode lethev1.VacuumMode,
 		q.startLocked(context.WithoutCancel(ctx))
 	}
 	q.mu.Unlock()
-	select {
-	case <-r.done:
-		return r.res, r.err
-	case <-ctx.Done():
-		return erasure.VacuumResult{}, ctx.Err()
-	}
+	return r
 }
 
 // startLocked starts the first pending vacuum, then the next one when it

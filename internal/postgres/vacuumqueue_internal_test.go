@@ -27,3 +27,41 @@ func TestAPanickingVacuumFailsItsWaitersAndTheQueueGoesOn(t *testing.T) {
 		t.Fatalf("the next vacuum: %+v, %v, %d started; want 3 tables, no error, 2 started", res, err, q.Started())
 	}
 }
+
+// join returns at once: a deletion that committed while a vacuum ran joins
+// the next one (which starts after the join), not the running one, and its
+// done closes only when that next vacuum has ended, with its result.
+func TestJoinReturnsAtOnceAndEndsWithTheNextVacuum(t *testing.T) {
+	ctx := context.Background()
+	var q vacuumQueue
+	release := make(chan struct{})
+	calls := 0
+	vacuum := func(context.Context, lethev1.VacuumMode) (erasure.VacuumResult, error) {
+		calls++
+		<-release
+		return erasure.VacuumResult{Vacuumed: calls}, nil
+	}
+	running := q.join(ctx, nil, lethev1.VacuumLazy, vacuum)
+	next := q.join(ctx, nil, lethev1.VacuumLazy, vacuum)
+	if running == next {
+		t.Fatal("a join while a vacuum runs joined the running one: it may have started before the deletion committed")
+	}
+	release <- struct{}{}
+	<-running.done
+	select {
+	case <-next.done:
+		t.Fatal("the next vacuum's done closed before it ran")
+	default:
+	}
+	joined := q.join(ctx, nil, lethev1.VacuumLazy, vacuum)
+	release <- struct{}{}
+	<-next.done
+	if next.res.Vacuumed != 2 || next.err != nil {
+		t.Fatalf("next vacuum: %+v, %v; want the second vacuum's result", next.res, next.err)
+	}
+	release <- struct{}{}
+	<-joined.done
+	if q.Started() != 3 {
+		t.Fatalf("%d vacuums started, want 3", q.Started())
+	}
+}

@@ -1,0 +1,102 @@
+package erasure
+
+import (
+	"context"
+	"fmt"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+)
+
+// The Deleted step ends with a vacuum of the tables the deletion touched:
+// a deleted tuple stays readable from the data files until then. A vacuum
+// reads every index of those tables, seconds to minutes on large ones, and
+// a store's deletions share one vacuum at a time (the Ledger coalesces
+// them). So a pass does not wait for it: it starts (joins) the vacuum,
+// keeps the verified evidence in memory and returns Waiting, woken when the
+// vacuum ends; the pass that finds it ended completes the step. Meanwhile
+// the worker serves other requests, whose deletions join the same next
+// vacuum. A process without the ticket (restarted, a new leader) deletes
+// again (every batch is skipped), verifies again and vacuums again.
+
+// parkedDeletion is a deletion verified and waiting for its vacuum.
+type parkedDeletion struct {
+	mode   lethev1.VacuumMode
+	ticket *VacuumTicket
+	ev     lethev1.StepEvidence
+}
+
+// vacuumThenDone starts the vacuum as the store says and completes the
+// step if it has already ended; else it parks the deletion.
+func (d *Deletion) vacuumThenDone(ctx context.Context, s *Scope, ev lethev1.StepEvidence, work Work) Outcome {
+	mode := s.Store.Spec.Postgres.VacuumOrDefault()
+	if mode == lethev1.VacuumOff {
+		return d.deleted(s.uid(), ev, work, nil)
+	}
+	p := &parkedDeletion{mode: mode, ticket: s.Ledger.StartVacuum(ctx, mode), ev: ev}
+	if p.ticket.Ended() {
+		return p.done(d, s.uid(), work)
+	}
+	d.parked.Store(s.uid(), p)
+	return Outcome{Kind: Waiting, Work: work, Wake: p.ticket.Done()}
+}
+
+// unpark completes the request's parked deletion once its vacuum has
+// ended; parked is false when none is parked.
+func (d *Deletion) unpark(s *Scope) (out Outcome, parked bool) {
+	v, ok := d.parked.Load(s.uid())
+	if !ok {
+		return Outcome{}, false
+	}
+	p := v.(*parkedDeletion)
+	if !p.ticket.Ended() {
+		// The pass that parked it is woken when the vacuum ends; this one
+		// (another event came) looks again later in case that wake is lost,
+		// and asks for no second wake: one wait, one pass.
+		return Outcome{Kind: Waiting, RequeueAfter: d.Config.RetryAfter}, true
+	}
+	d.parked.Delete(s.uid())
+	// The work was counted by the pass that deleted.
+	return p.done(d, s.uid(), Work{}), true
+}
+
+// done completes the step with the vacuum's result in its evidence.
+func (p *parkedDeletion) done(d *Deletion, uid string, work Work) Outcome {
+	ev := p.ev
+	res, err := p.ticket.Result()
+	warning := vacuumEvidence(p.mode, res, err, &ev)
+	return d.deleted(uid, ev, work, warning)
+}
+
+// deleted is the step's Done outcome.
+func (d *Deletion) deleted(uid string, ev lethev1.StepEvidence, work Work, warning *Warning) Outcome {
+	d.forget(uid)
+	out := done(lethev1.ConditionDeleted, lethev1.ReasonSessionsDeleted,
+		"the sessions, every row cascading from them, their content-keyed entries and derived records are deleted and verified absent")
+	out.Evidence = &ev
+	out.Milestone = &Milestone{Phase: lethev1.PhaseDeleted, At: ev.CompletedAt.Time, Evidence: ev, Note: ev.Note}
+	out.Work, out.Warning = work, warning
+	return out
+}
+
+// vacuumEvidence records in ev what the vacuum did: when, and how many
+// tables it could and could not vacuum. A vacuum that failed or could not
+// vacuum every table is a warning, not a stop: the graph and the backups
+// still hold the erased data and come next; autovacuum removes the tuples
+// later.
+func vacuumEvidence(mode lethev1.VacuumMode, v VacuumResult, err error, ev *lethev1.StepEvidence) *Warning {
+	if err != nil {
+		ev.Counts = append(ev.Counts, lethev1.TableCount{Table: CountTablesVacuumed + " (" + string(mode) + ", failed)", Rows: int64(v.Vacuumed)})
+		return &Warning{Reason: ReasonVacuumIncomplete, Action: "Vacuum",
+			Note: fmt.Sprintf("the vacuum after the deletion failed after %d table(s); the erased tuples stay in the data files until autovacuum removes them", v.Vacuumed)}
+	}
+	ev.Counts = append(ev.Counts, lethev1.TableCount{Table: CountTablesVacuumed + " (" + string(mode) + ")", Rows: int64(v.Vacuumed)})
+	if v.Vacuumed > 0 {
+		ev.VacuumedAt = mtime(v.At)
+	}
+	if v.NotPermitted == 0 {
+		return nil
+	}
+	ev.Counts = append(ev.Counts, lethev1.TableCount{Table: CountTablesNotVacuumed, Rows: int64(v.NotPermitted)})
+	return &Warning{Reason: ReasonVacuumIncomplete, Action: "Vacuum",
+		Note: fmt.Sprintf("%d table(s) not vacuumed: the manager's role neither owns them nor holds MAINTAIN; the erased tuples stay in their data files until autovacuum removes them", v.NotPermitted)}
+}

@@ -1,0 +1,124 @@
+package erasure
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+)
+
+// pendingVacuum is a ledger whose vacuum ends when the test closes end.
+type pendingVacuum struct {
+	Ledger
+	end    chan struct{}
+	res    VacuumResult
+	err    error
+	starts int
+}
+
+func (l *pendingVacuum) StartVacuum(_ context.Context, mode lethev1.VacuumMode) *VacuumTicket {
+	l.starts++
+	return NewVacuumTicket(l.end, func() (VacuumResult, error) { return l.res, l.err })
+}
+
+// vacuumPending wires v as the ledger's vacuum.
+func vacuumPending(v *pendingVacuum) func(*fakes) {
+	return func(f *fakes) {
+		f.wrapLedger = func(l Ledger) Ledger { v.Ledger = l; return v }
+	}
+}
+
+// TestDeletionWaitsForItsVacuumOffThePass: a vacuum that has not ended
+// parks the verified deletion (Waiting, woken by the vacuum's end, no
+// condition, evidence or milestone yet, the work counted once); a pass
+// before the end does nothing; the pass after it completes the step with
+// exactly the evidence and milestone a pass that waited would have written.
+func TestDeletionWaitsForItsVacuumOffThePass(t *testing.T) {
+	claimed := reached(2, withStatusCondition(lethev1.ConditionDeleted, false, lethev1.ReasonDeleting))
+	d := &Deletion{Config: testConfig}
+	run := func(ctx context.Context, s *Scope) Outcome { return d.Run(ctx, s) }
+	v := &pendingVacuum{end: make(chan struct{}), res: VacuumResult{Vacuumed: 9, At: vacuumedAt}}
+
+	first := runFakes(t, run, claimed, deletionFakes(vacuumPending(v), func(f *fakes) { f.claims = ClaimsFns{} }))
+	if first.out.Kind != Waiting || first.out.Wake == nil || first.out.RequeueAfter != 0 {
+		t.Fatalf("first pass: kind %d, wake %v, requeue %v: want Waiting, woken by the vacuum, no requeue", first.out.Kind, first.out.Wake, first.out.RequeueAfter)
+	}
+	if first.out.Condition != nil || first.out.Evidence != nil || first.out.Milestone != nil || first.out.Warning != nil {
+		t.Errorf("first pass writes %+v: nothing is recorded before the vacuum ends", first.out)
+	}
+	if diff := cmp.Diff(deleted("grace").Work, first.out.Work); diff != "" {
+		t.Errorf("first pass: the deletion's work is counted by the pass that deleted: -want, +got:\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall}, first.calls); diff != "" {
+		t.Errorf("first pass calls: -want, +got:\n%s", diff)
+	}
+
+	// Before the end: no port is called (every fake left nil fails the test).
+	early := runFakes(t, run, first.er, fakes{})
+	if early.out.Kind != Waiting || early.out.Wake != nil || early.out.RequeueAfter != testConfig.RetryAfter || len(early.calls) > 0 {
+		t.Fatalf("pass before the vacuum ended: %+v, calls %v: want Waiting on the first pass's wake (a later look as backstop), no call", early.out, early.calls)
+	}
+
+	close(v.end)
+	select {
+	case <-first.out.Wake:
+	default:
+		t.Fatal("the wake is not closed when the vacuum ended")
+	}
+	last := runFakes(t, run, early.er, fakes{})
+	want := deleted("grace")
+	want.Work = Work{}
+	if diff := cmp.Diff(want, last.out, cmpopts.IgnoreFields(Outcome{}, "Wake")); diff != "" {
+		t.Errorf("pass after the vacuum: -want (a waiting pass's outcome, work counted already), +got:\n%s", diff)
+	}
+	if len(last.calls) > 0 || v.starts != 1 {
+		t.Errorf("pass after the vacuum called %v, %d vacuum(s) started: want none, one", last.calls, v.starts)
+	}
+	if _, kept := d.parked.Load(uid); kept {
+		t.Error("the deletion is still parked after the step completed")
+	}
+	if _, kept := d.probes.Load(uid); kept {
+		t.Error("the sample is still kept after the step completed")
+	}
+}
+
+// TestDeletionParkedVacuumFails: a vacuum that failed after it parked the
+// deletion is the same Warning as one waited for; the step completes.
+func TestDeletionParkedVacuumFails(t *testing.T) {
+	claimed := reached(2, withStatusCondition(lethev1.ConditionDeleted, false, lethev1.ReasonDeleting))
+	d := &Deletion{Config: testConfig}
+	run := func(ctx context.Context, s *Scope) Outcome { return d.Run(ctx, s) }
+	v := &pendingVacuum{end: make(chan struct{}), res: VacuumResult{Vacuumed: 2}, err: errors.New("lock timeout")}
+	first := runFakes(t, run, claimed, deletionFakes(vacuumPending(v), func(f *fakes) { f.claims = ClaimsFns{} }))
+	close(v.end)
+	last := runFakes(t, run, first.er, fakes{})
+	if last.out.Kind != Done || last.out.Warning == nil || last.out.Warning.Reason != ReasonVacuumIncomplete {
+		t.Fatalf("after a failed vacuum: %+v: want Done with a %s warning", last.out, ReasonVacuumIncomplete)
+	}
+	if last.out.Evidence.VacuumedAt != nil {
+		t.Errorf("vacuumedAt %v recorded for a vacuum that failed", last.out.Evidence.VacuumedAt)
+	}
+}
+
+// TestDeletionForgottenWhileParked: a request forgotten (its finalizer
+// ran) while parked leaves nothing kept; a later pass deletes and verifies
+// again rather than trusting what it no longer holds.
+func TestDeletionForgottenWhileParked(t *testing.T) {
+	claimed := reached(2, withStatusCondition(lethev1.ConditionDeleted, false, lethev1.ReasonDeleting))
+	d := &Deletion{Config: testConfig}
+	run := func(ctx context.Context, s *Scope) Outcome { return d.Run(ctx, s) }
+	v := &pendingVacuum{end: make(chan struct{})}
+	first := runFakes(t, run, claimed, deletionFakes(vacuumPending(v), func(f *fakes) { f.claims = ClaimsFns{} }))
+	d.forget(uid)
+	if _, kept := d.parked.Load(uid); kept {
+		t.Fatal("forget left the deletion parked")
+	}
+	again := runFakes(t, run, first.er, deletionFakes(func(f *fakes) { f.claims = ClaimsFns{} }))
+	if again.out.Kind != Done || len(again.calls) == 0 || again.calls[0] != deleteCall {
+		t.Errorf("pass after forget: kind %d, calls %v: want the deletion run again", again.out.Kind, again.calls)
+	}
+}
