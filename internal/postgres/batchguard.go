@@ -130,12 +130,13 @@ func eligibleCTEs(l Layout, uid, ids, tenant string) string {
 // were written from a layout of digest $5 (the one the batch acts on;
 // migration 00018), and every one of the sessions $2, each once, is
 // eligible ($1 the request, $3 the tenant): the later statements of the
-// pipeline then work on exactly the locked sessions.
-func batchGuardSQL(l Layout) string {
+// pipeline then work on exactly the locked sessions. more is added to its
+// select list ("" or starting with a comma).
+func batchGuardSQL(l Layout, more string) string {
 	return `WITH ` + eligibleCTEs(l, "$1", "$2", "$3") + `
 		SELECT lethe.require_batch(` + catalogEpochExpr + ` = $4
 				AND NOT EXISTS (SELECT 1 FROM l WHERE l.layout_digest IS DISTINCT FROM $5::text),
-			(SELECT count(DISTINCT s.id) FROM s) = cardinality($2::text[]))`
+			(SELECT count(DISTINCT s.id) FROM s) = cardinality($2::text[]))` + more
 }
 
 // epochStillSQL raises LE004 unless the epoch is still $1, at the end of

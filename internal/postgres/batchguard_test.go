@@ -574,3 +574,51 @@ func artifactLedgerRows(t *testing.T, conn *pgx.Conn, uid, session string) int64
 	return count(t, conn, `SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'content'
 		AND record_id = lethe.content_hash('sha-artifact-' || $2)`, uid, session)
 }
+
+// The short way checks the epoch again in its last statement: a content
+// source registered while its guard waited for a session's lock (the
+// guard read the catalog under a snapshot taken before the wait) sends the
+// batch the long way, which writes the new source's content rows.
+func TestTheShortWayChecksItsEpochAtItsEnd(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	addArtifactHashes(t, conn)
+	e := primedPasses(t, dsn, conn)()
+
+	req := erasure.Request{UID: "uid-late-source-short", SessionIDs: []string{sessA}}
+	if _, err := e.Tombstone(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	holder := connect(t, dsn)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM memory.sessions WHERE id = $1 FOR UPDATE`, sessA); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Delete(ctx, req, 10, 0)
+		done <- err
+	}()
+	waitForLock(t, conn, "%lethe.require_batch%")
+	mustExec(t, conn, `INSERT INTO lethe.content_sources (source_table, hash_column) VALUES ('memory.artifacts', 'content_sha256')`)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if w := e.Ways(); w != (postgres.BatchWays{Declined: 1, Long: 1}) {
+		t.Errorf("batches by way: %+v, want the short way declined, then the long way", w)
+	}
+	if n := artifactLedgerRows(t, conn, req.UID, sessA); n != 1 {
+		t.Errorf("%d ledger rows for the hash of the source registered during the batch, want 1", n)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM memory.sessions WHERE id = $1`, sessA); n != 0 {
+		t.Error("the session was not deleted")
+	}
+}

@@ -173,15 +173,7 @@ func (e *Eraser) deleteBatchShort(ctx context.Context, uid string, batch int, id
 	}
 	err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		var p pipeline
-		p.queryRow("guard the batch", batchGuardSQL(l), []any{uid, ids, e.tenant(), epoch, l.ContentDigest()}, func(row pgx.Row) error {
-			var ok bool
-			return row.Scan(&ok)
-		})
-		sample = queueErase(&p, l, uid, ids, e.tenant(), budget, &res)
-		p.queryRow("guard the batch again", epochStillSQL, []any{epoch}, func(row pgx.Row) error {
-			var ok bool
-			return row.Scan(&ok)
-		})
+		sample = queueErase(&p, l, uid, ids, e.tenant(), budget, &res, eraseChecks{guard: true, epoch: epoch})
 		if err := p.send(ctx, tx); err != nil {
 			return err
 		}
@@ -222,17 +214,16 @@ func (e *Eraser) deleteBatchLong(ctx context.Context, uid string, batch int, ids
 			sample = &batchSample{}
 			return tx.QueryRow(ctx, nowSQL).Scan(&res.DeletedAt)
 		}
-		var p pipeline
-		sample = queueErase(&p, l, uid, eligible, e.tenant(), budget, &res)
-		if epoch != "" && !settle {
-			// As the short way's last statement: a registry change or DDL
-			// that committed after the audit rolls the batch back (and the
-			// batch audits again; settling, it goes on: auditAttempts).
-			p.queryRow("check the audited epoch", epochStillSQL, []any{epoch}, func(row pgx.Row) error {
-				var ok bool
-				return row.Scan(&ok)
-			})
+		// As on the short way, the last statement checks the epoch: a
+		// registry change or DDL that committed after the audit rolls the
+		// batch back (and the batch audits again; settling, it goes on:
+		// auditAttempts).
+		checks := eraseChecks{epoch: epoch}
+		if settle {
+			checks.epoch = ""
 		}
+		var p pipeline
+		sample = queueErase(&p, l, uid, eligible, e.tenant(), budget, &res, checks)
 		if err := p.send(ctx, tx); err != nil {
 			return err
 		}
@@ -259,17 +250,35 @@ func (e *Eraser) finishBatch(ctx context.Context, tx pgx.Tx, l Layout, uid strin
 	return receipt{uid: uid, step: erasure.StepDeleted, batch: batch, sessions: res.Sessions, counts: counts, of: *res}.write(ctx, tx)
 }
 
-// queueErase queues the removal of the sessions (locked by a statement
-// queued or run before) and everything reached from them: content-index
-// entries (for the store's tenant, nil: every tenant), derived records, the
-// sessions and, by cascade, their rows; and marks them erased in the
-// ledger. The sample it returns fills, within budget, with their
-// embeddings and text, read before the deletes, when the pipeline is sent.
+// eraseChecks are the guards queueErase folds into its first and last
+// statements, so that they cost no statement of their own.
+type eraseChecks struct {
+	// guard: the first statement is the batch guard (batchGuardSQL) under
+	// the epoch, which locks the sessions; else a statement run before
+	// locked them.
+	guard bool
+	// epoch, when not "", is checked again by the last statement
+	// (epochStillSQL): a DDL command that committed while the deletes
+	// waited for a lock rolls the batch back.
+	epoch string
+}
+
+// queueErase queues the removal of the sessions (locked by the guard, or
+// by a statement run before) and everything reached from them:
+// content-index entries (for the store's tenant, nil: every tenant),
+// derived records, the sessions and, by cascade, their rows; and marks
+// them erased in the ledger. The sample it returns fills, within budget,
+// with their embeddings and text, read before the deletes, when the
+// pipeline is sent.
 func queueErase(p *pipeline, l Layout, uid string, sessions []string, tenant *string, budget sampleBudget,
-	res *erasure.BatchResult) *batchSample {
+	res *erasure.BatchResult, checks eraseChecks) *batchSample {
 	res.Sessions = len(sessions)
 	counters := newDeletionCounters(l)
-	counters.queueBefore(p)
+	if checks.guard {
+		counters.queueGuardAndBefore(p, l, uid, sessions, tenant, checks.epoch)
+	} else {
+		counters.queueBefore(p)
+	}
 	sample := &batchSample{}
 	if budget.embeddings > 0 && len(l.Vectors) > 0 {
 		p.query("sample embeddings", sampleEmbeddingsSQL(l), []any{sessions, budget.embeddings}, func(rows pgx.Rows) error {
@@ -284,8 +293,7 @@ func queueErase(p *pipeline, l Layout, uid string, sessions []string, tenant *st
 	queueContentDeletes(p, l, sessions, tenant, res)
 	queueDerivedDeletes(p, l, sessions, res)
 	queueSessionDeletes(p, l, sessions)
-	counters.queueAfter(p, res)
-	queueMarkErased(p, uid, sessions, res)
+	counters.queueMarkErasedAndAfter(p, uid, sessions, checks.epoch, res)
 	return sample
 }
 
@@ -370,15 +378,18 @@ func queueDerivedDeletes(p *pipeline, l Layout, eligible []string, res *erasure.
 	}
 }
 
-// deletedCountersSQL reads, per table $1, the rows deleted by this
-// connection's transactions, from its statistics counters (they include
-// the cascade, and cost no second scan). Besides this transaction's rows
-// they count those of earlier transactions of the connection that the
-// backend has not yet flushed (PostgreSQL 15 flushes at most once a
-// second, when idle): a reading before the deletes and one after, in the
-// same transaction, differ by exactly this transaction's rows.
-const deletedCountersSQL = `SELECT array_agg(pg_stat_get_xact_tuples_deleted(to_regclass(t)) ORDER BY o)
-	FROM unnest($1::text[]) WITH ORDINALITY u(t, o)`
+// deletedCountersExpr reads, per table of the array at the placeholder
+// tables, the rows deleted by this connection's transactions, from its
+// statistics counters (they include the cascade, and cost no second scan).
+// Besides this transaction's rows they count those of earlier transactions
+// of the connection that the backend has not yet flushed (PostgreSQL 15
+// flushes at most once a second, when idle): a reading before the deletes
+// and one after, in the same transaction, differ by exactly this
+// transaction's rows.
+func deletedCountersExpr(tables string) string {
+	return `(SELECT array_agg(pg_stat_get_xact_tuples_deleted(to_regclass(t)) ORDER BY o)
+		FROM unnest(` + tables + `::text[]) WITH ORDINALITY u(t, o))`
+}
 
 // deletionCounters reads the deletion counters of sessions and the tables
 // cascading from it before and after the deletes.
@@ -398,16 +409,52 @@ func newDeletionCounters(l Layout) *deletionCounters {
 
 // queueBefore reads the counters; it must come before any delete.
 func (d *deletionCounters) queueBefore(p *pipeline) {
-	p.queryRow("read deletion counters", deletedCountersSQL, []any{d.names}, func(row pgx.Row) error {
+	p.queryRow("read deletion counters", `SELECT `+deletedCountersExpr("$1"), []any{d.names}, func(row pgx.Row) error {
 		return row.Scan(&d.before)
 	})
 }
 
-// queueAfter reads them again, after the deletes, and sets res.Rows to the difference.
-func (d *deletionCounters) queueAfter(p *pipeline, res *erasure.BatchResult) {
-	p.queryRow("read deletion counters", deletedCountersSQL, []any{d.names}, func(row pgx.Row) error {
+// queueGuardAndBefore queues the batch guard (batchGuardSQL) under epoch
+// and, in the same statement, reads the counters.
+func (d *deletionCounters) queueGuardAndBefore(p *pipeline, l Layout, uid string, sessions []string, tenant *string, epoch string) {
+	p.queryRow("guard the batch", batchGuardSQL(l, `, `+deletedCountersExpr("$6")),
+		[]any{uid, sessions, tenant, epoch, l.ContentDigest(), d.names}, func(row pgx.Row) error {
+			var ok bool
+			return row.Scan(&ok, &d.before)
+		})
+}
+
+// markErasedSQL marks the sessions $2 erased by the request $1 and reads
+// the deletion counters of the tables $3 after the deletes; checkEpoch: it
+// raises LE004 unless the catalog epoch is still $4 (epochStillSQL; not
+// named otherwise, as the long way runs where migration 00013, which makes
+// lethe.require_batch, is not applied). It runs last in the batch, after
+// the deletes: erased_at is the wall clock then, just before the commit,
+// not the transaction's start — a Backup that started while a long batch
+// ran reads the sessions, and must count as holding them.
+func markErasedSQL(checkEpoch bool) string {
+	check := `true`
+	if checkEpoch {
+		check = `lethe.require_batch(` + catalogEpochExpr + ` = $4, true)`
+	}
+	return `WITH u AS (UPDATE lethe.erasure_ledger SET erased_at = clock_timestamp()
+			WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) RETURNING erased_at)
+		SELECT coalesce(max(erased_at), clock_timestamp()), ` + deletedCountersExpr("$3") + `, ` + check + `
+		FROM u`
+}
+
+// queueMarkErasedAndAfter marks the sessions erased (markErasedSQL),
+// reads the counters again and sets res.Rows to the difference; epoch, when
+// not "", is checked in the same statement.
+func (d *deletionCounters) queueMarkErasedAndAfter(p *pipeline, uid string, sessions []string, epoch string, res *erasure.BatchResult) {
+	args := []any{uid, sessions, d.names}
+	if epoch != "" {
+		args = append(args, epoch)
+	}
+	p.queryRow("mark sessions erased", markErasedSQL(epoch != ""), args, func(row pgx.Row) error {
 		var after []int64
-		if err := row.Scan(&after); err != nil {
+		var ok bool
+		if err := row.Scan(&res.DeletedAt, &after, &ok); err != nil {
 			return err
 		}
 		for i, t := range d.tables {
@@ -428,23 +475,6 @@ func queueSessionDeletes(p *pipeline, l Layout, eligible []string) {
 			return fmt.Errorf("deleted %d sessions, expected %d: rolled back", tag.RowsAffected(), len(eligible))
 		}
 		return nil
-	})
-}
-
-// markErasedSQL marks the sessions $2 of the request $1 erased, by the
-// database's clock.
-// markErasedSQL marks the sessions $2 erased by the request $1. It runs last
-// in the batch, after the deletes: erased_at is the wall clock then, just
-// before the commit, not the transaction's start — a Backup that started
-// while a long batch ran reads the sessions, and must count as holding them.
-const markErasedSQL = `WITH u AS (UPDATE lethe.erasure_ledger SET erased_at = clock_timestamp()
-		WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) RETURNING erased_at)
-	SELECT coalesce(max(erased_at), clock_timestamp()), count(*) FROM u`
-
-func queueMarkErased(p *pipeline, uid string, eligible []string, res *erasure.BatchResult) {
-	p.queryRow("mark sessions erased", markErasedSQL, []any{uid, eligible}, func(row pgx.Row) error {
-		var marked int64
-		return row.Scan(&res.DeletedAt, &marked)
 	})
 }
 

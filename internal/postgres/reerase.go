@@ -121,7 +121,7 @@ func (e *Eraser) eraseBack(ctx context.Context, tx pgx.Tx, l Layout, uid string,
 		return fmt.Errorf("tombstone resurrected sessions: %w", err)
 	}
 	var p pipeline
-	queueErase(&p, l, uid, back, e.tenant(), sampleBudget{}, res)
+	queueErase(&p, l, uid, back, e.tenant(), sampleBudget{}, res, eraseChecks{})
 	return p.send(ctx, tx)
 }
 
