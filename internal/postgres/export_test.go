@@ -15,3 +15,9 @@ func (e *Eraser) VacuumsWaiting() int {
 
 // NotErasedSQL is Verify's ledger check, for its plan test.
 const NotErasedSQL = notErasedSQL
+
+// NearCopiesSQL is the residue probe's statement for one column, for its
+// plan test.
+func NearCopiesSQL(schema, table, column string) string {
+	return nearCopiesSQL(QColumn{Table: Table{Schema: schema, Name: table}, Column: column}, "")
+}

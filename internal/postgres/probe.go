@@ -60,7 +60,7 @@ func (e *Eraser) ProbeResidue(ctx context.Context, probe []erasure.Embedding, ma
 		}
 		name := c.col.String()
 		order = append(order, name)
-		queueNearCopies(&p, c, nearestSQL(c.col, rows[c.col.Table]), vecs, maxDistance, func() { found[name]++ })
+		queueNearCopies(&p, c, nearCopiesSQL(c.col, rows[c.col.Table]), vecs, maxDistance, func(n int64) { found[name] += n })
 	}
 	if len(p.names) == 0 {
 		return nil, nil
@@ -119,30 +119,39 @@ func vectorColumns(ctx context.Context, q Querier) ([]vectorColumn, error) {
 	return cols, nil
 }
 
-// nearestSQL reads the cosine distance from $1 to the nearest vector of c
-// on a row meeting the condition where ("" for every row).
-func nearestSQL(c QColumn, where string) string {
+// nearCopiesSQL counts the vectors of the array $1 (vectors in their text
+// form: pgx has no encoding for an array of vectors) whose nearest vector of
+// c, on a row meeting the condition where ("" for every row), is within
+// the cosine distance $2. One statement for the whole sample: each vector
+// is one nearest-neighbour lookup (the column's index, when it has one),
+// planned once.
+func nearCopiesSQL(c QColumn, where string) string {
 	if where != "" {
 		where = ` AND ` + where
 	}
-	return `SELECT ` + c.Ident() + ` <=> $1 FROM ` + c.Table.Ident() +
-		` WHERE ` + c.Ident() + ` IS NOT NULL` + where + ` ORDER BY ` + c.Ident() + ` <=> $1 LIMIT 1`
+	return `SELECT count(*) FROM unnest($1::text[]::vector[]) AS p(v)
+		CROSS JOIN LATERAL (SELECT ` + c.Ident() + ` <=> p.v AS d FROM ` + c.Table.Ident() +
+		` WHERE ` + c.Ident() + ` IS NOT NULL` + where + ` ORDER BY ` + c.Ident() + ` <=> p.v LIMIT 1) n
+		WHERE n.d <= $2`
 }
 
-// queueNearCopies queues, for each probe vector of c's dimensions, the
-// statement sql (a nearestSQL); near is called for each with a copy in c
-// closer than maxDistance.
-func queueNearCopies(p *pipeline, c vectorColumn, sql string, probe []pgvector.Vector, maxDistance float64, near func()) {
+// queueNearCopies queues sql (a nearCopiesSQL) with the probe vectors of
+// c's dimensions; near is called with how many have a copy in c closer
+// than maxDistance.
+func queueNearCopies(p *pipeline, c vectorColumn, sql string, probe []pgvector.Vector, maxDistance float64, near func(int64)) {
+	var vs []string
 	for _, v := range probe {
-		if c.dims > 0 && c.dims != len(v.Slice()) {
-			continue
+		if c.dims <= 0 || c.dims == len(v.Slice()) {
+			vs = append(vs, v.String())
 		}
-		p.query("probe "+c.col.String(), sql, []any{v}, func(rows pgx.Rows) error {
-			ds, err := pgx.CollectRows(rows, pgx.RowTo[*float64])
-			if len(ds) > 0 && ds[0] != nil && *ds[0] <= maxDistance {
-				near()
-			}
-			return err
-		})
 	}
+	if len(vs) == 0 {
+		return
+	}
+	p.queryRow("probe "+c.col.String(), sql, []any{vs, maxDistance}, func(row pgx.Row) error {
+		var n int64
+		err := row.Scan(&n)
+		near(n)
+		return err
+	})
 }
