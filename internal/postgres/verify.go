@@ -2,8 +2,8 @@ package postgres
 
 import (
 	"context"
-
-	"github.com/jackc/pgx/v5"
+	"fmt"
+	"strings"
 
 	"github.com/lethe-dev/lethe/internal/erasure"
 )
@@ -26,18 +26,28 @@ const notErasedSQL = `SELECT count(*) FROM unnest($1::text[]) AS r
 // request found, not what the ledger says was erased: a session a batch
 // skipped is found here. It counts rows in sessions and every cascading
 // table, content-index entries of their content, lineage rows, and the
-// sessions the ledger does not record as erased.
+// sessions the ledger does not record as erased: one statement, so every
+// count is read under one snapshot, in one round trip and no transaction.
 func (e *Eraser) Verify(ctx context.Context, req erasure.Request) ([]erasure.Verification, error) {
-	var out []erasure.Verification
-	err := e.inTx(ctx, readOnly, func(tx pgx.Tx, l Layout) error {
-		checks := leftoverChecks(l, req.UID, req.SessionIDs)
-		checks = append(checks, counting{name: "requested sessions the ledger does not record as erased", failure: "verify the ledger",
-			sql: notErasedSQL, arg: req.SessionIDs})
-		var err error
-		out, err = runChecks(ctx, tx, checks)
-		return err
-	})
-	return out, err
+	l, err := e.layout(ctx, e.Pool)
+	if err != nil {
+		return nil, err
+	}
+	checks := leftoverChecks(l, req.SessionIDs)
+	out := make([]erasure.Verification, len(checks))
+	counts := make([]string, len(checks))
+	for i, c := range checks {
+		out[i].Check = c.name
+		counts[i] = `(` + c.sql + `)`
+	}
+	var found []int64
+	if err := e.Pool.QueryRow(ctx, `SELECT ARRAY[`+strings.Join(counts, ", ")+`]::bigint[]`, req.SessionIDs, req.UID).Scan(&found); err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+	for i := range out {
+		out[i].Found = found[i]
+	}
+	return out, nil
 }
 
 // countLineageSQL counts the lineage rows that name one of the sessions $1.
@@ -46,7 +56,7 @@ func countLineageSQL(lin Lineage) string {
 }
 
 // leftContentSQL counts the entries of a content-keyed table whose keyed
-// hash is one of the request $1's content ledger rows and that the erasure
+// hash is one of the request $2's content ledger rows and that the erasure
 // should have removed: any such entry, or, where the table records tenants
 // and the row names one, an entry that still lists that tenant or none.
 // The sessions are gone, and the ledger holds only keyed hashes: each key
@@ -58,40 +68,26 @@ func leftContentSQL(idx ContentIndex) string {
 		tenant = ` AND (l.tenant_id IS NULL OR l.tenant_id = ANY(` + idx.Tenants("i") + `) OR cardinality(` + idx.Tenants("i") + `) = 0)`
 	}
 	return `SELECT count(*) FROM ` + idx.Table.Ident() + ` i
-		WHERE EXISTS (SELECT 1 FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'content')
-		  AND EXISTS (SELECT 1 FROM lethe.erasure_ledger l WHERE l.request_uid = $1 AND l.scope = 'content'
+		WHERE EXISTS (SELECT 1 FROM lethe.erasure_ledger WHERE request_uid = $2 AND scope = 'content')
+		  AND EXISTS (SELECT 1 FROM lethe.erasure_ledger l WHERE l.request_uid = $2 AND l.scope = 'content'
 			AND l.record_id = lethe.content_hash(i.` + idx.Ident() + `)` + tenant + `)`
 }
 
+// verifyCheck is one of Verify's counts: its name in the evidence and its
+// statement, of the sessions $1 and the request $2 (text).
+type verifyCheck struct{ name, sql string }
+
 // leftoverChecks are Verify's checks, in the order they are reported.
-func leftoverChecks(l Layout, uid string, ids []string) []counting {
-	cs := rowCountings(l, ids, "verify")
-	for i := range cs {
-		cs[i].name = "rows of the sessions in " + cs[i].name
+func leftoverChecks(l Layout, ids []string) []verifyCheck {
+	var cs []verifyCheck
+	for _, c := range rowCountings(l, ids, "verify") {
+		cs = append(cs, verifyCheck{name: "rows of the sessions in " + c.name, sql: c.sql})
 	}
 	for _, idx := range l.ContentIndexes {
-		t := idx.Table.String()
-		cs = append(cs, counting{name: erasure.CheckPrefixContent + t, failure: "verify " + t, sql: leftContentSQL(idx), arg: uid})
+		cs = append(cs, verifyCheck{name: erasure.CheckPrefixContent + idx.Table.String(), sql: leftContentSQL(idx)})
 	}
 	for _, lin := range l.Lineages {
-		t := lin.Table.String()
-		cs = append(cs, counting{name: erasure.CheckPrefixDerived + t, failure: "verify " + t, sql: countLineageSQL(lin), arg: ids})
+		cs = append(cs, verifyCheck{name: erasure.CheckPrefixDerived + lin.Table.String(), sql: countLineageSQL(lin)})
 	}
-	return cs
-}
-
-// runChecks runs every check in one pipelined round trip, in order.
-func runChecks(ctx context.Context, tx pgx.Tx, cs []counting) ([]erasure.Verification, error) {
-	out := make([]erasure.Verification, len(cs))
-	var p pipeline
-	for i, c := range cs {
-		out[i].Check = c.name
-		p.queryRow(c.failure, c.sql, c.arguments(), func(row pgx.Row) error {
-			return row.Scan(&out[i].Found)
-		})
-	}
-	if err := p.send(ctx, tx); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return append(cs, verifyCheck{name: "requested sessions the ledger does not record as erased", sql: notErasedSQL})
 }
