@@ -48,6 +48,7 @@ func (r *ErasureRequestReconciler) finalize(ctx context.Context, er *lethev1.Era
 	r.machine.Forget(string(er.UID))
 	r.finishing.Delete(er.UID)
 	r.mirrored.Delete(er.UID)
+	r.guarded.Delete(er.UID)
 	controllerutil.RemoveFinalizer(er, Finalizer)
 	if err := patchFinalizers(ctx, r.Client, er); err != nil && !apierrors.IsNotFound(err) {
 		return requeueOnConflict(err)

@@ -184,6 +184,9 @@ func (c *claims) Claim(ctx context.Context, claim metav1.Condition) (bool, error
 	}
 	c.r.record(c.p, erasure.Outcome{Condition: &erasure.Condition{Type: claim.Type, OK: claim.Status == metav1.ConditionTrue,
 		Reason: claim.Reason, Message: claim.Message}})
+	// Summarized as the pass's last write would be: a pass that ends right
+	// after the claim (its deletion waits for the vacuum) then writes nothing more.
+	erasure.Summarize(c.p.req)
 	base := c.latest.DeepCopy()
 	c.latest.Status = *c.p.req.Status.DeepCopy()
 	if err := c.r.Client.Status().Patch(ctx, c.latest, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
