@@ -177,12 +177,17 @@ type AuditMemo struct {
 	compliant   string
 	layout      *Layout
 	layoutEpoch string
+	// vectors are the database's vector columns (every schema), read
+	// under the catalog epoch vectorsEpoch: the residue probes' targets.
+	vectors      []vectorColumn
+	vectorsEpoch string
 }
 
 // forPool resets the memo when it was made for another pool; m.mu is held.
 func (m *AuditMemo) forPool(p DB) {
 	if m.pool != p {
 		m.pool, m.compliant, m.layout, m.layoutEpoch = p, "", nil, ""
+		m.vectors, m.vectorsEpoch = nil, ""
 	}
 }
 

@@ -40,11 +40,11 @@ func (e *Eraser) ProbeResidue(ctx context.Context, probe []erasure.Embedding, ma
 	if len(probe) == 0 {
 		return nil, nil
 	}
-	l, err := e.layout(ctx, e.Pool)
+	l, epoch, err := e.layoutAndEpoch(ctx, e.Pool)
 	if err != nil {
 		return nil, err
 	}
-	cols, err := vectorColumns(ctx, e.Pool)
+	cols, err := e.vectorColumns(ctx, epoch)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +103,33 @@ func vectors(es []erasure.Embedding) []pgvector.Vector {
 	return out
 }
 
-func vectorColumns(ctx context.Context, q Querier) ([]vectorColumn, error) {
+// vectorColumns are the database's vector columns. Under a catalog epoch
+// (the one the Eraser's layout was read under; "" none) they are read once
+// and shared through the memo: a column added since is DDL, which moves
+// the epoch, and the next pass's Eraser reads them again.
+func (e *Eraser) vectorColumns(ctx context.Context, epoch string) ([]vectorColumn, error) {
+	m := e.memo()
+	if epoch != "" {
+		m.mu.Lock()
+		m.forPool(e.Pool)
+		cols, ok := m.vectors, m.vectorsEpoch == epoch
+		m.mu.Unlock()
+		if ok {
+			return cols, nil
+		}
+	}
+	cols, err := readVectorColumns(ctx, e.Pool)
+	if err != nil || epoch == "" {
+		return cols, err
+	}
+	m.mu.Lock()
+	m.forPool(e.Pool)
+	m.vectors, m.vectorsEpoch = cols, epoch
+	m.mu.Unlock()
+	return cols, nil
+}
+
+func readVectorColumns(ctx context.Context, q Querier) ([]vectorColumn, error) {
 	rows, err := q.Query(ctx, vectorColumnsSQL)
 	if err != nil {
 		return nil, fmt.Errorf("list vector columns: %w", err)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lethe-dev/lethe/internal/erasure"
 	"github.com/lethe-dev/lethe/internal/postgres"
 )
 
@@ -40,5 +41,47 @@ func TestResidueProbeLooksEachVectorUpByIndex(t *testing.T) {
 	// [2,4,6] is [1,2,3] scaled: at cosine distance 0 it is a copy too.
 	if err := conn.QueryRow(ctx, sql, `{"[1,2,3]","[2,4,6]","[3,1,2]"}`, 1e-6).Scan(&n); err != nil || n != 3 {
 		t.Fatalf("vectors with a copy: %d, %v; want 3", n, err)
+	}
+}
+
+// The probes' list of vector columns is shared by a store's passes under a
+// catalog epoch: a copy table created after one pass probed is DDL, and the
+// next pass's probe finds the copy in it.
+func TestResidueProbeSeesAVectorColumnCreatedSinceTheLastPass(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	base := eraser(t, dsn, "t1")
+	memo := &postgres.AuditMemo{}
+	pass := func() *postgres.Eraser {
+		return &postgres.Eraser{Pool: base.Pool, Schema: base.Schema, TenantID: base.TenantID, Memo: memo}
+	}
+	req := erasure.Request{UID: "uid-late-copy", SessionIDs: []string{sessA}}
+	if _, err := pass().Tombstone(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, conn, `CREATE TABLE public.early_copy (v vector(384))`)
+	mustExec(t, conn, `INSERT INTO public.early_copy SELECT embedding FROM memory.rounds WHERE session_id = $1 LIMIT 1`, sessA)
+	res, err := pass().Delete(ctx, req, 10, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := pass()
+	if residue, err := first.ProbeResidue(ctx, res.Probe, 1e-6); err != nil || len(residue) != 1 || residue[0].Column != "public.early_copy.v" {
+		t.Fatalf("first pass: residue %+v, %v; want the copy in public.early_copy.v", residue, err)
+	}
+	mustExec(t, conn, `CREATE TABLE public.late_copy (v vector(384))`)
+	mustExec(t, conn, `INSERT INTO public.late_copy SELECT v FROM public.early_copy`)
+	residue, err := pass().ProbeResidue(ctx, res.Probe, 1e-6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, r := range residue {
+		got[r.Column] = true
+	}
+	if !got["public.late_copy.v"] || !got["public.early_copy.v"] {
+		t.Errorf("next pass: residue %+v; want copies in public.early_copy.v and public.late_copy.v", residue)
 	}
 }

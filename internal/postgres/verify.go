@@ -40,8 +40,11 @@ func (e *Eraser) Verify(ctx context.Context, req erasure.Request) ([]erasure.Ver
 		out[i].Check = c.name
 		counts[i] = `(` + c.sql + `)`
 	}
+	// $2 is named whatever the checks: a store without a content index
+	// would otherwise leave its type undetermined.
 	var found []int64
-	if err := e.Pool.QueryRow(ctx, `SELECT ARRAY[`+strings.Join(counts, ", ")+`]::bigint[]`, req.SessionIDs, req.UID).Scan(&found); err != nil {
+	if err := e.Pool.QueryRow(ctx, `SELECT ARRAY[`+strings.Join(counts, ", ")+`]::bigint[], $2::text`,
+		req.SessionIDs, req.UID).Scan(&found, nil); err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
 	for i := range out {

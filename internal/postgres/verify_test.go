@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/lethe-dev/lethe/internal/erasure"
@@ -68,5 +69,36 @@ func TestVerifyCountsWhatIsLeftUnderEachCheck(t *testing.T) {
 	}
 	if len(checks) != len(clean) {
 		t.Errorf("%d checks, want the %d of the request's own verification", len(checks), len(clean))
+	}
+}
+
+// A store whose content-index registry is empty (the audit reports it)
+// still verifies: the request's parameter stands in the statement without
+// a content check to name it.
+func TestVerifyWithoutAContentIndex(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	req := erasure.Request{UID: "uid-verify-no-index", SessionIDs: []string{sessA}}
+	e := eraser(t, dsn, "t1")
+	if _, err := e.Tombstone(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Delete(ctx, req, 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, conn, `DELETE FROM lethe.content_indexes`)
+	checks, err := eraser(t, dsn, "t1").Verify(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range checks {
+		if strings.HasPrefix(c.Check, erasure.CheckPrefixContent) {
+			t.Errorf("a content check with no content index registered: %s", c.Check)
+		}
+		if c.Found != 0 {
+			t.Errorf("%s = %d", c.Check, c.Found)
+		}
 	}
 }
