@@ -62,6 +62,9 @@ type Velero struct {
 type VeleroOptions struct {
 	// Namespace Velero works in (default "velero"), created if missing.
 	Namespace string
+	// ConcurrentBackups is how many Backups Velero takes at once
+	// (--concurrent-backups; 0: Velero's default, one).
+	ConcurrentBackups int
 }
 
 // veleroBinaries are the server, its plugin and the object store's server:
@@ -131,6 +134,9 @@ func StartVelero(cfg *rest.Config, o VeleroOptions) (v *Velero, err error) {
 		"--plugin-dir", filepath.Join(v.dir, "plugins"), "--default-volumes-to-fs-backup=false",
 		"--metrics-address", fmt.Sprintf("127.0.0.1:%d", metrics), "--profiler-address", "",
 		"--garbage-collection-frequency", "1s", "--backup-sync-period", "1s", "--store-validation-frequency", "5s"}
+	if o.ConcurrentBackups > 0 {
+		v.args = append(v.args, fmt.Sprintf("--concurrent-backups=%d", o.ConcurrentBackups))
+	}
 	v.env = append(os.Environ(), "AWS_SHARED_CREDENTIALS_FILE="+filepath.Join(v.dir, "credentials"), "TMPDIR="+filepath.Join(v.dir, "tmp"))
 	return v, v.launch()
 }

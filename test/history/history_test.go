@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -129,6 +130,16 @@ func BenchmarkR13HistoryChecker(b *testing.B) {
 // it erased (their re-ingestion is refused) and whose namespaces it made.
 var passRuns atomic.Int64
 
+// phases adds up where a pass's rounds spend their time.
+type phases struct {
+	setup, requests, restore, finish time.Duration
+}
+
+func (ph *phases) String() string {
+	return fmt.Sprintf("seeding and Backups %s, requests until done %s, restores until intact %s, checks %s",
+		ph.setup.Round(time.Second), ph.requests.Round(time.Second), ph.restore.Round(time.Second), ph.finish.Round(time.Second))
+}
+
 // passResult is what a pass of the history checker did.
 type passResult struct {
 	// first is the ID of the pass's first run (passRuns).
@@ -137,6 +148,7 @@ type passResult struct {
 	elapsed               time.Duration
 	violations            []string
 	faults                *faults
+	phases                phases
 }
 
 // historyPass runs total scenarios in rounds of perRound concurrent runs,
@@ -171,7 +183,7 @@ func historyPass(tb testing.TB, total, perRound int, seed uint64) passResult {
 	started := time.Now()
 	for i := 0; res.runs < total; i++ {
 		n := min(res.perRound, total-res.runs)
-		r := &round{t: tb, e: e, db: db, gc: gc, m: m, f: f, seed: seed + uint64(i), first: res.first + res.runs}
+		r := &round{t: tb, e: e, db: db, gc: gc, m: m, f: f, seed: seed + uint64(i), first: res.first + res.runs, phases: &res.phases}
 		rng := rand.New(rand.NewPCG(r.seed, restoreStream))
 		if rng.Float64() < res.restoreProb || res.restoreProb > 0 && res.runs+n >= total && f.restores == 0 {
 			r.restore = &restoreFault{file: filepath.Join(e.dir, fmt.Sprintf("round-%d.dump", i)), deleteOne: rng.IntN(2) == 0, rng: rng}
@@ -191,6 +203,7 @@ func historyPass(tb testing.TB, total, perRound int, seed uint64) passResult {
 	}
 	res.elapsed = time.Since(started)
 	tb.Logf("%d runs in %s: %s; %d violations", res.runs, res.elapsed.Round(time.Second), f, len(res.violations))
+	tb.Logf("where the rounds' time went: %s", &res.phases)
 	return res
 }
 
@@ -247,6 +260,8 @@ type round struct {
 	seq   int64 // the last effect recorded before the round's requests
 	// restore is nil when the round does not restore its database.
 	restore *restoreFault
+	// phases adds up the round's time (the pass's).
+	phases *phases
 }
 
 // setup seeds n runs and records what they hold first.
@@ -277,7 +292,16 @@ func (r *round) setup(ctx context.Context, n int) ([]*runPlan, map[*runPlan]runR
 		}
 		return nil
 	})
-	return plans, before, err
+	if err != nil {
+		return nil, nil, err
+	}
+	// The round's Backups are taken together (Velero takes a round's worth
+	// at once: see setup).
+	var g errgroup.Group
+	for _, p := range plans {
+		g.Go(func() error { return backUp(ctx, r.e, p) })
+	}
+	return plans, before, g.Wait()
 }
 
 // run sets up n runs, starts the recorders, applies the requests, injects
@@ -286,6 +310,12 @@ func (r *round) setup(ctx context.Context, n int) ([]*runPlan, map[*runPlan]runR
 // checks each run.
 func (r *round) run(ctx context.Context, n int) ([]string, error) {
 	e, first := r.e, r.first
+	mark := time.Now()
+	lap := func(d *time.Duration) {
+		now := time.Now()
+		*d += now.Sub(mark)
+		mark = now
+	}
 	plans, before, err := r.setup(ctx, n)
 	if err != nil {
 		return nil, err
@@ -306,6 +336,7 @@ func (r *round) run(ctx context.Context, n int) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	lap(&r.phases.setup)
 	graphs := startGraphRecorder(ctx, e.fdb.Addr())
 
 	// Cancels end with the requests; faults, re-ingestion and Velero go on
@@ -364,6 +395,7 @@ func (r *round) run(ctx context.Context, n int) ([]string, error) {
 			first, first+n-1, pending, activity)}, nil
 	}
 	stopCancels()
+	lap(&r.phases.requests)
 	var heldAt time.Time
 	if r.restore != nil {
 		if heldAt, err = r.restoreAndWait(ctx, plans); err != nil {
@@ -381,6 +413,8 @@ func (r *round) run(ctx context.Context, n int) ([]string, error) {
 			return nil, err
 		}
 	}
+	lap(&r.phases.restore)
+	defer lap(&r.phases.finish)
 	return r.finish(ctx, plans, before, api, graphs, reingestions, reingestRNG)
 }
 

@@ -124,7 +124,9 @@ func setup(m *testing.M) (int, error) {
 	if err := e.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: receiptKeyNS}}); err != nil {
 		return 1, err
 	}
-	if e.velero, err = testenv.StartVelero(e.cp.Config, testenv.VeleroOptions{Namespace: veleroNS}); err != nil {
+	// A round's Backups are taken at once, as many as a round has runs.
+	concurrent := envInt("LETHE_HISTORY_PER_ROUND", 10)
+	if e.velero, err = testenv.StartVelero(e.cp.Config, testenv.VeleroOptions{Namespace: veleroNS, ConcurrentBackups: concurrent}); err != nil {
 		return 1, err
 	}
 	defer e.velero.Stop()

@@ -141,8 +141,9 @@ func newPlan(id int, seed uint64) *runPlan {
 }
 
 // seedRun writes the run's sessions (each mentioning two of a few names, so
-// entities are shared), derives its graph, and creates its Secrets, Backups
-// and MemoryStore. It returns the graph as it was first.
+// entities are shared), derives its graph, and creates its namespace,
+// Secret and the data object its Backup holds. backUp then takes the
+// Backup and creates the MemoryStore.
 func seedRun(ctx context.Context, e *env, conn *pgx.Conn, g *graph.Graph, p *runPlan) error {
 	rng := rand.New(rand.NewPCG(p.Seed, uint64(p.ID)+1))
 	for k, s := range append(slices.Clone(p.Own), p.Foreign) {
@@ -175,10 +176,14 @@ func seedRun(ctx context.Context, e *env, conn *pgx.Conn, g *graph.Graph, p *run
 	// Velero backs the run's namespace up (a stand-in data object in it)
 	// before any request: its Backup may hold every erasure of the run.
 	p.Backup, p.Decoy = p.NS+"-nightly", decoyBackup
-	if err := e.k8s.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "memory-stand-in", Namespace: p.NS},
-		Data: map[string]string{"run": p.NS}}); err != nil {
-		return err
-	}
+	return e.k8s.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "memory-stand-in", Namespace: p.NS},
+		Data: map[string]string{"run": p.NS}})
+}
+
+// backUp has Velero back the run's namespace up, waits until the Backup is
+// complete, then creates the run's MemoryStore: every request of the run
+// comes after its Backup.
+func backUp(ctx context.Context, e *env, p *runPlan) error {
 	if _, err := e.velero.TakeBackup(ctx, p.Backup, testenv.BackupOptions{Labels: map[string]string{"app": p.NS}, Namespaces: []string{p.NS}, TTL: 90 * 24 * time.Hour}); err != nil {
 		return err
 	}
