@@ -410,28 +410,8 @@ func TestTheLongWayChecksItsAuditedEpochAtItsEnd(t *testing.T) {
 	if _, err := eraser(t, dsn, "t1").Tombstone(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	holder := connect(t, dsn)
-	tx, err := holder.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM memory.sessions WHERE id = $1 FOR UPDATE`, sessA); err != nil {
-		t.Fatal(err)
-	}
 	e := eraser(t, dsn, "t1")
-	done := make(chan error, 1)
-	go func() {
-		_, err := e.Delete(ctx, req, 10, 0)
-		done <- err
-	}()
-	waitForLock(t, conn, "%FOR UPDATE%")
-	mustExec(t, conn, `INSERT INTO lethe.content_sources (source_table, hash_column) VALUES ('memory.artifacts', 'content_sha256')`)
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	deleteWhileASourceIsRegistered(t, dsn, conn, e, req, "%FOR UPDATE%")
 	if w := e.Ways(); w.Short != 0 || w.Long != 1 {
 		t.Errorf("batches by way: %+v, want one long way", w)
 	}
@@ -591,8 +571,26 @@ func TestTheShortWayChecksItsEpochAtItsEnd(t *testing.T) {
 	if _, err := e.Tombstone(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	holder := connect(t, dsn)
-	tx, err := holder.Begin(ctx)
+	deleteWhileASourceIsRegistered(t, dsn, conn, e, req, "%lethe.require_batch%")
+	if w := e.Ways(); w != (postgres.BatchWays{Declined: 1, Long: 1}) {
+		t.Errorf("batches by way: %+v, want the short way declined, then the long way", w)
+	}
+	if n := artifactLedgerRows(t, conn, req.UID, sessA); n != 1 {
+		t.Errorf("%d ledger rows for the hash of the source registered during the batch, want 1", n)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM memory.sessions WHERE id = $1`, sessA); n != 0 {
+		t.Error("the session was not deleted")
+	}
+}
+
+// deleteWhileASourceIsRegistered deletes req's one session (sessA) with e
+// while another transaction holds the session's lock: once a statement
+// like waiting waits for it, memory.artifacts is registered as a content
+// source and the lock is released; it returns when the deletion is done.
+func deleteWhileASourceIsRegistered(t *testing.T, dsn string, conn *pgx.Conn, e *postgres.Eraser, req erasure.Request, waiting string) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := connect(t, dsn).Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -604,21 +602,12 @@ func TestTheShortWayChecksItsEpochAtItsEnd(t *testing.T) {
 		_, err := e.Delete(ctx, req, 10, 0)
 		done <- err
 	}()
-	waitForLock(t, conn, "%lethe.require_batch%")
+	waitForLock(t, conn, waiting)
 	mustExec(t, conn, `INSERT INTO lethe.content_sources (source_table, hash_column) VALUES ('memory.artifacts', 'content_sha256')`)
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
-	}
-	if w := e.Ways(); w != (postgres.BatchWays{Declined: 1, Long: 1}) {
-		t.Errorf("batches by way: %+v, want the short way declined, then the long way", w)
-	}
-	if n := artifactLedgerRows(t, conn, req.UID, sessA); n != 1 {
-		t.Errorf("%d ledger rows for the hash of the source registered during the batch, want 1", n)
-	}
-	if n := count(t, conn, `SELECT count(*) FROM memory.sessions WHERE id = $1`, sessA); n != 0 {
-		t.Error("the session was not deleted")
 	}
 }
