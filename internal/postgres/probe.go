@@ -40,11 +40,11 @@ func (e *Eraser) ProbeResidue(ctx context.Context, probe []erasure.Embedding, ma
 	if len(probe) == 0 {
 		return nil, nil
 	}
-	l, epoch, err := e.layoutAndEpoch(ctx, e.Pool)
+	l, err := e.layout(ctx, e.Pool)
 	if err != nil {
 		return nil, err
 	}
-	cols, err := e.vectorColumns(ctx, epoch)
+	cols, err := e.vectorColumns(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -103,11 +103,12 @@ func vectors(es []erasure.Embedding) []pgvector.Vector {
 	return out
 }
 
-// vectorColumns are the database's vector columns. Under a catalog epoch
-// (the one the Eraser's layout was read under; "" none) they are read once
-// and shared through the memo: a column added since is DDL, which moves
-// the epoch, and the next pass's Eraser reads them again.
-func (e *Eraser) vectorColumns(ctx context.Context, epoch string) ([]vectorColumn, error) {
+// vectorColumns are the database's vector columns now. Under a catalog
+// epoch they are read once and shared through the memo: a column added
+// since is DDL, which moves the epoch (read now, not when the pass began:
+// a copy table created while the pass deleted is probed).
+func (e *Eraser) vectorColumns(ctx context.Context) ([]vectorColumn, error) {
+	epoch := readEpoch(ctx, e.Pool)
 	m := e.memo()
 	if epoch != "" {
 		m.mu.Lock()
