@@ -8,9 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/FalkorDB/falkordb-go/v2"
 )
 
 // FalkorDB is a Valkey server with the FalkorDB module loaded, on a loopback port.
@@ -136,6 +139,35 @@ func (f *FalkorDB) command(resp, wantPrefix string) error {
 	}
 	if !strings.HasPrefix(line, wantPrefix) {
 		return fmt.Errorf("answered %q", strings.TrimSpace(line))
+	}
+	return nil
+}
+
+// Graphs lists the server's graphs.
+func (f *FalkorDB) Graphs() ([]string, error) {
+	db, err := falkordb.FalkorDBNew(&falkordb.ConnectionOption{Addr: f.Addr()})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = db.Conn.Close() }()
+	return db.ListGraphs()
+}
+
+// DeleteGraph removes a graph and everything in it (a finished test's, so
+// that the server's saves and loads do not grow with every test before it).
+// A graph that does not exist is not an error.
+func (f *FalkorDB) DeleteGraph(key string) error {
+	graphs, err := f.Graphs()
+	if err != nil || !slices.Contains(graphs, key) {
+		return err
+	}
+	db, err := falkordb.FalkorDBNew(&falkordb.ConnectionOption{Addr: f.Addr()})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = db.Conn.Close() }()
+	if err := db.SelectGraph(key).Delete(); err != nil {
+		return fmt.Errorf("GRAPH.DELETE %s: %w", key, err)
 	}
 	return nil
 }

@@ -1,9 +1,11 @@
 package testenv_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/lethe-dev/lethe/internal/graph"
 	"github.com/lethe-dev/lethe/internal/testenv"
 )
 
@@ -46,5 +48,43 @@ func TestPostgresStartsAndStops(t *testing.T) {
 	// The server is gone: its port accepts no connection.
 	if err := pg.Exec(t.Context(), "postgres", "SELECT 1"); err == nil {
 		t.Fatalf("postgres on port %d still answers after Stop", port)
+	}
+}
+
+// DeleteGraph removes the graph it names, and only that one; a graph
+// that does not exist is not an error.
+func TestFalkorDBDeletesAGraph(t *testing.T) {
+	ctx := t.Context()
+	f, err := testenv.StartFalkorDB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Stop)
+	c, err := graph.Open(f.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	for _, key := range []string{"done", "kept"} {
+		if _, err := c.Graph(key).Query(ctx, "CREATE (:Entity {key: 'k'})", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.DeleteGraph("done"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.DeleteGraph("never-made"); err != nil {
+		t.Fatalf("a graph that does not exist: %v", err)
+	}
+	graphs, err := f.Graphs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(graphs, []string{"kept"}) {
+		t.Errorf("graphs after deleting done: %q, want only kept", graphs)
+	}
+	els, err := testenv.GraphElements(ctx, c.Graph("kept"))
+	if err != nil || len(els) != 1 {
+		t.Errorf("the graph kept: %v, %v; want its one node", els, err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	"github.com/vmware-tanzu/velero/pkg/label"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -389,6 +390,26 @@ func (v *Velero) WaitBackup(ctx context.Context, name string) (*velerov1.Backup,
 		err = fmt.Errorf("backup %s ended %s: %v", name, b.Status.Phase, b.Status.ValidationErrors)
 	}
 	return b, err
+}
+
+// DeleteBackup asks Velero to delete a Backup and its files, as an operator
+// would (a DeleteBackupRequest), and returns the request without waiting:
+// Velero removes the Backup, its files and then the request. A Backup
+// already gone is not an error (nil request).
+func (v *Velero) DeleteBackup(ctx context.Context, name string) (*velerov1.DeleteBackupRequest, error) {
+	b := &velerov1.Backup{}
+	if err := v.c.Get(ctx, client.ObjectKey{Namespace: v.Namespace, Name: name}, b); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	req := &velerov1.DeleteBackupRequest{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: name + "-", Namespace: v.Namespace,
+			Labels: map[string]string{velerov1.BackupNameLabel: label.GetValidName(name), velerov1.BackupUIDLabel: string(b.UID)}},
+		Spec: velerov1.DeleteBackupRequestSpec{BackupName: name},
+	}
+	if err := v.c.Create(ctx, req); err != nil {
+		return nil, fmt.Errorf("create a DeleteBackupRequest for %s/%s: %w", v.Namespace, name, err)
+	}
+	return req, nil
 }
 
 func (v *Velero) waitBackup(ctx context.Context, name string, done func(*velerov1.Backup) bool) (*velerov1.Backup, error) {

@@ -66,13 +66,17 @@ func TestVeleroBehavesAsLetheAssumes(t *testing.T) {
 	waitGone(t, v, "gc")
 
 	// A DeleteBackupRequest.
-	req := &velerov1.DeleteBackupRequest{ObjectMeta: metav1.ObjectMeta{Name: "dbr-delete", Namespace: v.Namespace,
-		Labels: map[string]string{velerov1.BackupNameLabel: "dbr", velerov1.BackupUIDLabel: string(dbr.UID)}},
-		Spec: velerov1.DeleteBackupRequestSpec{BackupName: "dbr"}}
-	if err := c.Create(ctx, req); err != nil {
+	req, err := v.DeleteBackup(ctx, "dbr")
+	if err != nil {
 		t.Fatal(err)
 	}
+	if req == nil || req.Labels[velerov1.BackupUIDLabel] != string(dbr.UID) {
+		t.Fatalf("DeleteBackup of an existing Backup (uid %s) made %+v", dbr.UID, req)
+	}
 	waitGone(t, v, "dbr")
+	if again, err := v.DeleteBackup(ctx, "dbr"); err != nil || again != nil {
+		t.Fatalf("DeleteBackup of a Backup already gone: %+v, %v; want neither a request nor an error", again, err)
+	}
 	eventually(t, 30*time.Second, func() error {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(req), req); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("the processed DeleteBackupRequest is still there (phase %s, error %w)", req.Status.Phase, err)

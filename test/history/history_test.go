@@ -487,7 +487,8 @@ func (r *round) restoreAndWait(ctx context.Context, plans []*runPlan) (time.Time
 }
 
 // finish makes the final re-ingestion attempts, reads the end state, stops
-// the recorders, checks every run and removes its requests and store.
+// the recorders, checks every run and removes its requests and store (and,
+// when the run passed, its Backup and graph: cleanUp).
 func (r *round) finish(ctx context.Context, plans []*runPlan, before map[*runPlan]runRecord,
 	api *apiRecorder, graphs *graphRecorder, reingestions *reingestLog, rng *rand.Rand) ([]string, error) {
 	e := r.e
@@ -574,6 +575,12 @@ func (r *round) finish(ctx context.Context, plans []*runPlan, before map[*runPla
 			_ = client.IgnoreNotFound(e.k8s.Delete(ctx, rec.Final[pr.Name]))
 		}
 		_ = e.k8s.Delete(ctx, &lethev1.MemoryStore{ObjectMeta: metaOf(p.NS, "memory")})
+		// A run with a violation keeps its Backup and graph to look at.
+		if len(found) == 0 {
+			if err := cleanUp(ctx, e, p); err != nil {
+				r.t.Errorf("run %d: clean up: %v", p.ID, err)
+			}
+		}
 	}
 	return violations, nil
 }

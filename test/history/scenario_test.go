@@ -204,6 +204,18 @@ func backUp(ctx context.Context, e *env, p *runPlan) error {
 	})
 }
 
+// cleanUp removes what a finished run leaves outside the cluster's API:
+// its Backup (Velero's sync and garbage collection walk every Backup each
+// second) and its graph (FalkorDB saves and loads every graph at each
+// restart). A later run then costs what an earlier one did. The Secret
+// stays: the store's finalizer reads it for a last reap of tombstones.
+func cleanUp(ctx context.Context, e *env, p *runPlan) error {
+	if _, err := e.velero.DeleteBackup(ctx, p.Backup); err != nil {
+		return err
+	}
+	return e.fdb.DeleteGraph(p.GraphKey)
+}
+
 // createRequests applies the run's requests and returns when they exist.
 func createRequests(ctx context.Context, e *env, p *runPlan) error {
 	for _, r := range p.Requests {
