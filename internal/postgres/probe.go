@@ -52,25 +52,17 @@ func (e *Eraser) ProbeResidue(ctx context.Context, probe []erasure.Embedding, ma
 	cascade := l.inCascade()
 	rows := probedContentRows(l)
 	var out []erasure.Residue
-	// Read-only: the probe reads every schema, and nothing it reaches
-	// (a policy, a function) may write.
-	err = pgx.BeginTxFunc(ctx, e.Pool, readOnly, func(tx pgx.Tx) error {
-		for _, c := range cols {
-			if cascade[c.col.Table] || e.excluded(c.col.Table) {
-				continue
-			}
-			n, err := nearCopies(ctx, tx, c, nearCopiesSQL(c.col, rows[c.col.Table]), vecs, maxDistance)
-			if err != nil {
-				return err
-			}
-			if n > 0 {
-				out = append(out, erasure.Residue{Column: c.col.String(), Found: n})
-			}
+	for _, c := range cols {
+		if cascade[c.col.Table] || e.excluded(c.col.Table) {
+			continue
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
+		n, err := nearCopies(ctx, e.Pool, c, nearCopiesSQL(c.col, rows[c.col.Table]), vecs, maxDistance)
+		if err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			out = append(out, erasure.Residue{Column: c.col.String(), Found: n})
+		}
 	}
 	return out, nil
 }

@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -98,64 +97,4 @@ func TestResidueProbeSeesAVectorColumnCreatedSinceTheLastProbe(t *testing.T) {
 	if !got["public.late_copy.v"] || !got["public.early_copy.v"] {
 		t.Errorf("second probe: residue %+v; want copies in public.early_copy.v and public.late_copy.v", residue)
 	}
-}
-
-// The probe's plan is kept by the server (a prepared statement): under a
-// generic plan, made without the values, it finds what a plan made with
-// them finds, and a copy table dropped and created again under the same
-// name is probed, not the table the kept plan was made for.
-func TestResidueProbeFindsCopiesUnderItsKeptPlan(t *testing.T) {
-	ctx := context.Background()
-	dsn := migratedDB(t)
-	conn := connect(t, dsn)
-	seedTenants(t, conn)
-	custom := eraser(t, dsn, "t1")
-	// One connection, so that every probe meets the plan the one before kept.
-	pool, err := postgres.Connect(ctx, dsn+"&options=-c%20plan_cache_mode%3Dforce_generic_plan",
-		postgres.Options{Vector: true, MaxConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	generic := &postgres.Eraser{Pool: pool, Schema: "memory", TenantID: "t1"}
-	req := erasure.Request{UID: "uid-kept-plan", SessionIDs: []string{sessA}}
-	if _, err := custom.Tombstone(ctx, req); err != nil {
-		t.Fatal(err)
-	}
-	var copied string
-	if err := conn.QueryRow(ctx, `SELECT embedding::text FROM memory.rounds WHERE session_id = $1 AND embedding IS NOT NULL LIMIT 1`, sessA).Scan(&copied); err != nil {
-		t.Fatal(err)
-	}
-	copyTable := func() {
-		mustExec(t, conn, `CREATE TABLE public.copies (id int, v vector(384))`)
-		mustExec(t, conn, `INSERT INTO public.copies VALUES (1, $1::text::vector)`, copied)
-	}
-	copyTable()
-	res, err := custom.Delete(ctx, req, 10, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	probe := func(e *postgres.Eraser, when string, want int64) int64 {
-		t.Helper()
-		residue, err := e.ProbeResidue(ctx, res.Probe, 1e-6)
-		if err != nil || len(residue) != 1 || residue[0].Column != "public.copies.v" || residue[0].Found == 0 ||
-			want != 0 && residue[0].Found != want {
-			t.Fatalf("%s: residue %+v, %v; want the copy in public.copies.v, found by %d probe vectors", when, residue, err, want)
-		}
-		return residue[0].Found
-	}
-	want := probe(custom, "a plan made with the values", 0)
-	for i := range 3 {
-		probe(generic, fmt.Sprintf("generic plan, probe %d", i+1), want)
-	}
-	var kept int64
-	if err := pool.QueryRow(ctx, `SELECT coalesce(sum(generic_plans), 0) FROM pg_prepared_statements WHERE statement LIKE '%"public"."copies"%'`).Scan(&kept); err != nil {
-		t.Fatal(err)
-	}
-	if kept < 3 {
-		t.Fatalf("the probe ran %d times under a kept generic plan, want 3: the probes above did not test it", kept)
-	}
-	mustExec(t, conn, `DROP TABLE public.copies`)
-	copyTable()
-	probe(generic, "after the copy table was dropped and created again", want)
 }
