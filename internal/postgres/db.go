@@ -28,9 +28,7 @@ type Querier interface {
 //   - A Commit that returns an error may or may not have committed: every
 //     step of the Eraser is safe to repeat, and its caller repeats it.
 //   - Connections use pgx.QueryExecModeExec (the Eraser's statements take
-//     arrays of IDs and must be planned with their values; the residue
-//     probe, whose plan does not depend on them, asks for
-//     pgx.QueryExecModeCacheStatement per statement) and have
+//     arrays of IDs and must be planned with their values) and have
 //     pgvector's types registered where the vector extension exists:
 //     Connect with Options.Vector does both.
 type DB interface {

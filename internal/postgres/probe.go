@@ -51,17 +51,29 @@ func (e *Eraser) ProbeResidue(ctx context.Context, probe []erasure.Embedding, ma
 	vecs := vectors(probe)
 	cascade := l.inCascade()
 	rows := probedContentRows(l)
-	var out []erasure.Residue
+	var p pipeline
+	found := map[string]int64{}
+	var order []string
 	for _, c := range cols {
 		if cascade[c.col.Table] || e.excluded(c.col.Table) {
 			continue
 		}
-		n, err := nearCopies(ctx, e.Pool, c, nearCopiesSQL(c.col, rows[c.col.Table]), vecs, maxDistance)
-		if err != nil {
-			return nil, err
-		}
-		if n > 0 {
-			out = append(out, erasure.Residue{Column: c.col.String(), Found: n})
+		name := c.col.String()
+		order = append(order, name)
+		queueNearCopies(&p, c, nearCopiesSQL(c.col, rows[c.col.Table]), vecs, maxDistance, func(n int64) { found[name] += n })
+	}
+	if len(p.names) == 0 {
+		return nil, nil
+	}
+	// One round trip for every vector of the sample against every column,
+	// in a read-only transaction (a pipeline needs one).
+	if err := pgx.BeginTxFunc(ctx, e.Pool, readOnly, func(tx pgx.Tx) error { return p.send(ctx, tx) }); err != nil {
+		return nil, err
+	}
+	var out []erasure.Residue
+	for _, name := range order {
+		if found[name] > 0 {
+			out = append(out, erasure.Residue{Column: name, Found: found[name]})
 		}
 	}
 	return out, nil
@@ -150,14 +162,10 @@ func nearCopiesSQL(c QColumn, where string) string {
 		WHERE n.d <= $2`
 }
 
-// nearCopies runs sql (a nearCopiesSQL) with the probe vectors of c's
-// dimensions and returns how many have a copy in c closer than
-// maxDistance. Unlike Lethe's other statements it is a named prepared
-// statement, so that the server keeps its plan: planning it cost the
-// server 10 to 40 times more than running it, and its plan (one index
-// lookup per vector) does not depend on the values, as a filter on an
-// array of IDs does (see Connect).
-func nearCopies(ctx context.Context, q Querier, c vectorColumn, sql string, probe []pgvector.Vector, maxDistance float64) (int64, error) {
+// queueNearCopies queues sql (a nearCopiesSQL) with the probe vectors of
+// c's dimensions; near is called with how many have a copy in c closer
+// than maxDistance.
+func queueNearCopies(p *pipeline, c vectorColumn, sql string, probe []pgvector.Vector, maxDistance float64, near func(int64)) {
 	var vs []string
 	for _, v := range probe {
 		if c.dims <= 0 || c.dims == len(v.Slice()) {
@@ -165,11 +173,12 @@ func nearCopies(ctx context.Context, q Querier, c vectorColumn, sql string, prob
 		}
 	}
 	if len(vs) == 0 {
-		return 0, nil
+		return
 	}
-	var n int64
-	if err := q.QueryRow(ctx, sql, pgx.QueryExecModeCacheStatement, vs, maxDistance).Scan(&n); err != nil {
-		return 0, fmt.Errorf("probe %s: %w", c.col, err)
-	}
-	return n, nil
+	p.queryRow("probe "+c.col.String(), sql, []any{vs, maxDistance}, func(row pgx.Row) error {
+		var n int64
+		err := row.Scan(&n)
+		near(n)
+		return err
+	})
 }

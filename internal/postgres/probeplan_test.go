@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/lethe-dev/lethe/internal/erasure"
 	"github.com/lethe-dev/lethe/internal/postgres"
 )
@@ -32,16 +30,6 @@ func TestResidueProbeLooksEachVectorUpByIndex(t *testing.T) {
 	if strings.Contains(plan, "Seq Scan on copies") || !lookup.MatchString(plan) {
 		t.Errorf("the probe does not look each vector up by the column's index:\n%s", plan)
 	}
-	// The probe is a prepared statement whose plan the server keeps: the
-	// generic plan, made without the values, must look each vector up by
-	// index too.
-	mustExec(t, conn, `PREPARE probe(text[], float8) AS `+sql, pgx.QueryExecModeSimpleProtocol)
-	mustExec(t, conn, `SET plan_cache_mode = force_generic_plan`, pgx.QueryExecModeSimpleProtocol)
-	generic := strings.Join(queryStrings(t, conn, `EXPLAIN EXECUTE probe('{"[1,2,3]","[2,4,6.5]"}', 1e-6)`), "\n")
-	if strings.Contains(generic, "Seq Scan on copies") || !lookup.MatchString(generic) {
-		t.Errorf("the probe's generic plan does not look each vector up by the column's index:\n%s", generic)
-	}
-	mustExec(t, conn, `RESET plan_cache_mode`, pgx.QueryExecModeSimpleProtocol)
 
 	// Counted: the first vector has a copy (distance 0); the second and the
 	// third point the way of no stored vector (the random ones all have a
