@@ -145,31 +145,38 @@ func (f *FalkorDB) command(resp, wantPrefix string) error {
 
 // Graphs lists the server's graphs.
 func (f *FalkorDB) Graphs() ([]string, error) {
-	db, err := falkordb.FalkorDBNew(&falkordb.ConnectionOption{Addr: f.Addr()})
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = db.Conn.Close() }()
-	return db.ListGraphs()
+	var graphs []string
+	err := f.withClient(func(db *falkordb.FalkorDB) (err error) {
+		graphs, err = db.ListGraphs()
+		return err
+	})
+	return graphs, err
 }
 
 // DeleteGraph removes a graph and everything in it (a finished test's, so
 // that the server's saves and loads do not grow with every test before it).
 // A graph that does not exist is not an error.
 func (f *FalkorDB) DeleteGraph(key string) error {
-	graphs, err := f.Graphs()
-	if err != nil || !slices.Contains(graphs, key) {
-		return err
-	}
+	return f.withClient(func(db *falkordb.FalkorDB) error {
+		graphs, err := db.ListGraphs()
+		if err != nil || !slices.Contains(graphs, key) {
+			return err
+		}
+		if err := db.SelectGraph(key).Delete(); err != nil {
+			return fmt.Errorf("GRAPH.DELETE %s: %w", key, err)
+		}
+		return nil
+	})
+}
+
+// withClient runs do with a client of the server, closed after it.
+func (f *FalkorDB) withClient(do func(*falkordb.FalkorDB) error) error {
 	db, err := falkordb.FalkorDBNew(&falkordb.ConnectionOption{Addr: f.Addr()})
 	if err != nil {
 		return err
 	}
 	defer func() { _ = db.Conn.Close() }()
-	if err := db.SelectGraph(key).Delete(); err != nil {
-		return fmt.Errorf("GRAPH.DELETE %s: %w", key, err)
-	}
-	return nil
+	return do(db)
 }
 
 // Stop stops the server by PID and removes its folder.
