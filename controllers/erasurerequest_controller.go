@@ -413,7 +413,7 @@ func (r *ErasureRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		b = b.WatchesRawSource(source.Channel(r.Reverify, &handler.TypedEnqueueRequestForObject[client.Object]{}))
 	}
 	r.wakes = make(chan event.TypedGenericEvent[client.Object])
-	b = b.WatchesRawSource(source.Channel(r.wakes, &handler.TypedEnqueueRequestForObject[client.Object]{}))
+	b = b.WatchesRawSource(source.Channel(r.wakes, wakeHandler()))
 	c, err := b.Named("erasurerequest").
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles),
