@@ -120,6 +120,10 @@ type ErasureRequestReconciler struct {
 	// (DefaultVeleroDiscoveryInterval when zero).
 	VeleroDiscoveryInterval time.Duration
 
+	// cacheWait bounds a wake's wait for the cache (DefaultWakeCacheWait
+	// when zero; tests shorten it).
+	cacheWait time.Duration
+
 	machine *erasure.Machine
 	// wakes carries the requests whose step's outside work ended
 	// (erasure_wake.go).
@@ -204,7 +208,7 @@ func (r *ErasureRequestReconciler) runSteps(ctx context.Context, p *pass) (ctrl.
 		out := st.Run(ctx, sc)
 		r.record(p, out)
 		if out.Wake != nil {
-			r.wakeOn(ctx, out.Wake, er)
+			p.wake = out.Wake
 		}
 		if !out.IsDone() {
 			return r.result(ctx, st.Name(), out)
@@ -321,6 +325,15 @@ func (r *ErasureRequestReconciler) finishPass(ctx context.Context, p *pass, res 
 		return
 	}
 	err := r.patchStatus(ctx, p)
+	if p.wake != nil {
+		// The version the pass left the request at: its write's, or its
+		// claim's (erasure.Claims), or the one it read.
+		written := ""
+		if err == nil {
+			written = p.req.ResourceVersion
+		}
+		r.wakeOn(ctx, p.wake, p.req, written)
+	}
 	switch {
 	case err == nil:
 	case *retErr != nil:

@@ -1,7 +1,9 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
@@ -41,10 +43,15 @@ func wakeHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
 // waits on work running outside the pass (erasure.Outcome.Wake, e.g. the
 // vacuum after a deletion) is woken, not polled, so its wait adds no pass
 // and no API call, and leaves no requeue behind to run a needless pass
-// after it. ctx is the controller's: it ends when the manager stops (the
+// after it. written is the resourceVersion the parking pass left the
+// request at ("" when its status write failed): the woken pass reads
+// the request from the cache, and one that started before the cache held
+// that write would be refused its own write (optimistic lock) and run
+// again, so the wake also waits, at most cacheWait, for the cache to hold
+// it. ctx is the controller's: it ends when the manager stops (the
 // controller sets no ReconciliationTimeout), and a new manager's first
 // list passes every request anyway.
-func (r *ErasureRequestReconciler) wakeOn(ctx context.Context, done <-chan struct{}, er *lethev1.ErasureRequest) {
+func (r *ErasureRequestReconciler) wakeOn(ctx context.Context, done <-chan struct{}, er *lethev1.ErasureRequest, written string) {
 	obj := &lethev1.ErasureRequest{ObjectMeta: metav1.ObjectMeta{Name: er.Name, Namespace: er.Namespace}}
 	go func() {
 		select {
@@ -52,9 +59,42 @@ func (r *ErasureRequestReconciler) wakeOn(ctx context.Context, done <-chan struc
 		case <-ctx.Done():
 			return
 		}
+		r.awaitCached(ctx, client.ObjectKeyFromObject(obj), written)
 		select {
 		case r.wakes <- event.TypedGenericEvent[client.Object]{Object: obj}:
 		case <-ctx.Done():
 		}
 	}()
 }
+
+// cachePoll is how often awaitCached looks at the cache.
+const cachePoll = 20 * time.Millisecond
+
+// awaitCached returns once the cached request is at resourceVersion
+// written, or is gone, or r.cacheWait (DefaultWakeCacheWait when zero) has
+// passed; at once when written is "". The bound keeps a request whose
+// cached version moved past written (another writer) from waiting longer:
+// its pass then meets the conflict and runs again, as without the wait.
+func (r *ErasureRequestReconciler) awaitCached(ctx context.Context, key client.ObjectKey, written string) {
+	if written == "" {
+		return
+	}
+	deadline := time.Now().Add(cmp.Or(r.cacheWait, DefaultWakeCacheWait))
+	for {
+		// Read-only, so the cache's own copy serves (no deep copy per look).
+		cached := &lethev1.ErasureRequest{}
+		err := r.Client.Get(ctx, key, cached, client.UnsafeDisableDeepCopy)
+		if err != nil || cached.ResourceVersion == written || !time.Now().Before(deadline) {
+			return
+		}
+		select {
+		case <-time.After(cachePoll):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// DefaultWakeCacheWait bounds how long a wake waits for the cache to hold
+// the parking pass's write.
+const DefaultWakeCacheWait = 5 * time.Second

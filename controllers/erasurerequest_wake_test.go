@@ -2,9 +2,11 @@ package controllers
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -67,5 +69,91 @@ func TestWokenRequestIsQueuedWithoutPriorities(t *testing.T) {
 	}
 	if item, _ := q.Get(); item != queued("parked") {
 		t.Fatalf("queued %v, want ns/parked", item)
+	}
+}
+
+// cacheAt is a cache that holds every request at resourceVersion rv, or
+// none when gone.
+type cacheAt struct {
+	client.Client
+	mu   sync.Mutex
+	rv   string
+	gone bool
+}
+
+func (c *cacheAt) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gone {
+		return apierrors.NewNotFound(lethev1.GroupVersion.WithResource("erasurerequests").GroupResource(), key.Name)
+	}
+	obj.SetNamespace(key.Namespace)
+	obj.SetName(key.Name)
+	obj.SetResourceVersion(c.rv)
+	return nil
+}
+
+func (c *cacheAt) set(rv string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rv = rv
+}
+
+// wokenWithin reports whether r sends a wake within d.
+func wokenWithin(r *ErasureRequestReconciler, d time.Duration) bool {
+	select {
+	case <-r.wakes:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// The wake waits for the cache to hold the parking pass's write: a pass
+// woken before would start from the older version and be refused its write.
+func TestWakeWaitsForTheCacheToHoldThePassWrite(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cache := &cacheAt{rv: "10"}
+	r := &ErasureRequestReconciler{Client: cache, wakes: make(chan event.TypedGenericEvent[client.Object], 1), cacheWait: time.Hour}
+	done := make(chan struct{})
+	r.wakeOn(ctx, done, wakeEvent("parked").Object.(*lethev1.ErasureRequest), "11")
+	if wokenWithin(r, 200*time.Millisecond) {
+		t.Fatal("woken before the work it waits on ended")
+	}
+	close(done)
+	if wokenWithin(r, 300*time.Millisecond) {
+		t.Fatal("woken while the cache still held the version before the pass's write")
+	}
+	cache.set("11")
+	if !wokenWithin(r, 5*time.Second) {
+		t.Fatal("not woken once the cache held the pass's write")
+	}
+}
+
+// The wake does not wait for the cache when the pass's write failed (its
+// conflict already brings a pass), nor for a request gone from it, nor
+// past its bound.
+func TestWakeWaitsNoLongerThanItNeeds(t *testing.T) {
+	for _, c := range []struct {
+		name, written string
+		cache         *cacheAt
+		wait          time.Duration
+	}{
+		{"write failed", "", &cacheAt{rv: "10"}, time.Hour},
+		{"request gone", "11", &cacheAt{gone: true}, time.Hour},
+		{"bound reached", "11", &cacheAt{rv: "12"}, 100 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			r := &ErasureRequestReconciler{Client: c.cache, wakes: make(chan event.TypedGenericEvent[client.Object], 1), cacheWait: c.wait}
+			done := make(chan struct{})
+			close(done)
+			r.wakeOn(ctx, done, wakeEvent("parked").Object.(*lethev1.ErasureRequest), c.written)
+			if !wokenWithin(r, 5*time.Second) {
+				t.Fatal("not woken")
+			}
+		})
 	}
 }
