@@ -218,6 +218,9 @@ func coldDelete(b *testing.B, e *postgres.Eraser, id string) time.Duration {
 	return took
 }
 
+// p2Runs counts BenchmarkP2OneThousandSessions' runs in this process.
+var p2Runs int
+
 // BenchmarkP2OneThousandSessions compares one request with many sessions
 // with the raw cascade of the same number of sessions in the same batch size.
 func BenchmarkP2OneThousandSessions(b *testing.B) {
@@ -250,20 +253,36 @@ func BenchmarkP2OneThousandSessions(b *testing.B) {
 	if _, err := e.Tombstone(ctx, req); err != nil {
 		b.Fatal(err)
 	}
-	b.ResetTimer()
-	t0 := time.Now()
-	for start := 0; start < n; start += *benchBatch {
-		if _, err := conn.Exec(ctx, `DELETE FROM memory.sessions WHERE id = ANY($1::uuid[])`, rawIDs[start:min(start+*benchBatch, n)]); err != nil {
+	// The two ways alternate which goes first from one run to the next
+	// (-count): the second finds the shared indexes and the WAL warmer.
+	p2Runs++
+	letheFirst := p2Runs%2 == 0
+	var raw, lethe time.Duration
+	var res erasure.DeleteResult
+	rawWay := func() {
+		t0 := time.Now()
+		for start := 0; start < n; start += *benchBatch {
+			if _, err := conn.Exec(ctx, `DELETE FROM memory.sessions WHERE id = ANY($1::uuid[])`, rawIDs[start:min(start+*benchBatch, n)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		raw = time.Since(t0)
+	}
+	letheWay := func() {
+		t1 := time.Now()
+		if res, err = e.Delete(ctx, req, *benchBatch, 0); err != nil {
 			b.Fatal(err)
 		}
+		lethe = time.Since(t1)
 	}
-	raw := time.Since(t0)
-	t1 := time.Now()
-	res, err := e.Delete(ctx, req, *benchBatch, 0)
-	if err != nil {
-		b.Fatal(err)
+	b.ResetTimer()
+	if letheFirst {
+		letheWay()
+		rawWay()
+	} else {
+		rawWay()
+		letheWay()
 	}
-	lethe := time.Since(t1)
 	b.StopTimer()
 	if len(res.Batches) != (n+*benchBatch-1) / *benchBatch {
 		b.Fatalf("%d batches", len(res.Batches))
@@ -274,7 +293,7 @@ func BenchmarkP2OneThousandSessions(b *testing.B) {
 	benchreport.Record(b, benchreport.Row{ID: "P2", Figure: "one request's Deleted step / raw cascade in the same batches",
 		Setting: fmt.Sprintf("%d sessions of 20 child rows, batches of %d", n, *benchBatch), Unit: "×",
 		Runs: []float64{float64(lethe) / float64(raw)}, Target: 1.10, HasTarget: true})
-	b.Logf("P2: %d sessions in %d transactions: raw %s, lethe %s; batches by way %+v", n, len(res.Batches), raw, lethe, e.Ways())
+	b.Logf("P2: %d sessions in %d transactions: raw %s, lethe %s (Lethe first: %v); batches by way %+v", n, len(res.Batches), raw, lethe, letheFirst, e.Ways())
 }
 
 var (
