@@ -120,10 +120,6 @@ type ErasureRequestReconciler struct {
 	// (DefaultVeleroDiscoveryInterval when zero).
 	VeleroDiscoveryInterval time.Duration
 
-	// cacheWait bounds a wake's wait for the cache (DefaultWakeCacheWait
-	// when zero; tests shorten it).
-	cacheWait time.Duration
-
 	machine *erasure.Machine
 	// wakes carries the requests whose step's outside work ended
 	// (erasure_wake.go).
@@ -208,7 +204,7 @@ func (r *ErasureRequestReconciler) runSteps(ctx context.Context, p *pass) (ctrl.
 		out := st.Run(ctx, sc)
 		r.record(p, out)
 		if out.Wake != nil {
-			p.wake = out.Wake
+			r.wakeOn(ctx, out.Wake, er)
 		}
 		if !out.IsDone() {
 			return r.result(ctx, st.Name(), out)
@@ -325,15 +321,6 @@ func (r *ErasureRequestReconciler) finishPass(ctx context.Context, p *pass, res 
 		return
 	}
 	err := r.patchStatus(ctx, p)
-	if p.wake != nil {
-		// The version the pass left the request at: its write's, or its
-		// claim's (erasure.Claims), or the one it read.
-		written := ""
-		if err == nil {
-			written = p.req.ResourceVersion
-		}
-		r.wakeOn(ctx, p.wake, p.req, written)
-	}
 	switch {
 	case err == nil:
 	case *retErr != nil:
@@ -426,7 +413,7 @@ func (r *ErasureRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		b = b.WatchesRawSource(source.Channel(r.Reverify, &handler.TypedEnqueueRequestForObject[client.Object]{}))
 	}
 	r.wakes = make(chan event.TypedGenericEvent[client.Object])
-	b = b.WatchesRawSource(source.Channel(r.wakes, wakeHandler()))
+	b = b.WatchesRawSource(source.Channel(r.wakes, &handler.TypedEnqueueRequestForObject[client.Object]{}))
 	c, err := b.Named("erasurerequest").
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles),

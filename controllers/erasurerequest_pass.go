@@ -33,9 +33,6 @@ type pass struct {
 	// keyErr: a signing key is configured but cannot be read; the pass
 	// only says so.
 	keyErr error
-	// wake, when set, is closed once the outside work a step waits on has
-	// ended (erasure.Outcome.Wake); the pass's end arranges the wake.
-	wake <-chan struct{}
 }
 
 // scope resolves the request's store and opens its ports; when that is not
