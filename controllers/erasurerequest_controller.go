@@ -132,8 +132,18 @@ type ErasureRequestReconciler struct {
 // +kubebuilder:rbac:groups=velero.io,resources=backups,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=velero.io,resources=deletebackuprequests,verbs=get;list;watch;create
 
-// Reconcile runs the steps in order and writes the status once.
-func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
+// Reconcile runs the steps in order and writes the status once. Whatever
+// priority brought the pass (a wake's is WakePriority), the request is
+// queued again at the default one: controller-runtime would otherwise keep
+// the wake's priority for every later recheck of the request, and
+// completed requests rechecking ahead of the queue would starve new ones.
+func (r *ErasureRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	res, err := r.reconcile(ctx, req)
+	res.Priority = new(0)
+	return res, err
+}
+
+func (r *ErasureRequestReconciler) reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	er := &lethev1.ErasureRequest{}
 	if err := r.Client.Get(ctx, req.NamespacedName, er); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -323,6 +333,9 @@ func (r *ErasureRequestReconciler) finishPass(ctx context.Context, p *pass, res 
 	err := r.patchStatus(ctx, p)
 	switch {
 	case err == nil:
+		for _, f := range p.written {
+			f()
+		}
 	case *retErr != nil:
 		*retErr = errors.Join(*retErr, err)
 	default:
@@ -413,7 +426,7 @@ func (r *ErasureRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		b = b.WatchesRawSource(source.Channel(r.Reverify, &handler.TypedEnqueueRequestForObject[client.Object]{}))
 	}
 	r.wakes = make(chan event.TypedGenericEvent[client.Object])
-	b = b.WatchesRawSource(source.Channel(r.wakes, &handler.TypedEnqueueRequestForObject[client.Object]{}))
+	b = b.WatchesRawSource(source.Channel(r.wakes, wakeHandler()))
 	c, err := b.Named("erasurerequest").
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles),

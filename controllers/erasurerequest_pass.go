@@ -33,6 +33,9 @@ type pass struct {
 	// keyErr: a signing key is configured but cannot be read; the pass
 	// only says so.
 	keyErr error
+	// written holds the outcomes' Persisted callbacks, called once the
+	// pass's status write holds.
+	written []func()
 }
 
 // scope resolves the request's store and opens its ports; when that is not
@@ -101,6 +104,9 @@ func (r *ErasureRequestReconciler) record(p *pass, out erasure.Outcome) {
 		}
 	}
 	erasure.Record(er, out, r.Clock.Now(), p.key)
+	if out.Persisted != nil {
+		p.written = append(p.written, out.Persisted)
+	}
 	if w := out.Warning; w != nil {
 		r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, w.Reason, w.Action, "%s", w.Note)
 	}

@@ -50,6 +50,7 @@ func (d *Deletion) Run(ctx context.Context, s *Scope) Outcome {
 		// A restore of the database can bring the sessions back at any time
 		// after the deletion: every later pass looks first, so that the
 		// graph and backup steps work from a ledger back in force.
+		d.forget(s.uid()) // written: a completing pass's write that failed in transit held
 		return d.Reverify(ctx, s)
 	}
 	if !meta.IsStatusConditionTrue(s.Store.Status.Conditions, lethev1.MemoryStoreSchemaCompliant) {

@@ -122,7 +122,8 @@ func deleted(mode string) Outcome {
 			Message: "the sessions, every row cascading from them, their content-keyed entries and derived records are deleted and verified absent"},
 		Milestone: &Milestone{Phase: lethev1.PhaseDeleted, At: secs(deletedAt).Time, Evidence: ev, Note: ev.Note},
 		Work: Work{SessionsDeleted: 3, Mode: mode,
-			RowsDeleted: []lethev1.TableCount{{Table: "memory.sessions", Rows: 3}, {Table: "memory.messages", Rows: 40}}}}
+			RowsDeleted: []lethev1.TableCount{{Table: "memory.sessions", Rows: 3}, {Table: "memory.messages", Rows: 40}}},
+		Persisted: func() {}}
 }
 
 func deletedStatus(er *lethev1.ErasureRequest, out Outcome) recorded {
@@ -387,8 +388,12 @@ func TestDeletionKeepsProbeSample(t *testing.T) {
 	if diff := cmp.Diff([]string{deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall, vacuumCall}, second.calls); diff != "" {
 		t.Errorf("second pass: ProbeResidue must receive the first pass's sample: -want, +got:\n%s", diff)
 	}
+	if _, kept := d.probes.Load(uid); !kept {
+		t.Error("the sample was forgotten before the completing outcome was written")
+	}
+	second.out.Persisted()
 	if _, kept := d.probes.Load(uid); kept {
-		t.Error("the sample is still kept after the step completed: it must be forgotten")
+		t.Error("the sample is still kept after the completing outcome was written: it must be forgotten")
 	}
 	// The batches ran in the first pass: the evidence counts them from their
 	// receipts (it said "0 session(s) deleted" when it summed this pass's batches).

@@ -33,15 +33,20 @@ func (d *Deletion) vacuumThenDone(ctx context.Context, s *Scope, ev lethev1.Step
 		return d.deleted(s.uid(), ev, work, nil)
 	}
 	p := &parkedDeletion{mode: mode, ticket: s.Ledger.StartVacuum(ctx, mode), ev: ev}
+	// Kept until the completing outcome is written (Outcome.Persisted), even
+	// when the vacuum has already ended.
+	d.parked.Store(s.uid(), p)
 	if p.ticket.Ended() {
 		return p.done(d, s.uid(), work)
 	}
-	d.parked.Store(s.uid(), p)
 	return Outcome{Kind: Waiting, Work: work, Wake: p.ticket.Done()}
 }
 
 // unpark completes the request's parked deletion once its vacuum has
-// ended; parked is false when none is parked.
+// ended; parked is false when none is parked. The deletion stays parked
+// until the completing outcome is written: a pass whose write is refused
+// is followed by one that completes it again, without deleting, verifying
+// and vacuuming again.
 func (d *Deletion) unpark(s *Scope) (out Outcome, parked bool) {
 	v, ok := d.parked.Load(s.uid())
 	if !ok {
@@ -54,7 +59,6 @@ func (d *Deletion) unpark(s *Scope) (out Outcome, parked bool) {
 		// and asks for no second wake: one wait, one pass.
 		return Outcome{Kind: Waiting, RequeueAfter: d.Config.RetryAfter}, true
 	}
-	d.parked.Delete(s.uid())
 	// The work was counted by the pass that deleted.
 	return p.done(d, s.uid(), Work{}), true
 }
@@ -69,12 +73,12 @@ func (p *parkedDeletion) done(d *Deletion, uid string, work Work) Outcome {
 
 // deleted is the step's Done outcome.
 func (d *Deletion) deleted(uid string, ev lethev1.StepEvidence, work Work, warning *Warning) Outcome {
-	d.forget(uid)
 	out := done(lethev1.ConditionDeleted, lethev1.ReasonSessionsDeleted,
 		"the sessions, every row cascading from them, their content-keyed entries and derived records are deleted and verified absent")
 	out.Evidence = &ev
 	out.Milestone = &Milestone{Phase: lethev1.PhaseDeleted, At: ev.CompletedAt.Time, Evidence: ev, Note: ev.Note}
 	out.Work, out.Warning = work, warning
+	out.Persisted = func() { d.forget(uid) }
 	return out
 }
 

@@ -72,17 +72,28 @@ func TestDeletionWaitsForItsVacuumOffThePass(t *testing.T) {
 	last := runFakes(t, run, early.er, fakes{})
 	want := deleted("grace")
 	want.Work = Work{}
-	if diff := cmp.Diff(want, last.out, cmpopts.IgnoreFields(Outcome{}, "Wake")); diff != "" {
+	if diff := cmp.Diff(want, last.out, cmpopts.IgnoreFields(Outcome{}, "Wake"), persistedSet); diff != "" {
 		t.Errorf("pass after the vacuum: -want (a waiting pass's outcome, work counted already), +got:\n%s", diff)
 	}
 	if len(last.calls) > 0 || v.starts != 1 {
 		t.Errorf("pass after the vacuum called %v, %d vacuum(s) started: want none, one", last.calls, v.starts)
 	}
+
+	// That pass's status write is refused (a conflict): the next pass, from
+	// the same status, completes the step again with no port called.
+	again := runFakes(t, run, early.er, fakes{})
+	if diff := cmp.Diff(want, again.out, cmpopts.IgnoreFields(Outcome{}, "Wake"), persistedSet); diff != "" {
+		t.Errorf("pass after a refused write: -want (the same outcome), +got:\n%s", diff)
+	}
+	if len(again.calls) > 0 || v.starts != 1 {
+		t.Errorf("pass after a refused write called %v, %d vacuum(s) started: want none, one", again.calls, v.starts)
+	}
+	again.out.Persisted()
 	if _, kept := d.parked.Load(uid); kept {
-		t.Error("the deletion is still parked after the step completed")
+		t.Error("the deletion is still parked after the completing outcome was written")
 	}
 	if _, kept := d.probes.Load(uid); kept {
-		t.Error("the sample is still kept after the step completed")
+		t.Error("the sample is still kept after the completing outcome was written")
 	}
 }
 

@@ -402,8 +402,10 @@ func withEntry(phase lethev1.Phase, event string, at time.Time) func(*recorded) 
 }
 
 var (
-	outcomeOpts = cmp.Options{cmpopts.IgnoreFields(Outcome{}, "Err"), cmpopts.EquateEmpty()}
-	statusOpts  = cmp.Options{cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime"), cmpopts.EquateEmpty()}
+	outcomeOpts = cmp.Options{cmpopts.IgnoreFields(Outcome{}, "Err"), cmpopts.EquateEmpty(), persistedSet}
+	// persistedSet compares Outcome.Persisted by whether it is set.
+	persistedSet = cmp.Comparer(func(a, b func()) bool { return (a == nil) == (b == nil) })
+	statusOpts   = cmp.Options{cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime"), cmpopts.EquateEmpty()}
 )
 
 // runCases runs each case's step on its fixtures and checks the outcome,

@@ -90,6 +90,11 @@ type Outcome struct {
 	Wake <-chan struct{}
 	// Err is the error behind an Errored outcome; never copied into a message.
 	Err error
+	// Persisted, when set, is called once the status this outcome was
+	// recorded into has been written. Until then the step keeps what it
+	// needs to give the same outcome again, so that a pass whose write was
+	// refused (a conflict) is followed by one that need not redo the work.
+	Persisted func()
 }
 
 // IsDone reports whether the next step may run.
