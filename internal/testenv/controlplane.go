@@ -61,6 +61,8 @@ func LetheCRDDir() (string, error) {
 type ControlPlane struct {
 	Env    *envtest.Environment
 	Config *rest.Config
+	// watchdog stops the servers if the test binary dies first (orphans.go).
+	watchdog *watchdog
 }
 
 // ControlPlaneOptions says which CRDs a control plane starts with.
@@ -98,7 +100,13 @@ func StartControlPlaneWith(o ControlPlaneOptions) (*ControlPlane, error) {
 		_ = env.Stop()
 		return nil, fmt.Errorf("start envtest control plane: %w", err)
 	}
-	return &ControlPlane{Env: env, Config: cfg}, nil
+	cp := env.ControlPlane
+	dog, err := watchChildren(assets, []string{cp.Etcd.DataDir, cp.APIServer.CertDir})
+	if err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
+	return &ControlPlane{Env: env, Config: cfg, watchdog: dog}, nil
 }
 
 // Stop stops the control plane (envtest stops each process by its PID).
@@ -106,5 +114,6 @@ func (c *ControlPlane) Stop() error {
 	if c == nil {
 		return nil
 	}
+	c.watchdog.stop()
 	return c.Env.Stop()
 }
