@@ -14,15 +14,19 @@ import (
 	"github.com/lethe-dev/lethe/internal/erasure"
 )
 
-// analyzeNeverAnalyzedLedgerSQL analyzes the ledger if it has never been
-// analyzed (a new database, or one pg_restore just wrote: it carries no
-// statistics). Without statistics the planner reads the batch statements'
-// record_id = ANY(...) as a filter over every ledger row of the request,
-// not as a key lookup per session: each batch of a request of 160,000
-// sessions then read all of its rows (28 ms a statement against 0.7 ms),
-// work quadratic in the request's size until autovacuum analyzes.
+// analyzeNeverAnalyzedLedgerSQL analyzes the ledger if it has no column
+// statistics (a new database, or one pg_restore just wrote: it carries
+// none, though its index builds set pg_class.reltuples) and the role may
+// analyze it (has its owner's privileges, as a superuser does; else the
+// server would only warn).
+// Without statistics the planner reads the batch statements' record_id =
+// ANY(...) as a filter over every ledger row of the request, not as a key
+// lookup per session: each batch of a request of 160,000 sessions then
+// read all of its rows (28 ms a statement against 0.7 ms), work quadratic
+// in the request's size until autovacuum analyzes.
 const analyzeNeverAnalyzedLedgerSQL = `DO $$BEGIN
-	IF (SELECT reltuples < 0 FROM pg_class WHERE oid = 'lethe.erasure_ledger'::regclass) THEN
+	IF NOT EXISTS (SELECT 1 FROM pg_stats WHERE schemaname = 'lethe' AND tablename = 'erasure_ledger')
+	   AND pg_has_role((SELECT relowner FROM pg_class WHERE oid = 'lethe.erasure_ledger'::regclass), 'USAGE') THEN
 		PERFORM set_config('lock_timeout', '1s', true);
 		ANALYZE lethe.erasure_ledger;
 	END IF;
@@ -31,9 +35,8 @@ END$$`
 // analyzeLedgerIfNeverAnalyzed runs analyzeNeverAnalyzedLedgerSQL before a
 // deletion of more than one batch (one batch reads the request's rows once
 // whatever the plan). Its failure is not the deletion's: the statements are
-// right under any plan, a role that may not analyze the ledger only gets a
-// warning from the server, and a lock held by a running (auto)analyze
-// gives up after a second.
+// right under any plan, and a lock held by a running (auto)analyze gives
+// up after a second.
 func (e *Eraser) analyzeLedgerIfNeverAnalyzed(ctx context.Context) {
 	_, _ = e.Pool.Exec(ctx, analyzeNeverAnalyzedLedgerSQL)
 }

@@ -8,11 +8,11 @@ import (
 	"github.com/lethe-dev/lethe/internal/erasure"
 )
 
-// A deletion of more than one batch analyzes a ledger never analyzed (a new
-// database, or one pg_restore just wrote): without statistics the batch
+// A deletion of more than one batch analyzes a ledger without statistics
+// (a new database, or one pg_restore just wrote): without them the batch
 // statements read every ledger row of the request in each batch. A
 // deletion of one batch leaves it as it is, and an analyzed ledger is not
-// analyzed again.
+// analyzed again. (Run as the ledger's owner; a role that is not skips it.)
 func TestMultiBatchDeletionAnalyzesANeverAnalyzedLedger(t *testing.T) {
 	ctx := context.Background()
 	dsn := migratedDB(t)

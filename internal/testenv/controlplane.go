@@ -94,6 +94,10 @@ func StartControlPlaneWith(o ControlPlaneOptions) (*ControlPlane, error) {
 	if o.Velero {
 		env.CRDs = VeleroCRDs()
 	}
+	before, err := children(os.Getpid(), assets)
+	if err != nil {
+		return nil, err
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		// envtest leaves the servers running when, say, a CRD is refused.
@@ -101,7 +105,7 @@ func StartControlPlaneWith(o ControlPlaneOptions) (*ControlPlane, error) {
 		return nil, fmt.Errorf("start envtest control plane: %w", err)
 	}
 	cp := env.ControlPlane
-	dog, err := watchChildren(assets, []string{cp.Etcd.DataDir, cp.APIServer.CertDir})
+	dog, err := watchChildren(assets, before, []string{cp.Etcd.DataDir, cp.APIServer.CertDir})
 	if err != nil {
 		_ = env.Stop()
 		return nil, err

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,20 +14,22 @@ import (
 // envtest starts kube-apiserver and etcd without a death signal, so a test
 // binary killed before it stops them (go test's -timeout, a SIGKILL) left
 // them running, with their folders. A watchdog, one small shell per
-// control plane, waits for the test binary to be gone and then stops them
-// by their PIDs and removes their folders; a control plane stopped by the
-// test stops its watchdog first.
+// control plane, waits for the test binary to be gone (the end of a pipe
+// only the binary holds reaches EOF) and then stops them by their PIDs and
+// removes their folders; a control plane stopped by the test stops its
+// watchdog first.
 
-// watchdogScript polls the test binary ($1), then stops the processes
-// named by the pairs "PID executable" that follow, up to "--", and removes
-// the folders after it. A PID is signalled only while it still runs the
-// executable it ran, never a PID reused since.
-const watchdogScript = `parent=$1; shift
-while kill -0 "$parent" 2>/dev/null; do sleep 1; done
+// watchdogScript waits for EOF on its standard input, then stops the
+// processes named by the pairs "PID start-time" that follow, up to "--",
+// and removes the folders after it. A PID is signalled only while its
+// start time (field 22 of /proc/PID/stat) is the one recorded: never a
+// PID reused since.
+const watchdogScript = `while read -r _; do :; done
+started() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f20; }
 signal() {
 	sig=$1; shift
 	while [ "$1" != "--" ]; do
-		[ "$(readlink "/proc/$1/exe" 2>/dev/null)" = "$2" ] && kill -"$sig" "$1" 2>/dev/null
+		[ "$(started "$1")" = "$2" ] && kill -"$sig" "$1" 2>/dev/null
 		shift 2
 	done
 }
@@ -41,27 +44,39 @@ rm -rf -- "$@"
 // watchdog is a running watchdog process.
 type watchdog struct{ cmd *exec.Cmd }
 
+// alive holds the write ends of the watchdogs' pipes for the life of the
+// test binary: only its death closes them (a finalizer would close an
+// unreferenced one early).
+var alive []io.WriteCloser
+
 // watchChildren starts a watchdog over this process's children whose
-// executable is in dir, and over folders.
-func watchChildren(dir string, folders []string) (*watchdog, error) {
+// executable is in dir, except those in before, and over folders.
+func watchChildren(dir string, before map[int]proc, folders []string) (*watchdog, error) {
 	kids, err := children(os.Getpid(), dir)
 	if err != nil {
 		return nil, err
 	}
-	if len(kids) == 0 {
-		return nil, fmt.Errorf("no child process runs a binary from %s", dir)
+	args := []string{"-c", watchdogScript, "watchdog"}
+	for pid, p := range kids {
+		if _, old := before[pid]; !old {
+			args = append(args, strconv.Itoa(pid), p.started)
+		}
 	}
-	args := []string{"-c", watchdogScript, "watchdog", strconv.Itoa(os.Getpid())}
-	for pid, exe := range kids {
-		args = append(args, strconv.Itoa(pid), exe)
+	if len(args) == 3 {
+		return nil, fmt.Errorf("no new child process runs a binary from %s", dir)
 	}
 	args = append(append(args, "--"), folders...)
 	cmd := exec.Command("/bin/sh", args...)
 	// Its own process group: a Ctrl-C to the test does not reach it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start the control plane's watchdog: %w", err)
 	}
+	alive = append(alive, stdin)
 	go func() { _ = cmd.Wait() }()
 	return &watchdog{cmd: cmd}, nil
 }
@@ -73,9 +88,13 @@ func (w *watchdog) stop() {
 	}
 }
 
+// proc is a child process: its executable and start time (clock ticks
+// after boot, field 22 of /proc/PID/stat).
+type proc struct{ exe, started string }
+
 // children maps the PIDs of parent's children whose executable is in dir
-// to that executable.
-func children(parent int, dir string) (map[int]string, error) {
+// to what they run.
+func children(parent int, dir string) (map[int]proc, error) {
 	dir, err := filepath.EvalSymlinks(dir)
 	if err != nil {
 		return nil, err
@@ -84,7 +103,7 @@ func children(parent int, dir string) (map[int]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := map[int]string{}
+	out := map[int]proc{}
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -94,17 +113,20 @@ func children(parent int, dir string) (map[int]string, error) {
 		if err != nil {
 			continue
 		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:])
-		fields := strings.Fields(rest)
-		if len(fields) < 2 || fields[1] != strconv.Itoa(parent) {
+		// pid (comm) state ppid ... starttime (22nd): comm may hold spaces
+		// and parentheses.
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(fields) < 20 || fields[1] != strconv.Itoa(parent) {
 			continue
 		}
 		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
-		if err != nil || filepath.Dir(exe) != dir {
+		if err != nil {
 			continue
 		}
-		out[pid] = exe
+		if resolved, err := filepath.EvalSymlinks(filepath.Dir(exe)); err != nil || resolved != dir {
+			continue
+		}
+		out[pid] = proc{exe: exe, started: fields[19]}
 	}
 	return out, nil
 }

@@ -68,9 +68,9 @@ func TestControlPlaneDoesNotOutliveAKilledTestBinary(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var left []string
-		for pid, exe := range servers {
-			if now, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); now == exe {
-				left = append(left, fmt.Sprintf("%s (PID %d)", filepath.Base(exe), pid))
+		for pid, p := range servers {
+			if now, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); now == p.exe {
+				left = append(left, fmt.Sprintf("%s (PID %d)", filepath.Base(p.exe), pid))
 			}
 		}
 		for _, f := range folders {
@@ -83,8 +83,8 @@ func TestControlPlaneDoesNotOutliveAKilledTestBinary(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			// Stopped here by PID, so that a failure leaves nothing behind.
-			for pid, exe := range servers {
-				if now, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); now == exe {
+			for pid, p := range servers {
+				if now, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); now == p.exe {
 					_ = syscall.Kill(pid, syscall.SIGKILL)
 				}
 			}
