@@ -14,7 +14,7 @@ import (
 	"github.com/lethe-dev/lethe/internal/erasure"
 )
 
-// analyzeNeverAnalyzedLedgerSQL analyzes the ledger if it has no column
+// analyzeLedgerWithoutStatisticsSQL analyzes the ledger if it has no column
 // statistics (a new database, or one pg_restore just wrote: it carries
 // none, though its index builds set pg_class.reltuples) and the role may
 // analyze it (has its owner's privileges, as a superuser does; else the
@@ -24,7 +24,7 @@ import (
 // lookup per session: each batch of a request of 160,000 sessions then
 // read all of its rows (28 ms a statement against 0.7 ms), work quadratic
 // in the request's size until autovacuum analyzes.
-const analyzeNeverAnalyzedLedgerSQL = `DO $$BEGIN
+const analyzeLedgerWithoutStatisticsSQL = `DO $$BEGIN
 	IF NOT EXISTS (SELECT 1 FROM pg_stats WHERE schemaname = 'lethe' AND tablename = 'erasure_ledger')
 	   AND pg_has_role((SELECT relowner FROM pg_class WHERE oid = 'lethe.erasure_ledger'::regclass), 'USAGE') THEN
 		PERFORM set_config('lock_timeout', '1s', true);
@@ -32,13 +32,13 @@ const analyzeNeverAnalyzedLedgerSQL = `DO $$BEGIN
 	END IF;
 END$$`
 
-// analyzeLedgerIfNeverAnalyzed runs analyzeNeverAnalyzedLedgerSQL before a
+// analyzeLedgerIfWithoutStatistics runs analyzeLedgerWithoutStatisticsSQL before a
 // deletion of more than one batch (one batch reads the request's rows once
 // whatever the plan). Its failure is not the deletion's: the statements are
 // right under any plan, and a lock held by a running (auto)analyze gives
 // up after a second.
-func (e *Eraser) analyzeLedgerIfNeverAnalyzed(ctx context.Context) {
-	_, _ = e.Pool.Exec(ctx, analyzeNeverAnalyzedLedgerSQL)
+func (e *Eraser) analyzeLedgerIfWithoutStatistics(ctx context.Context) {
+	_, _ = e.Pool.Exec(ctx, analyzeLedgerWithoutStatisticsSQL)
 }
 
 // walPositionSQL reads the WAL position after the last commit (flushed:
@@ -67,7 +67,7 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 	ids := slices.Clone(req.SessionIDs)
 	slices.Sort(ids)
 	if len(ids) > batchSize {
-		e.analyzeLedgerIfNeverAnalyzed(ctx)
+		e.analyzeLedgerIfWithoutStatistics(ctx)
 	}
 	textBudget := min(probeBudget, erasure.TextProbeBudget)
 	b := 0

@@ -13,7 +13,7 @@ import (
 // statements read every ledger row of the request in each batch. A
 // deletion of one batch leaves it as it is, and an analyzed ledger is not
 // analyzed again. (Run as the ledger's owner; a role that is not skips it.)
-func TestMultiBatchDeletionAnalyzesANeverAnalyzedLedger(t *testing.T) {
+func TestMultiBatchDeletionAnalyzesALedgerWithoutStatistics(t *testing.T) {
 	ctx := context.Background()
 	dsn := migratedDB(t)
 	conn := connect(t, dsn)
