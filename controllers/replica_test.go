@@ -55,10 +55,28 @@ func TestDeletedWaitsForTheReplicas(t *testing.T) {
 	if visible != 1 {
 		t.Fatalf("the paused replica already has the tombstone: the test cannot see the wait")
 	}
+	// The grace period starts at the tombstone, so under load it can end
+	// while the replica still holds Tombstoned back. A lock on one of the
+	// session's rounds, taken before replay resumes, keeps the cascade from
+	// committing until replay is paused again, however long that takes (the
+	// tombstone, repeated each pass, locks the session, not its rounds).
+	pconn := connectVector(t, primary.DSN("memory"))
+	hold, err := pconn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = hold.Rollback(ctx) }()
+	var held int64
+	if err := hold.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM memory.rounds WHERE session_id = $1 LIMIT 1 FOR UPDATE) r`, erasedA).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	if held != 1 {
+		t.Fatalf("the session has no round to hold the deletion back with")
+	}
 	if _, err := rconn.Exec(ctx, `SELECT pg_wal_replay_resume()`); err != nil {
 		t.Fatal(err)
 	}
-	waitStepReason(t, er, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonWaitingForGrace)
+	waitStepReason(t, er, lethev1.ConditionTombstoned, lethev1.ReasonSessionsTombstoned)
 	if err := rconn.QueryRow(ctx, `SELECT count(*) FROM memory.sessions WHERE id = $1 AND tombstoned_at IS NULL`, erasedA).Scan(&visible); err != nil {
 		t.Fatal(err)
 	}
@@ -66,6 +84,9 @@ func TestDeletedWaitsForTheReplicas(t *testing.T) {
 		t.Fatalf("Tombstoned is True but the replica still serves the session untombstoned")
 	}
 	if _, err := rconn.Exec(ctx, `SELECT pg_wal_replay_pause()`); err != nil {
+		t.Fatal(err)
+	}
+	if err := hold.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
 	waitStepReason(t, er, lethev1.ConditionDeleted, lethev1.ReasonReplicaLagging)
