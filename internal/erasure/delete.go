@@ -62,7 +62,7 @@ func (d *Deletion) Run(ctx context.Context, s *Scope) Outcome {
 			return out
 		}
 	}
-	if out, parked := d.unpark(s); parked {
+	if out, parked := d.unpark(ctx, s); parked {
 		return out
 	}
 	res, err := s.Ledger.Delete(ctx, LedgerRequest(s.Request), d.Config.BatchSize, d.Config.ProbeBudget)
@@ -149,9 +149,7 @@ func (d *Deletion) evidence(ctx context.Context, s *Scope, res DeleteResult, pro
 	}
 	total, totalCounts := receiptTotals(receipts)
 	ev := lethev1.StepEvidence{Step: lethev1.ConditionDeleted, CompletedAt: mtime(deletedAt), Counts: totalCounts}
-	for _, c := range checks {
-		ev.Verification = append(ev.Verification, lethev1.Verification{Check: c.Check, Found: c.Found})
-	}
+	ev.Verification = verifications(checks)
 	ev.Note = fmt.Sprintf("%d session(s) deleted in %d batch(es) of at most %d; residue probe: %d of %d erased embeddings (planned) probed against every vector column outside the cascade",
 		total, len(receipts), d.Config.BatchSize, probed, plannedEmbeddings(s.Request))
 	if want := min(int64(d.Config.ProbeBudget), plannedEmbeddings(s.Request)); int64(probed) < want {
@@ -179,6 +177,15 @@ func (d *Deletion) verified(ctx context.Context, s *Scope, res DeleteResult, pro
 	ev.Note += fmt.Sprintf("; residue that outlived the deletion removed (%s receipt %d): %d derived record(s), %d content-keyed entr(ies)",
 		StepResidueRemoved, removed.Batch, removed.DerivedRecords, removed.ContentIndexEntries)
 	return ev, work, err
+}
+
+// verifications are the checks as evidence.
+func verifications(checks []Verification) []lethev1.Verification {
+	out := make([]lethev1.Verification, 0, len(checks))
+	for _, c := range checks {
+		out = append(out, lethev1.Verification{Check: c.Check, Found: c.Found})
+	}
+	return out
 }
 
 // removable reports whether a check found derived records or content-keyed

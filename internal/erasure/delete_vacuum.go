@@ -3,6 +3,7 @@ package erasure
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 )
@@ -23,6 +24,9 @@ type parkedDeletion struct {
 	mode   lethev1.VacuumMode
 	ticket *VacuumTicket
 	ev     lethev1.StepEvidence
+	// handedOut is set once a completing outcome was returned: a pass that
+	// finds it set follows one whose status write was refused.
+	handedOut bool
 }
 
 // vacuumThenDone starts the vacuum as the store says and completes the
@@ -43,11 +47,14 @@ func (d *Deletion) vacuumThenDone(ctx context.Context, s *Scope, ev lethev1.Step
 }
 
 // unpark completes the request's parked deletion once its vacuum has
-// ended; parked is false when none is parked. The deletion stays parked
-// until the completing outcome is written: a pass whose write is refused
-// is followed by one that completes it again, without deleting, verifying
-// and vacuuming again.
-func (d *Deletion) unpark(s *Scope) (out Outcome, parked bool) {
+// ended; parked is false when none is parked (or it was dropped: the pass
+// then deletes and verifies again). The deletion stays parked until the
+// completing outcome is written: a pass whose write is refused is followed
+// by one that completes it again without deleting and vacuuming again, but
+// only after verifying again that nothing of the sessions is back — that
+// pass can come long after the verification (behind the whole queue), time
+// in which a restore or a late write could have brought rows back.
+func (d *Deletion) unpark(ctx context.Context, s *Scope) (out Outcome, parked bool) {
 	v, ok := d.parked.Load(s.uid())
 	if !ok {
 		return Outcome{}, false
@@ -59,12 +66,25 @@ func (d *Deletion) unpark(s *Scope) (out Outcome, parked bool) {
 		// and asks for no second wake: one wait, one pass.
 		return Outcome{Kind: Waiting, RequeueAfter: d.Config.RetryAfter}, true
 	}
+	if p.handedOut {
+		checks, err := s.Ledger.Verify(ctx, FoundRequest(s.Request))
+		if err != nil {
+			return failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonDeleting,
+				"deleted and verified; the verification repeated before completing failed and is retried", err), true
+		}
+		if slices.ContainsFunc(checks, func(c Verification) bool { return c.Found > 0 }) {
+			d.parked.Delete(s.uid())
+			return Outcome{}, false
+		}
+		p.ev.Verification = verifications(checks)
+	}
 	// The work was counted by the pass that deleted.
 	return p.done(d, s.uid(), Work{}), true
 }
 
 // done completes the step with the vacuum's result in its evidence.
 func (p *parkedDeletion) done(d *Deletion, uid string, work Work) Outcome {
+	p.handedOut = true
 	ev := p.ev
 	res, err := p.ticket.Result()
 	warning := vacuumEvidence(p.mode, res, err, &ev)

@@ -80,13 +80,14 @@ func TestDeletionWaitsForItsVacuumOffThePass(t *testing.T) {
 	}
 
 	// That pass's status write is refused (a conflict): the next pass, from
-	// the same status, completes the step again with no port called.
-	again := runFakes(t, run, early.er, fakes{})
+	// the same status, verifies again and completes the step again, with no
+	// deletion and no second vacuum.
+	again := runFakes(t, run, early.er, verifiesOnly(clean))
 	if diff := cmp.Diff(want, again.out, cmpopts.IgnoreFields(Outcome{}, "Wake"), persistedSet); diff != "" {
 		t.Errorf("pass after a refused write: -want (the same outcome), +got:\n%s", diff)
 	}
-	if len(again.calls) > 0 || v.starts != 1 {
-		t.Errorf("pass after a refused write called %v, %d vacuum(s) started: want none, one", again.calls, v.starts)
+	if diff := cmp.Diff([]string{verifyCall}, again.calls); diff != "" || v.starts != 1 {
+		t.Errorf("pass after a refused write: calls -want, +got:\n%s%d vacuum(s) started: want one", diff, v.starts)
 	}
 	again.out.Persisted()
 	if _, kept := d.parked.Load(uid); kept {
@@ -131,5 +132,54 @@ func TestDeletionForgottenWhileParked(t *testing.T) {
 	again := runFakes(t, run, first.er, deletionFakes(func(f *fakes) { f.claims = ClaimsFns{} }))
 	if again.out.Kind != Done || len(again.calls) == 0 || again.calls[0] != deleteCall {
 		t.Errorf("pass after forget: kind %d, calls %v: want the deletion run again", again.out.Kind, again.calls)
+	}
+}
+
+// verifiesOnly is a ledger whose only port is Verify, answering checks.
+func verifiesOnly(checks []Verification) fakes {
+	return fakes{ledger: LedgerFns{VerifyFn: func(context.Context, Request) ([]Verification, error) { return checks, nil }}}
+}
+
+// TestDeletionParkedAndRefusedVerifiesBeforeCompletingAgain: when the pass
+// after a refused write finds rows of the sessions back (a restore while it
+// waited behind the queue), it drops the parked deletion and deletes,
+// verifies and vacuums again instead of completing the step on the old
+// verification; a failed verification completes nothing.
+func TestDeletionParkedAndRefusedVerifiesBeforeCompletingAgain(t *testing.T) {
+	claimed := reached(2, withStatusCondition(lethev1.ConditionDeleted, false, lethev1.ReasonDeleting))
+	d := &Deletion{Config: testConfig}
+	run := func(ctx context.Context, s *Scope) Outcome { return d.Run(ctx, s) }
+	v := &pendingVacuum{end: make(chan struct{}), res: VacuumResult{Vacuumed: 9, At: vacuumedAt}}
+	first := runFakes(t, run, claimed, deletionFakes(vacuumPending(v), func(f *fakes) { f.claims = ClaimsFns{} }))
+	close(v.end)
+	if last := runFakes(t, run, first.er, fakes{}); last.out.Kind != Done {
+		t.Fatalf("pass after the vacuum: %+v: want Done", last.out)
+	}
+
+	broken := fakes{ledger: LedgerFns{VerifyFn: func(context.Context, Request) ([]Verification, error) {
+		return nil, errors.New("connection reset")
+	}}}
+	if failedAgain := runFakes(t, run, first.er, broken); failedAgain.out.Kind == Done || failedAgain.out.Condition == nil ||
+		failedAgain.out.Condition.OK {
+		t.Fatalf("pass whose repeated verification failed: %+v: want a retry, Deleted not True", failedAgain.out)
+	}
+
+	back := []Verification{{Check: "sessions of the request", Found: 1}, {Check: "rows in memory.messages", Found: 12}}
+	again := runFakes(t, run, first.er, deletionFakes(vacuumPending(v), func(f *fakes) {
+		f.claims = ClaimsFns{}
+		verified := 0
+		f.ledger.VerifyFn = func(context.Context, Request) ([]Verification, error) {
+			verified++
+			if verified == 1 {
+				return back, nil
+			}
+			return clean, nil
+		}
+	}))
+	if again.out.Kind != Done {
+		t.Fatalf("pass that found rows back: %+v: want the deletion run again to Done", again.out)
+	}
+	if len(again.calls) < 2 || again.calls[0] != verifyCall || again.calls[1] != deleteCall || v.starts != 2 {
+		t.Errorf("pass that found rows back: calls %v, %d vacuum(s) started: want verify, then delete again, a second vacuum", again.calls, v.starts)
 	}
 }
