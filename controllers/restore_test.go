@@ -35,7 +35,7 @@ func TestRestoredDatabaseIsErasedAgain(t *testing.T) {
 		"dump before the request": {dumpAt: ""},
 		"dump during the grace period": {dumpAt: lethev1.PhaseTombstoned, mutate: func(er *lethev1.ErasureRequest) {
 			er.Spec.Immediate, er.Spec.Reason = false, ""
-			er.Spec.GracePeriod = &metav1.Duration{Duration: 3 * time.Second}
+			er.Spec.GracePeriod = &metav1.Duration{Duration: time.Hour}
 		}},
 	}
 	for name, tc := range cases {
@@ -50,10 +50,14 @@ func TestRestoredDatabaseIsErasedAgain(t *testing.T) {
 			}
 			er := e.request(t, "forget", tc.mutate)
 			if tc.dumpAt != "" {
-				waitPhase(t, er, tc.dumpAt)
+				// The grace period is an hour, so the dump is surely taken
+				// inside it; then it ends by the database's clock.
+				waitStepReason(t, er, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonWaitingForGrace)
 				if err := pg.Dump(db, dump); err != nil {
 					t.Fatal(err)
 				}
+				endGraceIn(t, e.dsn, er, 0)
+				nudge(t, er)
 			}
 			waitPhase(t, er, lethev1.PhaseBackupsRotated)
 			assertRestoreErasedAgain(t, e, er, db, dump)
@@ -130,12 +134,14 @@ func TestSessionSkippedByTheDeletionIsNotVerifiedAbsent(t *testing.T) {
 	e := newMemoryEnv(t, "skipped")
 	er := e.request(t, "forget", func(er *lethev1.ErasureRequest) {
 		er.Spec.Immediate, er.Spec.Reason = false, ""
-		er.Spec.GracePeriod = &metav1.Duration{Duration: 3 * time.Second}
+		er.Spec.GracePeriod = &metav1.Duration{Duration: time.Hour}
 	})
-	waitPhase(t, er, lethev1.PhaseTombstoned)
+	waitStepReason(t, er, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonWaitingForGrace)
 	if _, err := e.conn.Exec(context.Background(), `UPDATE memory.sessions SET tenant_id = 't9' WHERE id = $1`, erasedA); err != nil {
 		t.Fatal(err)
 	}
+	endGraceIn(t, e.dsn, er, 0)
+	nudge(t, er)
 	c := waitStepReason(t, er, lethev1.ConditionDeleted, lethev1.ReasonVerificationFailed)
 	for _, want := range []string{"rows of the sessions in memory.sessions", "requested sessions the ledger does not record as erased"} {
 		if !strings.Contains(c.Message, want) {

@@ -258,6 +258,20 @@ func newNamespaceIn(t *testing.T, c client.Client, prefix string) string {
 	if err := c.Create(context.Background(), ns); err != nil {
 		t.Fatal(err)
 	}
+	// A request left behind is checked again every ReverifyInterval and a
+	// store audited every AuditInterval for the rest of the suite, by a
+	// manager that works one request at a time: later tests' passes would
+	// wait behind them. Their finalizers run on their own (a request whose
+	// database is gone is released without asking it).
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, obj := range []client.Object{&lethev1.ErasureRequest{}, &lethev1.MemoryStore{}} {
+			if err := c.DeleteAllOf(ctx, obj, client.InNamespace(ns.Name)); err != nil {
+				t.Logf("clean-up of namespace %s: %v", ns.Name, err)
+			}
+		}
+	})
 	return ns.Name
 }
 
