@@ -342,9 +342,21 @@ func (d *Deletion) Reverify(ctx context.Context, s *Scope) Outcome {
 	if err != nil {
 		return errored(err)
 	}
-	if res.Skipped || res.Sessions == 0 && res.LedgerRowsRestored == 0 && res.DerivedRecords == 0 && res.ContentIndexEntries == 0 {
+	if !reerasedAnything(res) {
 		return d.lostEntry(ctx, s)
 	}
+	return resurrected(s, res)
+}
+
+// reerasedAnything reports whether a re-erasure erased, put back or
+// removed anything.
+func reerasedAnything(r BatchResult) bool {
+	return !r.Skipped && (r.Sessions > 0 || r.LedgerRowsRestored > 0 || r.DerivedRecords > 0 || r.ContentIndexEntries > 0)
+}
+
+// resurrected is the Done outcome of a re-erasure that did something: its
+// evidence, its Resurrected history entry and a Warning.
+func resurrected(s *Scope, res BatchResult) Outcome {
 	ev := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: mtime(res.DeletedAt), Counts: tableCounts(res.Rows),
 		Note: fmt.Sprintf("%d resurrected session(s) erased again; %d ledger row(s) found missing or not erased (a restored database) put back in force; residue removed: %d derived record(s), %d content-keyed entr(ies)",
 			res.Sessions, res.LedgerRowsRestored, res.DerivedRecords, res.ContentIndexEntries)}

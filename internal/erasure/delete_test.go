@@ -42,6 +42,7 @@ const (
 	vacuumCall              = "Ledger.Vacuum(Lazy)"
 	deletedReceiptsCall     = "Ledger.Receipts(req-uid, Deleted)"
 	resurrectedReceiptsCall = "Ledger.Receipts(req-uid, Resurrected)"
+	reeraseCall             = "Ledger.Reerase({req-uid [s1 s2 s3] grace=0s})"
 )
 
 // deletedReceipts are the receipts of deleteResult's batches: batch 1 ran in

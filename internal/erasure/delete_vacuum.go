@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 )
@@ -73,13 +74,38 @@ func (d *Deletion) unpark(ctx context.Context, s *Scope) (out Outcome, parked bo
 				"deleted and verified; the verification repeated before completing failed and is retried", err), true
 		}
 		if slices.ContainsFunc(checks, func(c Verification) bool { return c.Found > 0 }) {
-			d.parked.Delete(s.uid())
-			return Outcome{}, false
+			return d.backBeforeRecorded(ctx, s)
 		}
 		p.ev.Verification = verifications(checks)
 	}
 	// The work was counted by the pass that deleted.
 	return p.done(d, s.uid(), Work{}), true
+}
+
+// backBeforeRecorded handles rows of the sessions found back after the
+// deletion was verified but before it was recorded (a restore, possibly of
+// a dump taken before the request: no ledger row left for Delete to act
+// on). As once the step is recorded, the re-erasure erases them again,
+// puts the ledger back and records the resurrection; the deletion stays
+// parked and the next pass verifies again before completing the step.
+// What the re-erasure cannot explain goes back to the deletion, which
+// deletes, verifies (and stalls, saying so, on what is still found) and
+// vacuums again.
+func (d *Deletion) backBeforeRecorded(ctx context.Context, s *Scope) (Outcome, bool) {
+	res, err := s.Ledger.Reerase(ctx, FoundRequest(s.Request))
+	if err != nil {
+		return failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonDeleting,
+			"deleted and verified; rows of the sessions came back before the step was recorded and their re-erasure failed: retried", err), true
+	}
+	if !reerasedAnything(res) {
+		d.parked.Delete(s.uid())
+		return Outcome{}, false
+	}
+	out := resurrected(s, res)
+	out.Kind, out.RequeueAfter = Waiting, time.Second
+	out.Condition = condition(lethev1.ConditionDeleted, false, lethev1.ReasonDeleting,
+		"deleted and verified; rows of the sessions came back before the step was recorded and were erased again: verifying again")
+	return out, true
 }
 
 // done completes the step with the vacuum's result in its evidence.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -140,46 +141,84 @@ func verifiesOnly(checks []Verification) fakes {
 	return fakes{ledger: LedgerFns{VerifyFn: func(context.Context, Request) ([]Verification, error) { return checks, nil }}}
 }
 
-// TestDeletionParkedAndRefusedVerifiesBeforeCompletingAgain: when the pass
-// after a refused write finds rows of the sessions back (a restore while it
-// waited behind the queue), it drops the parked deletion and deletes,
-// verifies and vacuums again instead of completing the step on the old
-// verification; a failed verification completes nothing.
+// TestDeletionParkedAndRefusedVerifiesBeforeCompletingAgain: the pass
+// after a refused write verifies again before completing from the parked
+// deletion. A failed verification completes nothing. Rows back that the
+// re-erasure erases (a restore, even of a dump taken before the request)
+// are erased again and recorded as a resurrection, and the next pass
+// verifies again and completes the step with the parked evidence. Rows
+// back that the re-erasure cannot explain send the pass back to the
+// deletion: delete, verify and vacuum again.
 func TestDeletionParkedAndRefusedVerifiesBeforeCompletingAgain(t *testing.T) {
 	claimed := reached(2, withStatusCondition(lethev1.ConditionDeleted, false, lethev1.ReasonDeleting))
-	d := &Deletion{Config: testConfig}
-	run := func(ctx context.Context, s *Scope) Outcome { return d.Run(ctx, s) }
-	v := &pendingVacuum{end: make(chan struct{}), res: VacuumResult{Vacuumed: 9, At: vacuumedAt}}
-	first := runFakes(t, run, claimed, deletionFakes(vacuumPending(v), func(f *fakes) { f.claims = ClaimsFns{} }))
-	close(v.end)
-	if last := runFakes(t, run, first.er, fakes{}); last.out.Kind != Done {
-		t.Fatalf("pass after the vacuum: %+v: want Done", last.out)
-	}
-
-	broken := fakes{ledger: LedgerFns{VerifyFn: func(context.Context, Request) ([]Verification, error) {
-		return nil, errors.New("connection reset")
-	}}}
-	if failedAgain := runFakes(t, run, first.er, broken); failedAgain.out.Kind == Done || failedAgain.out.Condition == nil ||
-		failedAgain.out.Condition.OK {
-		t.Fatalf("pass whose repeated verification failed: %+v: want a retry, Deleted not True", failedAgain.out)
-	}
-
 	back := []Verification{{Check: "sessions of the request", Found: 1}, {Check: "rows in memory.messages", Found: 12}}
-	again := runFakes(t, run, first.er, deletionFakes(vacuumPending(v), func(f *fakes) {
-		f.claims = ClaimsFns{}
-		verified := 0
-		f.ledger.VerifyFn = func(context.Context, Request) ([]Verification, error) {
-			verified++
-			if verified == 1 {
-				return back, nil
-			}
-			return clean, nil
+	verifies := func(answers ...[]Verification) func(context.Context, Request) ([]Verification, error) {
+		n := 0
+		return func(context.Context, Request) ([]Verification, error) {
+			a := answers[min(n, len(answers)-1)]
+			n++
+			return a, nil
 		}
-	}))
-	if again.out.Kind != Done {
-		t.Fatalf("pass that found rows back: %+v: want the deletion run again to Done", again.out)
 	}
-	if len(again.calls) < 2 || again.calls[0] != verifyCall || again.calls[1] != deleteCall || v.starts != 2 {
-		t.Errorf("pass that found rows back: calls %v, %d vacuum(s) started: want verify, then delete again, a second vacuum", again.calls, v.starts)
+	// parkedAndHandedOut is a deletion parked, its vacuum ended and its
+	// completing outcome handed out once (its write then refused).
+	parkedAndHandedOut := func(t *testing.T) (*Deletion, *pendingVacuum, *lethev1.ErasureRequest) {
+		d := &Deletion{Config: testConfig}
+		v := &pendingVacuum{end: make(chan struct{}), res: VacuumResult{Vacuumed: 9, At: vacuumedAt}}
+		first := runFakes(t, d.Run, claimed, deletionFakes(vacuumPending(v), func(f *fakes) { f.claims = ClaimsFns{} }))
+		close(v.end)
+		if last := runFakes(t, d.Run, first.er, fakes{}); last.out.Kind != Done {
+			t.Fatalf("pass after the vacuum: %+v: want Done", last.out)
+		}
+		return d, v, first.er
 	}
+
+	t.Run("verification fails", func(t *testing.T) {
+		d, _, er := parkedAndHandedOut(t)
+		broken := fakes{ledger: LedgerFns{VerifyFn: func(context.Context, Request) ([]Verification, error) {
+			return nil, errors.New("connection reset")
+		}}}
+		if out := runFakes(t, d.Run, er, broken).out; out.Kind == Done || out.Condition == nil || out.Condition.OK {
+			t.Fatalf("pass whose repeated verification failed: %+v: want a retry, Deleted not True", out)
+		}
+	})
+
+	t.Run("rows back, erased again", func(t *testing.T) {
+		d, v, er := parkedAndHandedOut(t)
+		reerased := BatchResult{Sessions: 2, LedgerRowsRestored: 2, Rows: []Count{{Table: "memory.sessions", Rows: 2}}, DeletedAt: vacuumedAt.Add(time.Minute)}
+		healed := runFakes(t, d.Run, er, fakes{ledger: LedgerFns{VerifyFn: verifies(back),
+			ReeraseFn: func(context.Context, Request) (BatchResult, error) { return reerased, nil }}})
+		out := healed.out
+		if out.Kind != Waiting || out.Condition == nil || out.Condition.OK || out.Condition.Reason != lethev1.ReasonDeleting ||
+			out.Milestone == nil || out.Milestone.Event != lethev1.ReasonResurrected || out.Warning == nil || out.Persisted != nil {
+			t.Fatalf("pass that found rows back and erased them again: %+v: want Waiting, Deleted still False (Deleting), a Resurrected entry and warning", out)
+		}
+		if diff := cmp.Diff([]string{verifyCall, reeraseCall}, healed.calls); diff != "" {
+			t.Errorf("calls: -want, +got:\n%s", diff)
+		}
+		last := runFakes(t, d.Run, healed.er, verifiesOnly(clean))
+		want := deleted("grace")
+		want.Work = Work{}
+		if diff := cmp.Diff(want, last.out, cmpopts.IgnoreFields(Outcome{}, "Wake"), persistedSet); diff != "" {
+			t.Errorf("pass after the re-erasure: -want (the parked deletion completed), +got:\n%s", diff)
+		}
+		if v.starts != 1 {
+			t.Errorf("%d vacuums started, want one", v.starts)
+		}
+	})
+
+	t.Run("rows back, not explained", func(t *testing.T) {
+		d, v, er := parkedAndHandedOut(t)
+		again := runFakes(t, d.Run, er, deletionFakes(vacuumPending(v), func(f *fakes) {
+			f.claims = ClaimsFns{}
+			f.ledger.VerifyFn = verifies(back, clean)
+			f.ledger.ReeraseFn = func(context.Context, Request) (BatchResult, error) { return BatchResult{Skipped: true}, nil }
+		}))
+		if again.out.Kind != Done {
+			t.Fatalf("pass that found rows back: %+v: want the deletion run again to Done", again.out)
+		}
+		if len(again.calls) < 3 || again.calls[0] != verifyCall || again.calls[1] != reeraseCall || again.calls[2] != deleteCall || v.starts != 2 {
+			t.Errorf("pass that found rows back: calls %v, %d vacuum(s) started: want verify, re-erase, then delete again, a second vacuum", again.calls, v.starts)
+		}
+	})
 }
