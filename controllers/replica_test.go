@@ -2,8 +2,11 @@ package controllers_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -27,9 +30,7 @@ func TestDeletedWaitsForTheReplicas(t *testing.T) {
 	}
 	defer replica.Stop()
 	rconn := connectVector(t, replica.DSN("memory"))
-	if _, err := rconn.Exec(ctx, `SELECT pg_wal_replay_pause()`); err != nil {
-		t.Fatal(err)
-	}
+	pauseReplay(t, rconn)
 
 	ns := newNamespace(t, "replica")
 	createSecret(t, ns, "pg", map[string]string{"dsn": primary.DSN("memory"), "replica": replica.DSN("memory")})
@@ -83,9 +84,7 @@ func TestDeletedWaitsForTheReplicas(t *testing.T) {
 	if visible != 0 {
 		t.Fatalf("Tombstoned is True but the replica still serves the session untombstoned")
 	}
-	if _, err := rconn.Exec(ctx, `SELECT pg_wal_replay_pause()`); err != nil {
-		t.Fatal(err)
-	}
+	pauseReplay(t, rconn)
 	if err := hold.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -108,4 +107,24 @@ func TestDeletedWaitsForTheReplicas(t *testing.T) {
 	if onReplica != 0 {
 		t.Fatalf("Deleted is True but the replica still returns the session")
 	}
+}
+
+// pauseReplay pauses the replica's replay and waits until it has paused:
+// pg_wal_replay_pause only requests it.
+func pauseReplay(t *testing.T, rconn *pgx.Conn) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := rconn.Exec(ctx, `SELECT pg_wal_replay_pause()`); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		var state string
+		if err := rconn.QueryRow(ctx, `SELECT pg_get_wal_replay_pause_state()`).Scan(&state); err != nil {
+			return err
+		}
+		if state != "paused" {
+			return fmt.Errorf("replay %s, want paused", state)
+		}
+		return nil
+	})
 }
