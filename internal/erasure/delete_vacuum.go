@@ -86,25 +86,28 @@ func (d *Deletion) unpark(ctx context.Context, s *Scope) (out Outcome, parked bo
 // deletion was verified but before it was recorded (a restore, possibly of
 // a dump taken before the request: no ledger row left for Delete to act
 // on). As once the step is recorded, the re-erasure erases them again,
-// puts the ledger back and records the resurrection; the deletion stays
-// parked and the next pass verifies again before completing the step.
-// What the re-erasure cannot explain goes back to the deletion, which
-// deletes, verifies (and stalls, saying so, on what is still found) and
-// vacuums again.
+// puts the ledger back and records the resurrection. The parked evidence
+// is then dropped either way: it describes a verification, residue probe
+// and vacuum from before the rows came back, and the re-erased tuples are
+// in the data files until a vacuum after them. So the next pass runs the
+// deletion again (every batch skipped once the ledger is back), which
+// verifies, probes and vacuums anew. What the re-erasure cannot explain
+// goes to the deletion in this pass, which deletes, verifies (and stalls,
+// saying so, on what is still found) and vacuums again.
 func (d *Deletion) backBeforeRecorded(ctx context.Context, s *Scope) (Outcome, bool) {
 	res, err := s.Ledger.Reerase(ctx, FoundRequest(s.Request))
 	if err != nil {
 		return failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonDeleting,
 			"deleted and verified; rows of the sessions came back before the step was recorded and their re-erasure failed: retried", err), true
 	}
+	d.parked.Delete(s.uid())
 	if !reerasedAnything(res) {
-		d.parked.Delete(s.uid())
 		return Outcome{}, false
 	}
 	out := resurrected(s, res)
 	out.Kind, out.RequeueAfter = Waiting, time.Second
 	out.Condition = condition(lethev1.ConditionDeleted, false, lethev1.ReasonDeleting,
-		"deleted and verified; rows of the sessions came back before the step was recorded and were erased again: verifying again")
+		"deleted and verified; rows of the sessions came back before the step was recorded and were erased again: deleting, verifying and vacuuming again")
 	return out, true
 }
 

@@ -146,7 +146,7 @@ func verifiesOnly(checks []Verification) fakes {
 // deletion. A failed verification completes nothing. Rows back that the
 // re-erasure erases (a restore, even of a dump taken before the request)
 // are erased again and recorded as a resurrection, and the next pass
-// verifies again and completes the step with the parked evidence. Rows
+// deletes (skipping), verifies, probes and vacuums anew. Rows
 // back that the re-erasure cannot explain send the pass back to the
 // deletion: delete, verify and vacuum again.
 func TestDeletionParkedAndRefusedVerifiesBeforeCompletingAgain(t *testing.T) {
@@ -196,14 +196,29 @@ func TestDeletionParkedAndRefusedVerifiesBeforeCompletingAgain(t *testing.T) {
 		if diff := cmp.Diff([]string{verifyCall, reeraseCall}, healed.calls); diff != "" {
 			t.Errorf("calls: -want, +got:\n%s", diff)
 		}
-		last := runFakes(t, d.Run, healed.er, verifiesOnly(clean))
-		want := deleted("grace")
-		want.Work = Work{}
-		if diff := cmp.Diff(want, last.out, cmpopts.IgnoreFields(Outcome{}, "Wake"), persistedSet); diff != "" {
-			t.Errorf("pass after the re-erasure: -want (the parked deletion completed), +got:\n%s", diff)
+		// The parked evidence predates the rows' return: the next pass
+		// deletes (skipping), verifies, probes and vacuums anew.
+		last := runFakes(t, d.Run, healed.er, deletionFakes(vacuumPending(v), func(f *fakes) { f.claims = ClaimsFns{} }))
+		if diff := cmp.Diff(deleted("grace"), last.out, cmpopts.IgnoreFields(Outcome{}, "Wake"), persistedSet); diff != "" {
+			t.Errorf("pass after the re-erasure: -want (the deletion run again), +got:\n%s", diff)
 		}
-		if v.starts != 1 {
-			t.Errorf("%d vacuums started, want one", v.starts)
+		if diff := cmp.Diff([]string{deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall}, last.calls); diff != "" {
+			t.Errorf("pass after the re-erasure: calls: -want, +got:\n%s", diff)
+		}
+		if v.starts != 2 {
+			t.Errorf("%d vacuums started, want two: the re-erased tuples need a vacuum after them", v.starts)
+		}
+	})
+
+	t.Run("clean again: the repeated verification is the evidence", func(t *testing.T) {
+		d, _, er := parkedAndHandedOut(t)
+		again := []Verification{{Check: "sessions of the request (repeated)"}, {Check: "rows in memory.messages (repeated)"}}
+		out := runFakes(t, d.Run, er, verifiesOnly(again)).out
+		if out.Kind != Done || out.Evidence == nil {
+			t.Fatalf("pass whose repeated verification is clean: %+v: want Done", out)
+		}
+		if diff := cmp.Diff(verifications(again), out.Evidence.Verification); diff != "" {
+			t.Errorf("evidence's verification: -want (the repeated one), +got:\n%s", diff)
 		}
 	})
 
