@@ -387,9 +387,55 @@ func (v *Velero) WaitBackup(ctx context.Context, name string) (*velerov1.Backup,
 		return false
 	})
 	if err == nil && b.Status.Phase != velerov1.BackupPhaseCompleted {
-		err = fmt.Errorf("backup %s ended %s: %v", name, b.Status.Phase, b.Status.ValidationErrors)
+		err = &BackupFailedError{Name: name, Phase: b.Status.Phase, Reason: b.Status.FailureReason,
+			ValidationErrors: b.Status.ValidationErrors, Errors: b.Status.Errors, Log: v.logLines(name, 40)}
 	}
 	return b, err
+}
+
+// BackupFailedError is a Backup Velero finished in a phase other than
+// Completed, with what Velero said about it.
+type BackupFailedError struct {
+	Name             string
+	Phase            velerov1.BackupPhase
+	Reason           string
+	ValidationErrors []string
+	Errors           int
+	// Log is the server's last lines naming the Backup.
+	Log string
+}
+
+func (e *BackupFailedError) Error() string {
+	return fmt.Sprintf("backup %s ended %s (failure reason %q, validation errors %v, %d error(s)); Velero's log about it:\n%s",
+		e.Name, e.Phase, e.Reason, e.ValidationErrors, e.Errors, e.Log)
+}
+
+// logLines is the server's last n log lines that contain s.
+func (v *Velero) logLines(s string, n int) string {
+	var lines []string
+	for l := range strings.SplitSeq(v.Log(), "\n") {
+		if strings.Contains(l, s) {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// WaitBackupGone waits until the Backup object is gone (after DeleteBackup).
+func (v *Velero) WaitBackupGone(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		err := v.c.Get(ctx, client.ObjectKey{Namespace: v.Namespace, Name: name}, &velerov1.Backup{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("backup %s still there after 2m (last error %w)", name, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // DeleteBackup asks Velero to delete a Backup and its files, as an operator

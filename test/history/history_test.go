@@ -48,6 +48,14 @@ type faults struct {
 	restores, requestsDeleted, restoresDetected int
 	// re-ingestion attempts refused (LE002) and accepted.
 	refused, accepted int
+	// runs' Backups Velero failed and the harness took again.
+	backupsRetaken int
+}
+
+func (f *faults) countBackupRetaken() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.backupsRetaken++
 }
 
 func (f *faults) countReingestion(a reingestion) {
@@ -65,8 +73,8 @@ func (f *faults) String() string {
 	defer f.mu.Unlock()
 	return fmt.Sprintf("%d manager kills (SIGKILL), %d database connection drops, %d FalkorDB restarts, "+
 		"%d database restores (%d after deleting a completed request object; %d stores' audits saw one), "+
-		"%d re-ingestion attempts refused (LE002) and %d accepted",
-		f.kills, f.dbDrops, f.graphRest, f.restores, f.requestsDeleted, f.restoresDetected, f.refused, f.accepted)
+		"%d re-ingestion attempts refused (LE002) and %d accepted; %d runs' Backups failed by Velero and taken again",
+		f.kills, f.dbDrops, f.graphRest, f.restores, f.requestsDeleted, f.restoresDetected, f.refused, f.accepted, f.backupsRetaken)
 }
 
 // envFloat reads a probability (0 is allowed: the fault is off).
@@ -299,7 +307,7 @@ func (r *round) setup(ctx context.Context, n int) ([]*runPlan, map[*runPlan]runR
 	// at once: see setup).
 	var g errgroup.Group
 	for _, p := range plans {
-		g.Go(func() error { return backUp(ctx, r.e, p) })
+		g.Go(func() error { return backUp(ctx, r.t, r.e, r.f, p) })
 	}
 	return plans, before, g.Wait()
 }

@@ -2,10 +2,12 @@ package history
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -183,11 +185,31 @@ func seedRun(ctx context.Context, e *env, conn *pgx.Conn, g *graph.Graph, p *run
 // backUp has Velero back the run's namespace up, waits until the Backup is
 // complete, then creates the run's MemoryStore: every request of the run
 // comes after its Backup.
-func backUp(ctx context.Context, e *env, p *runPlan) error {
-	if _, err := e.velero.TakeBackup(ctx, p.Backup, testenv.BackupOptions{Labels: map[string]string{"app": p.NS}, Namespaces: []string{p.NS}, TTL: 90 * 24 * time.Hour}); err != nil {
+//
+// A Backup Velero fails (not a fault the history injects: the run has no
+// store yet) is deleted and taken once more, counted and logged with
+// Velero's reason; a second failure fails the pass.
+func backUp(ctx context.Context, tb testing.TB, e *env, f *faults, p *runPlan) error {
+	take := func() error {
+		if _, err := e.velero.TakeBackup(ctx, p.Backup, testenv.BackupOptions{Labels: map[string]string{"app": p.NS}, Namespaces: []string{p.NS}, TTL: 90 * 24 * time.Hour}); err != nil {
+			return err
+		}
+		_, err := e.velero.WaitBackup(ctx, p.Backup)
 		return err
 	}
-	if _, err := e.velero.WaitBackup(ctx, p.Backup); err != nil {
+	err := take()
+	if failed := (*testenv.BackupFailedError)(nil); errors.As(err, &failed) {
+		tb.Logf("Velero failed the run's Backup; deleting it and taking it again: %v", err)
+		f.countBackupRetaken()
+		if _, err := e.velero.DeleteBackup(ctx, p.Backup); err != nil {
+			return err
+		}
+		if err := e.velero.WaitBackupGone(ctx, p.Backup); err != nil {
+			return err
+		}
+		err = take()
+	}
+	if err != nil {
 		return err
 	}
 	ref := func(key string) lethev1.SecretKeyRef { return lethev1.SecretKeyRef{Name: "memory", Key: key} }
