@@ -74,6 +74,12 @@ func (d *Deletion) Run(ctx context.Context, s *Scope) Outcome {
 	if err != nil {
 		return failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonDeleting, "deleted; the verification failed and is retried", err)
 	}
+	if sessionRowsRemain(ev.Verification) {
+		if out, erased := d.unheldRowsBack(ctx, s); erased {
+			out.Work = work
+			return out
+		}
+	}
 	residue, failure := d.probe(ctx, s, sample, known, &ev)
 	if failure != nil {
 		return *failure
@@ -285,13 +291,50 @@ func receiptTotals(receipts map[int]StepReceipt) (int, []lethev1.TableCount) {
 	return sessions, out
 }
 
+// rowsRemain reports whether a check found rows of the erased sessions
+// (not residue, which the probes report).
+func rowsRemain(checks []lethev1.Verification) bool {
+	return slices.ContainsFunc(checks, func(v lethev1.Verification) bool {
+		return v.Found > 0 && !strings.HasPrefix(v.Check, vectorResidueCheck) && !strings.HasPrefix(v.Check, textResidueCheck)
+	})
+}
+
+// sessionRowsRemain reports whether a check found rows of the erased
+// sessions themselves or of their cascade (not derived records or
+// content-keyed entries, which RemoveResidue handles).
+func sessionRowsRemain(checks []lethev1.Verification) bool {
+	return slices.ContainsFunc(checks, func(v lethev1.Verification) bool {
+		return rowsRemain([]lethev1.Verification{v}) && !removable([]lethev1.Verification{v})
+	})
+}
+
+// unheldRowsBack erases again rows of the sessions that remain after the
+// deletion while the ledger holds none of them in force: a restore of the
+// database, possibly from a dump taken before the request, took the
+// ledger (and the tombstones) with it, so the deletion's guard found
+// nothing eligible. The request, kept by the API server, knows what it
+// found. Rows the ledger still holds (e.g. a session whose tenant changed,
+// or a grace period not yet over by the database's clock) are the guard's
+// refusal: not re-erased, the step stalls on them.
+func (d *Deletion) unheldRowsBack(ctx context.Context, s *Scope) (Outcome, bool) {
+	held, err := s.Ledger.HeldBy(ctx, s.uid())
+	if err != nil {
+		return failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonDeleting,
+			"deleted; rows of the sessions remain and reading the ledger failed: retried", err), true
+	}
+	if held > 0 {
+		return Outcome{}, false
+	}
+	return d.reeraseThenAgain(ctx, s, "rows of the sessions remained after the deletion with no ledger row holding them (a restored database)")
+}
+
 // judge stalls the step when rows of the erased sessions remain or a copy
 // of erased content (an embedding, a passage of text) was found: a human
 // must look.
 func (d *Deletion) judge(ev lethev1.StepEvidence, found residues) (Outcome, bool) {
 	var left []string
 	for _, v := range ev.Verification {
-		if v.Found > 0 && !strings.HasPrefix(v.Check, vectorResidueCheck) && !strings.HasPrefix(v.Check, textResidueCheck) {
+		if rowsRemain([]lethev1.Verification{v}) {
 			left = append(left, v.Check)
 		}
 	}

@@ -43,6 +43,7 @@ const (
 	deletedReceiptsCall     = "Ledger.Receipts(req-uid, Deleted)"
 	resurrectedReceiptsCall = "Ledger.Receipts(req-uid, Resurrected)"
 	reeraseCall             = "Ledger.Reerase({req-uid [s1 s2 s3] grace=0s})"
+	heldByCall              = "Ledger.HeldBy(req-uid)"
 )
 
 // deletedReceipts are the receipts of deleteResult's batches: batch 1 ran in
@@ -298,11 +299,13 @@ func TestDeletionRun(t *testing.T) {
 	})
 }
 
-// rowsLeft is a verification that finds rows of the erased sessions.
+// rowsLeft is a verification that finds rows of the erased sessions the
+// ledger still holds: the deletion's guard refused them.
 func rowsLeft(f *fakes) {
 	f.ledger.VerifyFn = func(context.Context, Request) ([]Verification, error) {
 		return []Verification{{Check: "sessions of the request"}, {Check: "rows in memory.messages", Found: 4}}, nil
 	}
+	f.ledger.HeldByFn = func(context.Context, string) (int64, error) { return 1, nil }
 }
 
 // residueLeft is a probe that finds a copy of an erased embedding.
@@ -356,12 +359,77 @@ func TestDeletionJudge(t *testing.T) {
 		"VerificationFindsRows": {reason: "Rows of the erased sessions remain: a human must look; checked again after the re-verification interval.",
 			er: atDeletion(), fakes: deletionFakes(rowsLeft),
 			want: stepWant{out: Outcome{Kind: Stalled, Condition: leftCond, Evidence: &leftEv, Work: deleted("grace").Work, RequeueAfter: testConfig.ReverifyInterval},
-				status: after(atDeletion(), withCond(leftCond), withEvidence(leftEv)), calls: calls}},
+				status: after(atDeletion(), withCond(leftCond), withEvidence(leftEv)),
+				calls:  []string{cancelRequestedCall, claimCall, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, heldByCall, textProbeCall, probeCall}}},
+		"VerificationFindsRowsNothingToReerase": {reason: "Rows remain, the ledger holds none of them, and the re-erasure finds nothing to act on: the step stalls on them.",
+			er: atDeletion(), fakes: deletionFakes(rowsLeft, func(f *fakes) {
+				f.ledger.HeldByFn = func(context.Context, string) (int64, error) { return 0, nil }
+				f.ledger.ReeraseFn = func(context.Context, Request) (BatchResult, error) { return BatchResult{Skipped: true}, nil }
+			}),
+			want: stepWant{out: Outcome{Kind: Stalled, Condition: leftCond, Evidence: &leftEv, Work: deleted("grace").Work, RequeueAfter: testConfig.ReverifyInterval},
+				status: after(atDeletion(), withCond(leftCond), withEvidence(leftEv)),
+				calls:  []string{cancelRequestedCall, claimCall, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, heldByCall, reeraseCall, textProbeCall, probeCall}}},
 		"ResidueFound": {reason: "A near-identical copy of an erased embedding outside the cascade stalls the step, with a Warning.",
 			er: atDeletion(), fakes: deletionFakes(residueLeft),
 			want: stepWant{out: Outcome{Kind: Stalled, Condition: residueCond, Evidence: &residueEv, Work: deleted("grace").Work, RequeueAfter: testConfig.RetryAfter,
 				Warning: &Warning{Reason: lethev1.ReasonResidueFound, Action: "Verify", Note: "residue found in 1 column(s)"}},
 				status: after(atDeletion(), withCond(residueCond), withEvidence(residueEv)), calls: calls}},
+	})
+}
+
+// TestDeletionErasesAgainRowsTheLedgerNoLongerHolds: rows of the sessions
+// remain after the deletion and the ledger holds none of them (a restore
+// of a dump taken before the request took the ledger and the tombstones:
+// the guard found nothing eligible). The pass erases them again from what
+// the request found, records the resurrection, keeps Deleted False, and
+// the next pass deletes (skipping), verifies, probes and vacuums anew.
+func TestDeletionErasesAgainRowsTheLedgerNoLongerHolds(t *testing.T) {
+	unheld := func(f *fakes) {
+		f.ledger.HeldByFn = func(context.Context, string) (int64, error) { return 0, nil }
+	}
+	t.Run("erased again, then deleted anew", func(t *testing.T) {
+		d := &Deletion{Config: testConfig}
+		reerased := BatchResult{Sessions: 2, LedgerRowsRestored: 3, Rows: []Count{{Table: "memory.sessions", Rows: 2}}, DeletedAt: deletedAt.Add(time.Minute)}
+		first := runFakes(t, d.Run, atDeletion(), deletionFakes(rowsLeft, unheld, func(f *fakes) {
+			f.ledger.ReeraseFn = func(context.Context, Request) (BatchResult, error) { return reerased, nil }
+		}))
+		out := first.out
+		if out.Kind != Waiting || out.Condition == nil || out.Condition.OK || out.Condition.Reason != lethev1.ReasonDeleting ||
+			out.Milestone == nil || out.Milestone.Event != lethev1.ReasonResurrected || out.Warning == nil || out.Persisted != nil {
+			t.Fatalf("pass that found unheld rows and erased them again: %+v: want Waiting, Deleted still False (Deleting), a Resurrected entry and warning", out)
+		}
+		if !strings.Contains(out.Condition.Message, "no ledger row holding them") {
+			t.Errorf("Deleted message %q does not say why the rows were erased again", out.Condition.Message)
+		}
+		if diff := cmp.Diff([]string{cancelRequestedCall, claimCall, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, heldByCall, reeraseCall}, first.calls); diff != "" {
+			t.Errorf("calls: -want (no probe of a deletion about to run again), +got:\n%s", diff)
+		}
+		if out.Work.SessionsDeleted != deleted("grace").Work.SessionsDeleted {
+			t.Errorf("work %+v: the pass's own batches are still counted", out.Work)
+		}
+		next := runFakes(t, d.Run, first.er, deletionFakes(func(f *fakes) { f.claims = ClaimsFns{} }))
+		if next.out.Kind != Done || next.out.Condition == nil || !next.out.Condition.OK {
+			t.Fatalf("pass after the re-erasure: %+v: want the deletion run again to Done", next.out)
+		}
+		if diff := cmp.Diff([]string{deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall, vacuumCall}, next.calls); diff != "" {
+			t.Errorf("pass after the re-erasure: calls: -want, +got:\n%s", diff)
+		}
+	})
+	t.Run("the ledger cannot be read", func(t *testing.T) {
+		out := runFakes(t, runDeletion, atDeletion(), deletionFakes(rowsLeft, func(f *fakes) {
+			f.ledger.HeldByFn = func(context.Context, string) (int64, error) { return 0, errPort }
+		})).out
+		if out.Kind != Errored || out.Condition == nil || out.Condition.OK || out.Evidence != nil {
+			t.Fatalf("pass whose ledger read failed: %+v: want a retry, Deleted not True, no evidence", out)
+		}
+	})
+	t.Run("the re-erasure fails", func(t *testing.T) {
+		out := runFakes(t, runDeletion, atDeletion(), deletionFakes(rowsLeft, unheld, func(f *fakes) {
+			f.ledger.ReeraseFn = func(context.Context, Request) (BatchResult, error) { return BatchResult{}, errPort }
+		})).out
+		if out.Kind != Errored || out.Condition == nil || out.Condition.OK || out.Evidence != nil {
+			t.Fatalf("pass whose re-erasure failed: %+v: want a retry, Deleted not True, no evidence", out)
+		}
 	})
 }
 

@@ -95,19 +95,28 @@ func (d *Deletion) unpark(ctx context.Context, s *Scope) (out Outcome, parked bo
 // goes to the deletion in this pass, which deletes, verifies (and stalls,
 // saying so, on what is still found) and vacuums again.
 func (d *Deletion) backBeforeRecorded(ctx context.Context, s *Scope) (Outcome, bool) {
+	return d.reeraseThenAgain(ctx, s, "deleted and verified; rows of the sessions came back before the step was recorded")
+}
+
+// reeraseThenAgain erases again what came back of the request's sessions
+// (what says why, counts-free) and drops any parked deletion; when the
+// re-erasure did something, the outcome records the resurrection and has
+// the next pass delete (every batch skipped), verify, probe and vacuum
+// again. erased is false when nothing came back that the re-erasure could
+// act on: the caller goes on with the deletion.
+func (d *Deletion) reeraseThenAgain(ctx context.Context, s *Scope, what string) (out Outcome, erased bool) {
 	res, err := s.Ledger.Reerase(ctx, FoundRequest(s.Request))
 	if err != nil {
-		return failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonDeleting,
-			"deleted and verified; rows of the sessions came back before the step was recorded and their re-erasure failed: retried", err), true
+		return failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonDeleting, what+"; their re-erasure failed: retried", err), true
 	}
 	d.parked.Delete(s.uid())
 	if !reerasedAnything(res) {
 		return Outcome{}, false
 	}
-	out := resurrected(s, res)
+	out = resurrected(s, res)
 	out.Kind, out.RequeueAfter = Waiting, time.Second
 	out.Condition = condition(lethev1.ConditionDeleted, false, lethev1.ReasonDeleting,
-		"deleted and verified; rows of the sessions came back before the step was recorded and were erased again: deleting, verifying and vacuuming again")
+		what+" and were erased again: deleting, verifying and vacuuming again")
 	return out, true
 }
 
