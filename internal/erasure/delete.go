@@ -309,20 +309,22 @@ func sessionRowsRemain(checks []lethev1.Verification) bool {
 }
 
 // unheldRowsBack erases again rows of the sessions that remain after the
-// deletion while the ledger holds none of them in force: a restore of the
-// database, possibly from a dump taken before the request, took the
-// ledger (and the tombstones) with it, so the deletion's guard found
-// nothing eligible. The request, kept by the API server, knows what it
-// found. Rows the ledger still holds (e.g. a session whose tenant changed,
-// or a grace period not yet over by the database's clock) are the guard's
-// refusal: not re-erased, the step stalls on them.
+// deletion while the ledger has no row of the request left un-erased: a
+// restore of the database from before the request took the ledger (and
+// the tombstones) with it, so the deletion's guard found nothing eligible.
+// The request, kept by the API server, knows what it found, and its grace
+// period is over (GraceWait keeps the recorded end when the ledger is
+// gone). A row the ledger still has un-erased — held (a session whose
+// tenant changed, a grace period not over by the database's clock) or
+// cancelled — is the guard's refusal: nothing is re-erased, the step
+// stalls on it.
 func (d *Deletion) unheldRowsBack(ctx context.Context, s *Scope) (Outcome, bool) {
-	held, err := s.Ledger.HeldBy(ctx, s.uid())
+	gs, err := s.Ledger.Grace(ctx, s.uid())
 	if err != nil {
 		return failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonDeleting,
 			"deleted; rows of the sessions remain and reading the ledger failed: retried", err), true
 	}
-	if held > 0 {
+	if gs.NotErased > 0 {
 		return Outcome{}, false
 	}
 	return d.reeraseThenAgain(ctx, s, "rows of the sessions remained after the deletion with no ledger row holding them (a restored database)")

@@ -43,7 +43,7 @@ const (
 	deletedReceiptsCall     = "Ledger.Receipts(req-uid, Deleted)"
 	resurrectedReceiptsCall = "Ledger.Receipts(req-uid, Resurrected)"
 	reeraseCall             = "Ledger.Reerase({req-uid [s1 s2 s3] grace=0s})"
-	heldByCall              = "Ledger.HeldBy(req-uid)"
+	ledgerRowsCall          = "Ledger.Grace(req-uid)"
 )
 
 // deletedReceipts are the receipts of deleteResult's batches: batch 1 ran in
@@ -305,7 +305,7 @@ func rowsLeft(f *fakes) {
 	f.ledger.VerifyFn = func(context.Context, Request) ([]Verification, error) {
 		return []Verification{{Check: "sessions of the request"}, {Check: "rows in memory.messages", Found: 4}}, nil
 	}
-	f.ledger.HeldByFn = func(context.Context, string) (int64, error) { return 1, nil }
+	f.ledger.GraceFn = func(context.Context, string) (GraceState, error) { return GraceState{LedgerRows: 3, NotErased: 1}, nil }
 }
 
 // residueLeft is a probe that finds a copy of an erased embedding.
@@ -360,15 +360,15 @@ func TestDeletionJudge(t *testing.T) {
 			er: atDeletion(), fakes: deletionFakes(rowsLeft),
 			want: stepWant{out: Outcome{Kind: Stalled, Condition: leftCond, Evidence: &leftEv, Work: deleted("grace").Work, RequeueAfter: testConfig.ReverifyInterval},
 				status: after(atDeletion(), withCond(leftCond), withEvidence(leftEv)),
-				calls:  []string{cancelRequestedCall, claimCall, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, heldByCall, textProbeCall, probeCall}}},
+				calls:  []string{cancelRequestedCall, claimCall, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, ledgerRowsCall, textProbeCall, probeCall}}},
 		"VerificationFindsRowsNothingToReerase": {reason: "Rows remain, the ledger holds none of them, and the re-erasure finds nothing to act on: the step stalls on them.",
 			er: atDeletion(), fakes: deletionFakes(rowsLeft, func(f *fakes) {
-				f.ledger.HeldByFn = func(context.Context, string) (int64, error) { return 0, nil }
+				f.ledger.GraceFn = func(context.Context, string) (GraceState, error) { return GraceState{LedgerRows: 3}, nil }
 				f.ledger.ReeraseFn = func(context.Context, Request) (BatchResult, error) { return BatchResult{Skipped: true}, nil }
 			}),
 			want: stepWant{out: Outcome{Kind: Stalled, Condition: leftCond, Evidence: &leftEv, Work: deleted("grace").Work, RequeueAfter: testConfig.ReverifyInterval},
 				status: after(atDeletion(), withCond(leftCond), withEvidence(leftEv)),
-				calls:  []string{cancelRequestedCall, claimCall, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, heldByCall, reeraseCall, textProbeCall, probeCall}}},
+				calls:  []string{cancelRequestedCall, claimCall, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, ledgerRowsCall, reeraseCall, textProbeCall, probeCall}}},
 		"ResidueFound": {reason: "A near-identical copy of an erased embedding outside the cascade stalls the step, with a Warning.",
 			er: atDeletion(), fakes: deletionFakes(residueLeft),
 			want: stepWant{out: Outcome{Kind: Stalled, Condition: residueCond, Evidence: &residueEv, Work: deleted("grace").Work, RequeueAfter: testConfig.RetryAfter,
@@ -384,8 +384,9 @@ func TestDeletionJudge(t *testing.T) {
 // the request found, records the resurrection, keeps Deleted False, and
 // the next pass deletes (skipping), verifies, probes and vacuums anew.
 func TestDeletionErasesAgainRowsTheLedgerNoLongerHolds(t *testing.T) {
+	// The ledger has none of the request's rows: a restore of a dump from before the request.
 	unheld := func(f *fakes) {
-		f.ledger.HeldByFn = func(context.Context, string) (int64, error) { return 0, nil }
+		f.ledger.GraceFn = func(context.Context, string) (GraceState, error) { return GraceState{}, nil }
 	}
 	t.Run("erased again, then deleted anew", func(t *testing.T) {
 		d := &Deletion{Config: testConfig}
@@ -401,7 +402,7 @@ func TestDeletionErasesAgainRowsTheLedgerNoLongerHolds(t *testing.T) {
 		if !strings.Contains(out.Condition.Message, "no ledger row holding them") {
 			t.Errorf("Deleted message %q does not say why the rows were erased again", out.Condition.Message)
 		}
-		if diff := cmp.Diff([]string{cancelRequestedCall, claimCall, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, heldByCall, reeraseCall}, first.calls); diff != "" {
+		if diff := cmp.Diff([]string{cancelRequestedCall, claimCall, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, ledgerRowsCall, reeraseCall}, first.calls); diff != "" {
 			t.Errorf("calls: -want (no probe of a deletion about to run again), +got:\n%s", diff)
 		}
 		if out.Work.SessionsDeleted != deleted("grace").Work.SessionsDeleted {
@@ -415,9 +416,17 @@ func TestDeletionErasesAgainRowsTheLedgerNoLongerHolds(t *testing.T) {
 			t.Errorf("pass after the re-erasure: calls: -want, +got:\n%s", diff)
 		}
 	})
+	t.Run("a cancelled row left", func(t *testing.T) {
+		out := runFakes(t, runDeletion, atDeletion(), deletionFakes(rowsLeft, func(f *fakes) {
+			f.ledger.GraceFn = func(context.Context, string) (GraceState, error) { return GraceState{LedgerRows: 2, NotErased: 1}, nil }
+		})).out
+		if out.Kind != Stalled || out.Condition == nil || out.Condition.Reason != lethev1.ReasonVerificationFailed {
+			t.Fatalf("pass with a ledger row not erased (held or cancelled): %+v: want a stall, nothing re-erased", out)
+		}
+	})
 	t.Run("the ledger cannot be read", func(t *testing.T) {
 		out := runFakes(t, runDeletion, atDeletion(), deletionFakes(rowsLeft, func(f *fakes) {
-			f.ledger.HeldByFn = func(context.Context, string) (int64, error) { return 0, errPort }
+			f.ledger.GraceFn = func(context.Context, string) (GraceState, error) { return GraceState{}, errPort }
 		})).out
 		if out.Kind != Errored || out.Condition == nil || out.Condition.OK || out.Evidence != nil {
 			t.Fatalf("pass whose ledger read failed: %+v: want a retry, Deleted not True, no evidence", out)

@@ -40,6 +40,14 @@ func (g GraceWait) Run(ctx context.Context, s *Scope) Outcome {
 		return failed(g.Config, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonDatabaseUnavailable,
 			"the database clock could not be read; Lethe retries", err)
 	}
+	end, lost := recordedEnd(er, gs)
+	if lost && gs.Now.Before(end) {
+		// A restore took the ledger rows (and the tombstones) with it: the
+		// grace period the request recorded still holds, the undo with it.
+		out := waiting(end.Sub(gs.Now)+time.Second, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonWaitingForGrace,
+			"waiting until status.graceEndsAt by the database's clock; the database holds no ledger row of the request (restored from before it?): the sessions are erased after it; set spec.cancel to undo")
+		return out
+	}
 	if !gs.Elapsed {
 		// Requeue at the right time by the database's clock; never sleep.
 		out := waiting(gs.GraceEndsAt.Sub(gs.Now)+time.Second, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonWaitingForGrace,
@@ -48,6 +56,9 @@ func (g GraceWait) Run(ctx context.Context, s *Scope) Outcome {
 		return out
 	}
 	out := done(lethev1.ConditionGracePeriodElapsed, lethev1.ReasonGraceElapsed, "the grace period has elapsed by the database's clock")
+	if lost {
+		gs.GraceEndsAt = end
+	}
 	out.GraceEndsAt = &gs.GraceEndsAt
 	out.Milestone = &Milestone{Phase: lethev1.PhaseGracePeriod, At: gs.Now,
 		Evidence: map[string]string{"graceEndsAt": gs.GraceEndsAt.UTC().Format(time.RFC3339)}, Note: "grace period elapsed"}
@@ -80,4 +91,16 @@ func cancel(ctx context.Context, s *Scope, cfg Config) (out Outcome, ok bool) {
 func reasonEvidence(reason string) map[string]any {
 	sum := sha256.Sum256([]byte(reason))
 	return map[string]any{"reasonSha256": hex.EncodeToString(sum[:]), "reasonLength": len(reason)}
+}
+
+// recordedEnd is the grace period's end the request recorded at its
+// tombstone, lost true when the database has no ledger row of the request
+// left (a restore of a dump taken before it). The ledger's own end then no
+// longer exists, and an empty ledger must not read as a grace period
+// served.
+func recordedEnd(er *lethev1.ErasureRequest, gs GraceState) (end time.Time, lost bool) {
+	if gs.LedgerRows > 0 || er.Status.GraceEndsAt == nil || er.Status.Plan == nil || er.Status.Plan.SessionsFound == 0 {
+		return time.Time{}, false
+	}
+	return er.Status.GraceEndsAt.Time, true
 }

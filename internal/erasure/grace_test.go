@@ -46,11 +46,20 @@ func immediateOutcome() Outcome {
 		At: now, Evidence: map[string]any{"reasonSha256": "078c722582ba0eb265aa4d18ecb12ce9463021d68d28542d84c14d0e77540e9c", "reasonLength": 32}, Note: "grace period skipped (immediate)"}}
 }
 
+// graceRecorded is a request whose tombstone recorded the grace period's end.
+func graceRecorded(end time.Time) func(*lethev1.ErasureRequest) {
+	return func(er *lethev1.ErasureRequest) { er.Status.GraceEndsAt = secs(end) }
+}
+
+func foundNone(er *lethev1.ErasureRequest) { er.Status.Plan.SessionsFound = 0 }
+
 func TestGraceWaitRun(t *testing.T) {
 	waitCond := &Condition{Type: lethev1.ConditionGracePeriodElapsed, Reason: lethev1.ReasonWaitingForGrace,
 		Message: "waiting until status.graceEndsAt by the database's clock; set spec.cancel to undo"}
 	readFailed := &Condition{Type: lethev1.ConditionGracePeriodElapsed, Reason: lethev1.ReasonDatabaseUnavailable,
 		Message: "the database clock could not be read; Lethe retries"}
+	lostCond := &Condition{Type: lethev1.ConditionGracePeriodElapsed, Reason: lethev1.ReasonWaitingForGrace,
+		Message: "waiting until status.graceEndsAt by the database's clock; the database holds no ledger row of the request (restored from before it?): the sessions are erased after it; set spec.cancel to undo"}
 	configCond := &Condition{Type: lethev1.ConditionGracePeriodElapsed, Reason: errConfig.Reason, Message: errConfig.Message}
 	elapsed := elapsedAt(dbNow, dbNow.Add(-time.Minute), "2030-01-10T10:59:00Z")
 	imm := immediateOutcome()
@@ -68,6 +77,19 @@ func TestGraceWaitRun(t *testing.T) {
 			er: atGrace(), fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: dbNow.Add(-time.Minute), Elapsed: true}, nil)}},
 			want: stepWant{out: elapsed, calls: []string{"Ledger.Grace(req-uid)"},
 				status: after(atGrace(), withCond(elapsedCond), withGraceEndsAt(dbNow.Add(-time.Minute)), withEntry(lethev1.PhaseGracePeriod, "", dbNow))}},
+		"LedgerLostWithinGrace": {reason: "A restore took every ledger row of the request (the grace period's end with them): the end the request recorded still holds; it is not read as served.",
+			er: reached(1, graceRecorded(graceEnds)), fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: dbNow, Elapsed: true}, nil)}},
+			want: stepWant{out: Outcome{Kind: Waiting, Condition: lostCond, RequeueAfter: graceEnds.Sub(dbNow) + time.Second},
+				status: after(reached(1, graceRecorded(graceEnds)), withCond(lostCond)), calls: []string{"Ledger.Grace(req-uid)"}}},
+		"LedgerLostAfterGrace": {reason: "The ledger is gone and the recorded end has passed: done, the recorded end kept in the status and the milestone.",
+			er: reached(1, graceRecorded(dbNow.Add(-time.Minute))), fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: dbNow, Elapsed: true}, nil)}},
+			want: stepWant{out: elapsedAt(dbNow, secs(dbNow.Add(-time.Minute)).Time, "2030-01-10T10:59:00Z"), calls: []string{"Ledger.Grace(req-uid)"},
+				status: after(atGrace(), withCond(elapsedCond), withGraceEndsAt(dbNow.Add(-time.Minute)), withEntry(lethev1.PhaseGracePeriod, "", dbNow))}},
+		"NoSessionsFoundNoLedger": {reason: "A request that found no session has no ledger row by design: nothing to wait for.",
+			er: reached(1, graceRecorded(graceEnds), foundNone),
+			fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: dbNow, Elapsed: true}, nil)}},
+			want: stepWant{out: elapsedAt(dbNow, dbNow, "2030-01-10T11:00:00Z"), calls: []string{"Ledger.Grace(req-uid)"},
+				status: after(reached(1, foundNone), withGraceEndsAt(dbNow), withCond(elapsedCond), withEntry(lethev1.PhaseGracePeriod, "", dbNow))}},
 		"LedgerError": {reason: "A clock that cannot be read is an error for a retry; the message stays stable.",
 			er: atGrace(), fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{}, errPort)}},
 			want: stepWant{out: Outcome{Kind: Errored, Condition: readFailed}, err: errPort,

@@ -47,6 +47,11 @@ type GraceState struct {
 	Now         time.Time
 	GraceEndsAt time.Time
 	Elapsed     bool
+	// LedgerRows counts the request's session rows in the ledger, in any
+	// state; NotErased those of them not marked erased (cancelled ones
+	// included). None at all after a tombstone means a restore of the
+	// database took them away.
+	LedgerRows, NotErased int64
 }
 
 // Cancellation is what a cancel did, by the database's clock.

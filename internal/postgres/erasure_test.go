@@ -219,8 +219,11 @@ func TestDeleteWaitsForTheGracePeriodByTheDatabaseClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	g, err := e.Grace(ctx, req.UID)
-	if err != nil || g.Elapsed || g.GraceEndsAt.Sub(g.Now) < 59*time.Minute {
-		t.Fatalf("grace: %+v %v", g, err)
+	if err != nil || g.Elapsed || g.GraceEndsAt.Sub(g.Now) < 59*time.Minute || g.LedgerRows != 1 || g.NotErased != 1 {
+		t.Fatalf("grace: %+v %v: want not elapsed, an hour left, 1 ledger row not erased", g, err)
+	}
+	if none, err := e.Grace(ctx, "uid-never-tombstoned"); err != nil || none.LedgerRows != 0 || none.NotErased != 0 {
+		t.Fatalf("grace of a request with no ledger row: %+v %v: want 0 rows", none, err)
 	}
 	res, err := e.Delete(ctx, req, 100, 10)
 	if err != nil || !res.Batches[0].Skipped {
@@ -234,6 +237,9 @@ func TestDeleteWaitsForTheGracePeriodByTheDatabaseClock(t *testing.T) {
 	res, err = e.Delete(ctx, req, 100, 10)
 	if err != nil || res.Batches[0].Sessions != 1 {
 		t.Fatalf("delete after the grace period: %v %+v", err, res.Batches)
+	}
+	if g, err = e.Grace(ctx, req.UID); err != nil || g.LedgerRows != 1 || g.NotErased != 0 {
+		t.Fatalf("grace after the deletion: %+v %v: want 1 ledger row, erased", g, err)
 	}
 }
 
@@ -257,6 +263,11 @@ func TestCancelLiftsTheTombstoneAndStopsDeletion(t *testing.T) {
 	}
 	if first.Lifted != 1 {
 		t.Errorf("lifted %d tombstones, want 1 (B stays tombstoned by the other request)", first.Lifted)
+	}
+	// A cancelled row is not erased: a deletion that finds the sessions must
+	// not take the ledger for lost and erase them again.
+	if g, err := e.Grace(ctx, req.UID); err != nil || g.LedgerRows != 2 || g.NotErased != 2 {
+		t.Errorf("grace after the cancel: %+v %v: want 2 ledger rows, both not erased", g, err)
 	}
 	if got := count(t, conn, `SELECT count(*) FROM memory.sessions WHERE tombstoned_at IS NULL AND id = $1`, sessA); got != 1 {
 		t.Error("A is still tombstoned after cancel")
