@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
@@ -63,6 +65,96 @@ func TestRestoredDatabaseIsErasedAgain(t *testing.T) {
 			assertRestoreErasedAgain(t, e, er, db, dump)
 		})
 	}
+}
+
+// A restore during the grace period of a dump taken before the request
+// takes the tombstones and the ledger with it: the sessions are readable
+// again and the database no longer knows the grace period's end. The
+// request keeps the end it recorded (the undo holds until then), and once
+// it passes, what the request found, kept by the API server, is erased
+// again: the deletion's guard finds nothing eligible in an empty ledger,
+// and the request must not stall with the sessions readable.
+func TestRestoreDuringTheGracePeriodIsErasedAgain(t *testing.T) {
+	ctx := context.Background()
+	e := newMemoryEnv(t, "restore-grace")
+	db := databaseOf(t, e.dsn)
+	dump := filepath.Join(t.TempDir(), "memory.dump")
+	if err := pg.Dump(db, dump); err != nil {
+		t.Fatal(err)
+	}
+	keptBefore := e.sessionRows(t, keptB)
+	er := e.request(t, "forget", func(er *lethev1.ErasureRequest) {
+		er.Spec.Immediate, er.Spec.Reason = false, ""
+		er.Spec.GracePeriod = &metav1.Duration{Duration: time.Hour}
+	})
+	waitStepReason(t, er, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonWaitingForGrace)
+	recordedEnd := er.Status.GraceEndsAt
+	if err := pg.Restore(ctx, db, dump); err != nil {
+		t.Fatal(err)
+	}
+	conn := connectVector(t, e.dsn)
+	e.conn = conn // the restore ended the environment's connection
+	var back, ledgerRows int64
+	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM memory.sessions WHERE id = ANY($1::uuid[]) AND tombstoned_at IS NULL),
+		(SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $2)`,
+		[]string{erasedA, erasedA2}, string(er.UID)).Scan(&back, &ledgerRows); err != nil {
+		t.Fatal(err)
+	}
+	if back != 2 || ledgerRows != 0 || recordedEnd == nil {
+		t.Fatalf("after the restore: %d requested sessions readable (want 2), %d ledger rows of the request (want 0), graceEndsAt %v: the restore did not happen",
+			back, ledgerRows, recordedEnd)
+	}
+
+	// The grace period the request recorded still holds.
+	nudge(t, er)
+	eventually(t, 30*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(er), er); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(er.Status.Conditions, lethev1.ConditionGracePeriodElapsed)
+		if c == nil || c.Reason != lethev1.ReasonWaitingForGrace || !strings.Contains(c.Message, "no ledger row of the request") {
+			return fmt.Errorf("GracePeriodElapsed %+v: want WaitingForGrace for the recorded end, the ledger gone", c)
+		}
+		return nil
+	})
+	if er.Status.GraceEndsAt == nil || !er.Status.GraceEndsAt.Equal(recordedEnd) {
+		t.Errorf("status.graceEndsAt %v after the restore, want the recorded %v", er.Status.GraceEndsAt, recordedEnd)
+	}
+	for _, id := range []string{erasedA, erasedA2} {
+		if n := e.count(t, `SELECT count(*) FROM memory.sessions WHERE id = $1`, id); n != 1 {
+			t.Fatalf("session %s erased inside the grace period the request recorded", id)
+		}
+	}
+
+	// The recorded end passes (moved into the past, as the clock passing it would).
+	patch := fmt.Appendf(nil, `{"status":{"graceEndsAt":%q}}`, time.Now().Add(-2*time.Second).UTC().Format(time.RFC3339))
+	if err := k8s.Status().Patch(ctx, er, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+	nudge(t, er)
+	waitPhase(t, er, lethev1.PhaseBackupsRotated)
+	if !slices.ContainsFunc(historyPhases(er), func(h string) bool { return strings.HasSuffix(h, "/"+lethev1.ReasonResurrected) }) {
+		t.Errorf("history %v has no Resurrected entry: the sessions the restore brought back are not recorded as erased again", historyPhases(er))
+	}
+	for _, id := range []string{erasedA, erasedA2} {
+		if n := e.sessionRows(t, id); n != 0 {
+			t.Errorf("%d rows of session %s remain", n, id)
+		}
+		var erased bool
+		if err := conn.QueryRow(ctx, `SELECT lethe.is_erased('session', $1)`, id).Scan(&erased); err != nil || !erased {
+			t.Errorf("session %s: the ledger does not hold it erased (%v)", id, err)
+		}
+	}
+	if n := e.sessionRows(t, keptB); n != keptBefore {
+		t.Errorf("kept session: %d rows, want %d", n, keptBefore)
+	}
+	if n := e.count(t, `SELECT count(*) FROM memory.sessions WHERE id = $1`, otherT2); n != 1 {
+		t.Errorf("the other tenant's session is gone")
+	}
+	if n := e.count(t, `SELECT count(*) FROM lethe.erasure_receipts WHERE request_uid = $1 AND step = 'Resurrected'`, string(er.UID)); n != 1 {
+		t.Errorf("%d Resurrected receipts, want 1", n)
+	}
+	assertNoPersonalData(t, er)
 }
 
 // assertRestoreErasedAgain restores dump over db and checks the request
