@@ -86,7 +86,7 @@ func TestGraceWaitRun(t *testing.T) {
 			want: stepWant{out: elapsedAt(dbNow, secs(dbNow.Add(-time.Minute)).Time, "2030-01-10T10:59:00Z"), calls: []string{"Ledger.Grace(req-uid)"},
 				status: after(atGrace(), withCond(elapsedCond), withGraceEndsAt(dbNow.Add(-time.Minute)), withEntry(lethev1.PhaseGracePeriod, "", dbNow))}},
 		"NoSessionsFoundNoLedger": {reason: "A request that found no session has no ledger row by design: nothing to wait for.",
-			er: reached(1, graceRecorded(graceEnds), foundNone),
+			er:    reached(1, graceRecorded(graceEnds), foundNone),
 			fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: dbNow, Elapsed: true}, nil)}},
 			want: stepWant{out: elapsedAt(dbNow, dbNow, "2030-01-10T11:00:00Z"), calls: []string{"Ledger.Grace(req-uid)"},
 				status: after(reached(1, foundNone), withGraceEndsAt(dbNow), withCond(elapsedCond), withEntry(lethev1.PhaseGracePeriod, "", dbNow))}},
