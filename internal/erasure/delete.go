@@ -327,7 +327,7 @@ func (d *Deletion) unheldRowsBack(ctx context.Context, s *Scope) (Outcome, bool)
 	if gs.NotErased > 0 {
 		return Outcome{}, false
 	}
-	return d.reeraseThenAgain(ctx, s, "rows of the sessions remained after the deletion with no ledger row holding them (a restored database)")
+	return d.reeraseThenAgain(ctx, s, "after the deletion, the ledger held none of the request's sessions while the verification found them or their rows (a restored database)")
 }
 
 // judge stalls the step when rows of the erased sessions remain or a copy

@@ -399,7 +399,7 @@ func TestDeletionErasesAgainRowsTheLedgerNoLongerHolds(t *testing.T) {
 			out.Milestone == nil || out.Milestone.Event != lethev1.ReasonResurrected || out.Warning == nil || out.Persisted != nil {
 			t.Fatalf("pass that found unheld rows and erased them again: %+v: want Waiting, Deleted still False (Deleting), a Resurrected entry and warning", out)
 		}
-		if !strings.Contains(out.Condition.Message, "no ledger row holding them") {
+		if !strings.Contains(out.Condition.Message, "the ledger held none of the request's sessions") {
 			t.Errorf("Deleted message %q does not say why the rows were erased again", out.Condition.Message)
 		}
 		if diff := cmp.Diff([]string{cancelRequestedCall, claimCall, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, ledgerRowsCall, reeraseCall}, first.calls); diff != "" {

@@ -42,11 +42,7 @@ func (g GraceWait) Run(ctx context.Context, s *Scope) Outcome {
 	}
 	end, lost := recordedEnd(er, gs)
 	if lost && gs.Now.Before(end) {
-		// A restore took the ledger rows (and the tombstones) with it: the
-		// grace period the request recorded still holds, the undo with it.
-		out := waiting(end.Sub(gs.Now)+time.Second, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonWaitingForGrace,
-			"waiting until status.graceEndsAt by the database's clock; the database holds no ledger row of the request (restored from before it?): the sessions are erased after it; set spec.cancel to undo")
-		return out
+		return g.tombstoneAgain(ctx, s, gs, end)
 	}
 	if !gs.Elapsed {
 		// Requeue at the right time by the database's clock; never sleep.
@@ -91,6 +87,27 @@ func cancel(ctx context.Context, s *Scope, cfg Config) (out Outcome, ok bool) {
 func reasonEvidence(reason string) map[string]any {
 	sum := sha256.Sum256([]byte(reason))
 	return map[string]any{"reasonSha256": hex.EncodeToString(sum[:]), "reasonLength": len(reason)}
+}
+
+// tombstoneAgain answers a restore that took the request's ledger rows and
+// tombstones (a dump taken before the request): the sessions it found are
+// readable again, and nothing refuses a derivation from them. They are
+// tombstoned again, their ledger rows ending the grace period at the end the
+// request recorded — a second later, as the status keeps whole seconds — so
+// that they are hidden and guarded again and the undo holds until then.
+func (g GraceWait) tombstoneAgain(ctx context.Context, s *Scope, gs GraceState, end time.Time) Outcome {
+	req := FoundRequest(s.Request)
+	req.Grace = end.Add(time.Second).Sub(gs.Now)
+	plan, err := s.Ledger.Tombstone(ctx, req)
+	if err != nil {
+		return failed(g.Config, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonDatabaseUnavailable,
+			"the database holds no ledger row of the request (restored from before it?); tombstoning its sessions again failed: retried", err)
+	}
+	out := waiting(req.Grace+time.Second, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonWaitingForGrace,
+		"waiting until status.graceEndsAt by the database's clock; the database had lost the request's ledger rows and tombstones (a restore): its sessions are tombstoned again; set spec.cancel to undo")
+	out.Warning = &Warning{Reason: lethev1.ReasonResurrected, Action: "Tombstone",
+		Note: fmt.Sprintf("a restore of the database took the request's ledger rows; %d session(s) tombstoned again until the recorded end of the grace period", len(plan.Found))}
+	return out
 }
 
 // recordedEnd is the grace period's end the request recorded at its

@@ -59,7 +59,9 @@ func TestGraceWaitRun(t *testing.T) {
 	readFailed := &Condition{Type: lethev1.ConditionGracePeriodElapsed, Reason: lethev1.ReasonDatabaseUnavailable,
 		Message: "the database clock could not be read; Lethe retries"}
 	lostCond := &Condition{Type: lethev1.ConditionGracePeriodElapsed, Reason: lethev1.ReasonWaitingForGrace,
-		Message: "waiting until status.graceEndsAt by the database's clock; the database holds no ledger row of the request (restored from before it?): the sessions are erased after it; set spec.cancel to undo"}
+		Message: "waiting until status.graceEndsAt by the database's clock; the database had lost the request's ledger rows and tombstones (a restore): its sessions are tombstoned again; set spec.cancel to undo"}
+	retombFailed := &Condition{Type: lethev1.ConditionGracePeriodElapsed, Reason: lethev1.ReasonDatabaseUnavailable,
+		Message: "the database holds no ledger row of the request (restored from before it?); tombstoning its sessions again failed: retried"}
 	configCond := &Condition{Type: lethev1.ConditionGracePeriodElapsed, Reason: errConfig.Reason, Message: errConfig.Message}
 	elapsed := elapsedAt(dbNow, dbNow.Add(-time.Minute), "2030-01-10T10:59:00Z")
 	imm := immediateOutcome()
@@ -77,10 +79,20 @@ func TestGraceWaitRun(t *testing.T) {
 			er: atGrace(), fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: dbNow.Add(-time.Minute), Elapsed: true}, nil)}},
 			want: stepWant{out: elapsed, calls: []string{"Ledger.Grace(req-uid)"},
 				status: after(atGrace(), withCond(elapsedCond), withGraceEndsAt(dbNow.Add(-time.Minute)), withEntry(lethev1.PhaseGracePeriod, "", dbNow))}},
-		"LedgerLostWithinGrace": {reason: "A restore took every ledger row of the request (the grace period's end with them): the end the request recorded still holds; it is not read as served.",
-			er: reached(1, graceRecorded(graceEnds)), fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: dbNow, Elapsed: true}, nil)}},
-			want: stepWant{out: Outcome{Kind: Waiting, Condition: lostCond, RequeueAfter: graceEnds.Sub(dbNow) + time.Second},
-				status: after(reached(1, graceRecorded(graceEnds)), withCond(lostCond)), calls: []string{"Ledger.Grace(req-uid)"}}},
+		"LedgerLostWithinGrace": {reason: "A restore took every ledger row of the request and its tombstones: the sessions it found are tombstoned again, their grace period ending a second after the end the request recorded (kept in the status); it is not read as served.",
+			er: reached(1, graceRecorded(graceEnds)), fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: dbNow, Elapsed: true}, nil),
+				TombstoneFn: func(context.Context, Request) (Plan, error) { return Plan{Found: []string{"s1", "s2"}}, nil }}},
+			want: stepWant{out: Outcome{Kind: Waiting, Condition: lostCond, RequeueAfter: graceEnds.Add(time.Second).Sub(dbNow) + time.Second,
+				Warning: &Warning{Reason: lethev1.ReasonResurrected, Action: "Tombstone",
+					Note: "a restore of the database took the request's ledger rows; 2 session(s) tombstoned again until the recorded end of the grace period"}},
+				status: after(reached(1, graceRecorded(graceEnds)), withCond(lostCond)),
+				calls:  []string{"Ledger.Grace(req-uid)", "Ledger.Tombstone({req-uid [s1 s2 s3] grace=2h30m0.75s})"}}},
+		"LedgerLostTombstoneFails": {reason: "Tombstoning again fails: an error for a retry, the grace period not elapsed.",
+			er: reached(1, graceRecorded(graceEnds)), fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: dbNow, Elapsed: true}, nil),
+				TombstoneFn: func(context.Context, Request) (Plan, error) { return Plan{}, errPort }}},
+			want: stepWant{out: Outcome{Kind: Errored, Condition: retombFailed}, err: errPort,
+				status: after(reached(1, graceRecorded(graceEnds)), withCond(retombFailed)),
+				calls:  []string{"Ledger.Grace(req-uid)", "Ledger.Tombstone({req-uid [s1 s2 s3] grace=2h30m0.75s})"}}},
 		"LedgerLostAfterGrace": {reason: "The ledger is gone and the recorded end has passed: done, the recorded end kept in the status and the milestone.",
 			er: reached(1, graceRecorded(dbNow.Add(-time.Minute))), fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: dbNow, Elapsed: true}, nil)}},
 			want: stepWant{out: elapsedAt(dbNow, secs(dbNow.Add(-time.Minute)).Time, "2030-01-10T10:59:00Z"), calls: []string{"Ledger.Grace(req-uid)"},
