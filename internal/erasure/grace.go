@@ -103,10 +103,17 @@ func (g GraceWait) tombstoneAgain(ctx context.Context, s *Scope, gs GraceState, 
 		return failed(g.Config, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonDatabaseUnavailable,
 			"the database holds no ledger row of the request (restored from before it?); tombstoning its sessions again failed: retried", err)
 	}
+	if len(plan.Found) == 0 {
+		// The dump predates the sessions too: nothing came back to hide.
+		return waiting(req.Grace+time.Second, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonWaitingForGrace,
+			"waiting until status.graceEndsAt by the database's clock; the database holds neither the request's ledger rows nor its sessions (a restore)")
+	}
+	note := fmt.Sprintf("a restore of the database took the request's ledger rows and tombstones; %d session(s) tombstoned again until the recorded end of the grace period", len(plan.Found))
 	out := waiting(req.Grace+time.Second, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonWaitingForGrace,
 		"waiting until status.graceEndsAt by the database's clock; the database had lost the request's ledger rows and tombstones (a restore): its sessions are tombstoned again; set spec.cancel to undo")
-	out.Warning = &Warning{Reason: lethev1.ReasonResurrected, Action: "Tombstone",
-		Note: fmt.Sprintf("a restore of the database took the request's ledger rows; %d session(s) tombstoned again until the recorded end of the grace period", len(plan.Found))}
+	out.Milestone = &Milestone{Phase: s.Request.Status.Phase, Event: lethev1.ReasonResurrected, At: plan.TombstonedAt,
+		Evidence: map[string]any{"sessionsTombstonedAgain": len(plan.Found), "graceEndsAt": end.UTC().Format(time.RFC3339)}, Note: note}
+	out.Warning = &Warning{Reason: lethev1.ReasonResurrected, Action: "Tombstone", Note: note}
 	return out
 }
 

@@ -60,6 +60,9 @@ func TestGraceWaitRun(t *testing.T) {
 		Message: "the database clock could not be read; Lethe retries"}
 	lostCond := &Condition{Type: lethev1.ConditionGracePeriodElapsed, Reason: lethev1.ReasonWaitingForGrace,
 		Message: "waiting until status.graceEndsAt by the database's clock; the database had lost the request's ledger rows and tombstones (a restore): its sessions are tombstoned again; set spec.cancel to undo"}
+	nothingBack := &Condition{Type: lethev1.ConditionGracePeriodElapsed, Reason: lethev1.ReasonWaitingForGrace,
+		Message: "waiting until status.graceEndsAt by the database's clock; the database holds neither the request's ledger rows nor its sessions (a restore)"}
+	const againNote = "a restore of the database took the request's ledger rows and tombstones; 2 session(s) tombstoned again until the recorded end of the grace period"
 	retombFailed := &Condition{Type: lethev1.ConditionGracePeriodElapsed, Reason: lethev1.ReasonDatabaseUnavailable,
 		Message: "the database holds no ledger row of the request (restored from before it?); tombstoning its sessions again failed: retried"}
 	configCond := &Condition{Type: lethev1.ConditionGracePeriodElapsed, Reason: errConfig.Reason, Message: errConfig.Message}
@@ -81,11 +84,18 @@ func TestGraceWaitRun(t *testing.T) {
 				status: after(atGrace(), withCond(elapsedCond), withGraceEndsAt(dbNow.Add(-time.Minute)), withEntry(lethev1.PhaseGracePeriod, "", dbNow))}},
 		"LedgerLostWithinGrace": {reason: "A restore took every ledger row of the request and its tombstones: the sessions it found are tombstoned again, their grace period ending a second after the end the request recorded (kept in the status); it is not read as served.",
 			er: reached(1, graceRecorded(graceEnds)), fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: dbNow, Elapsed: true}, nil),
-				TombstoneFn: func(context.Context, Request) (Plan, error) { return Plan{Found: []string{"s1", "s2"}}, nil }}},
+				TombstoneFn: func(context.Context, Request) (Plan, error) { return Plan{Found: []string{"s1", "s2"}, TombstonedAt: dbNow}, nil }}},
 			want: stepWant{out: Outcome{Kind: Waiting, Condition: lostCond, RequeueAfter: graceEnds.Add(time.Second).Sub(dbNow) + time.Second,
-				Warning: &Warning{Reason: lethev1.ReasonResurrected, Action: "Tombstone",
-					Note: "a restore of the database took the request's ledger rows; 2 session(s) tombstoned again until the recorded end of the grace period"}},
-				status: after(reached(1, graceRecorded(graceEnds)), withCond(lostCond)),
+				Milestone: &Milestone{Phase: lethev1.PhaseTombstoned, Event: lethev1.ReasonResurrected, At: dbNow,
+					Evidence: map[string]any{"sessionsTombstonedAgain": 2, "graceEndsAt": "2030-01-10T13:30:00Z"}, Note: againNote},
+				Warning: &Warning{Reason: lethev1.ReasonResurrected, Action: "Tombstone", Note: againNote}},
+				status: after(reached(1, graceRecorded(graceEnds)), withCond(lostCond), withEntry(lethev1.PhaseTombstoned, lethev1.ReasonResurrected, dbNow)),
+				calls:  []string{"Ledger.Grace(req-uid)", "Ledger.Tombstone({req-uid [s1 s2 s3] grace=2h30m0.75s})"}}},
+		"LedgerAndSessionsLost": {reason: "The dump predates the sessions too: nothing came back to hide, so no resurrection is recorded; still waiting for the recorded end.",
+			er: reached(1, graceRecorded(graceEnds)), fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: dbNow, Elapsed: true}, nil),
+				TombstoneFn: func(context.Context, Request) (Plan, error) { return Plan{NotFound: []string{"s1", "s2", "s3"}, TombstonedAt: dbNow}, nil }}},
+			want: stepWant{out: Outcome{Kind: Waiting, Condition: nothingBack, RequeueAfter: graceEnds.Add(time.Second).Sub(dbNow) + time.Second},
+				status: after(reached(1, graceRecorded(graceEnds)), withCond(nothingBack)),
 				calls:  []string{"Ledger.Grace(req-uid)", "Ledger.Tombstone({req-uid [s1 s2 s3] grace=2h30m0.75s})"}}},
 		"LedgerLostTombstoneFails": {reason: "Tombstoning again fails: an error for a retry, the grace period not elapsed.",
 			er: reached(1, graceRecorded(graceEnds)), fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: dbNow, Elapsed: true}, nil),
