@@ -84,7 +84,9 @@ func TestGraceWaitRun(t *testing.T) {
 				status: after(atGrace(), withCond(elapsedCond), withGraceEndsAt(dbNow.Add(-time.Minute)), withEntry(lethev1.PhaseGracePeriod, "", dbNow))}},
 		"LedgerLostWithinGrace": {reason: "A restore took every ledger row of the request and its tombstones: the sessions it found are tombstoned again, their grace period ending a second after the end the request recorded (kept in the status); it is not read as served.",
 			er: reached(1, graceRecorded(graceEnds)), fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: dbNow, Elapsed: true}, nil),
-				TombstoneFn: func(context.Context, Request) (Plan, error) { return Plan{Found: []string{"s1", "s2"}, TombstonedAt: dbNow}, nil }}},
+				TombstoneFn: func(context.Context, Request) (Plan, error) {
+					return Plan{Found: []string{"s1", "s2"}, TombstonedAt: dbNow}, nil
+				}}},
 			want: stepWant{out: Outcome{Kind: Waiting, Condition: lostCond, RequeueAfter: graceEnds.Add(time.Second).Sub(dbNow) + time.Second,
 				Milestone: &Milestone{Phase: lethev1.PhaseTombstoned, Event: lethev1.ReasonResurrected, At: dbNow,
 					Evidence: map[string]any{"sessionsTombstonedAgain": 2, "graceEndsAt": "2030-01-10T13:30:00Z"}, Note: againNote},
@@ -93,7 +95,9 @@ func TestGraceWaitRun(t *testing.T) {
 				calls:  []string{"Ledger.Grace(req-uid)", "Ledger.Tombstone({req-uid [s1 s2 s3] grace=2h30m0.75s})"}}},
 		"LedgerAndSessionsLost": {reason: "The dump predates the sessions too: nothing came back to hide, so no resurrection is recorded; still waiting for the recorded end.",
 			er: reached(1, graceRecorded(graceEnds)), fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: dbNow, Elapsed: true}, nil),
-				TombstoneFn: func(context.Context, Request) (Plan, error) { return Plan{NotFound: []string{"s1", "s2", "s3"}, TombstonedAt: dbNow}, nil }}},
+				TombstoneFn: func(context.Context, Request) (Plan, error) {
+					return Plan{NotFound: []string{"s1", "s2", "s3"}, TombstonedAt: dbNow}, nil
+				}}},
 			want: stepWant{out: Outcome{Kind: Waiting, Condition: nothingBack, RequeueAfter: graceEnds.Add(time.Second).Sub(dbNow) + time.Second},
 				status: after(reached(1, graceRecorded(graceEnds)), withCond(nothingBack)),
 				calls:  []string{"Ledger.Grace(req-uid)", "Ledger.Tombstone({req-uid [s1 s2 s3] grace=2h30m0.75s})"}}},
