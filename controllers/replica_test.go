@@ -3,13 +3,17 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/testenv"
 )
 
 // Tombstoned and Deleted each wait until every configured replica has
@@ -19,29 +23,9 @@ import (
 // deleted — and the request goes on once replay resumes.
 func TestDeletedWaitsForTheReplicas(t *testing.T) {
 	ctx := context.Background()
-	primary := ownMemoryDatabase(t)
-	// The manager's login role exists before the replica is cloned (its
-	// replay is paused below).
-	managerDSN(t, primary.DSN("memory"), true)
-	replica, err := primary.StartReplica()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer replica.Stop()
+	primary, replica, env := replicatedStore(t, "replica")
 	rconn := connectVector(t, replica.DSN("memory"))
 	pauseReplay(t, rconn)
-
-	ns := newNamespace(t, "replica")
-	createSecret(t, ns, "pg", map[string]string{"dsn": primary.DSN("memory"), "replica": replica.DSN("memory")})
-	store := newStore(ns, func(s *lethev1.MemoryStore) {
-		s.Spec.TenantID = "t1"
-		s.Spec.Postgres.Replicas = []lethev1.PostgresReplica{{DSNSecretRef: lethev1.SecretKeyRef{Name: "pg", Key: "replica"}}}
-	})
-	if err := k8s.Create(ctx, store); err != nil {
-		t.Fatal(err)
-	}
-	waitCondition(t, store, lethev1.MemoryStoreReady, metav1.ConditionTrue, lethev1.ReasonAllReady)
-	env := &memoryEnv{ns: ns, store: store}
 	er := env.request(t, "forget-replicated", func(r *lethev1.ErasureRequest) {
 		r.Spec.SessionIDs = []lethev1.SessionID{erasedA}
 		r.Spec.Immediate, r.Spec.Reason = false, ""
@@ -106,6 +90,156 @@ func TestDeletedWaitsForTheReplicas(t *testing.T) {
 	if onReplica != 0 {
 		t.Fatalf("Deleted is True but the replica still returns the session")
 	}
+}
+
+// replicatedStore is a memory database (erasedA and keptB of tenant t1)
+// with a streaming replica, and a ready store in a new namespace that names
+// both. Both servers stop when the test ends.
+func replicatedStore(t *testing.T, prefix string) (primary, replica *testenv.Postgres, env *memoryEnv) {
+	t.Helper()
+	ctx := context.Background()
+	primary = ownMemoryDatabase(t)
+	// The manager's login role exists before the replica is cloned.
+	managerDSN(t, primary.DSN("memory"), true)
+	replica, err := primary.StartReplica()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(replica.Stop)
+	ns := newNamespace(t, prefix)
+	createSecret(t, ns, "pg", map[string]string{"dsn": primary.DSN("memory"), "replica": replica.DSN("memory")})
+	store := newStore(ns, func(s *lethev1.MemoryStore) {
+		s.Spec.TenantID = "t1"
+		s.Spec.Postgres.Replicas = []lethev1.PostgresReplica{{DSNSecretRef: lethev1.SecretKeyRef{Name: "pg", Key: "replica"}}}
+	})
+	if err := k8s.Create(ctx, store); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, store, lethev1.MemoryStoreReady, metav1.ConditionTrue, lethev1.ReasonAllReady)
+	return primary, replica, &memoryEnv{ns: ns, store: store}
+}
+
+// TestRestoreDuringTheGracePeriodWaitsForTheReplicas: after a restore of a
+// dump from before the request, the sessions are tombstoned again on the
+// primary, but a replica that has replayed the restore and not the new
+// tombstone still serves them. The resurrection is recorded, as the first
+// tombstone is, only once every replica has replayed it.
+func TestRestoreDuringTheGracePeriodWaitsForTheReplicas(t *testing.T) {
+	ctx := context.Background()
+	primary, replica, env := replicatedStore(t, "replica-restore")
+	dump := filepath.Join(t.TempDir(), "memory.dump")
+	if err := primary.Dump("memory", dump); err != nil {
+		t.Fatal(err)
+	}
+	er := env.request(t, "forget-restored", func(r *lethev1.ErasureRequest) {
+		r.Spec.SessionIDs = []lethev1.SessionID{erasedA}
+		r.Spec.Immediate, r.Spec.Reason = false, ""
+		r.Spec.GracePeriod = &metav1.Duration{Duration: time.Hour}
+	})
+	waitStepReason(t, er, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonWaitingForGrace)
+
+	// The session's lock, taken in the new database before pg_restore fills
+	// it, holds the re-tombstone back until the replica has replayed the
+	// restore and its replay is paused.
+	var hold pgx.Tx
+	if err := primary.RestoreWith(ctx, "memory", dump, func() error {
+		conn, err := pgx.Connect(ctx, primary.DSN("memory"))
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { _ = conn.Close(ctx) })
+		if hold, err = conn.Begin(ctx); err != nil {
+			return err
+		}
+		_, err = hold.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('lethe.session'), hashtext($1))`, erasedA)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rcluster := connectPlain(t, replica.DSN("postgres"))
+	replayedRestore(t, primary, rcluster)
+	pauseReplay(t, rcluster)
+	rconn := connectVector(t, replica.DSN("memory"))
+	readable := `SELECT count(*) FROM memory.sessions WHERE id = $1 AND tombstoned_at IS NULL`
+	var visible int64
+	if err := rconn.QueryRow(ctx, readable, erasedA).Scan(&visible); err != nil || visible != 1 {
+		t.Fatalf("the replica serves %d copies of the restored session (%v), want 1: the test cannot see the wait", visible, err)
+	}
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	nudge(t, er)
+	waitStepReason(t, er, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonReplicaLagging)
+	if h := historyPhases(er); slices.Contains(h, string(lethev1.PhaseTombstoned)+"/"+lethev1.ReasonResurrected) {
+		t.Fatalf("history %v records the re-tombstone while a replica still serves the session", h)
+	}
+	pconn := connectVector(t, primary.DSN("memory"))
+	if err := pconn.QueryRow(ctx, readable, erasedA).Scan(&visible); err != nil || visible != 0 {
+		t.Fatalf("the primary serves %d copies of the session (%v) at ReplicaLagging: want it tombstoned again", visible, err)
+	}
+	if err := rconn.QueryRow(ctx, readable, erasedA).Scan(&visible); err != nil || visible != 1 {
+		t.Fatalf("the paused replica serves %d copies of the session (%v), want 1: the test cannot see the wait", visible, err)
+	}
+
+	if _, err := rcluster.Exec(ctx, `SELECT pg_wal_replay_resume()`); err != nil {
+		t.Fatal(err)
+	}
+	waitHistoryEntry(t, er, string(lethev1.PhaseTombstoned)+"/"+lethev1.ReasonResurrected)
+	if err := rconn.QueryRow(ctx, readable, erasedA).Scan(&visible); err != nil || visible != 0 {
+		t.Fatalf("the resurrection is recorded but the replica serves %d copies of the session (%v)", visible, err)
+	}
+	if c := meta.FindStatusCondition(er.Status.Conditions, lethev1.ConditionGracePeriodElapsed); c == nil || c.Status == metav1.ConditionTrue {
+		t.Fatalf("GracePeriodElapsed %+v after the re-tombstone: want waiting for the recorded end", c)
+	}
+	if n := slices.Index(historyPhases(er), string(lethev1.PhaseTombstoned)+"/"+lethev1.ReasonResurrected); n < 0 ||
+		slices.Contains(historyPhases(er)[n+1:], string(lethev1.PhaseTombstoned)+"/"+lethev1.ReasonResurrected) {
+		t.Errorf("history %v: want exactly one resurrection", historyPhases(er))
+	}
+
+	endGraceIn(t, primary.DSN("memory"), er, 0)
+	nudge(t, er)
+	waitPhase(t, er, lethev1.PhaseBackupsRotated)
+	var onReplica int64
+	if err := rconn.QueryRow(ctx, `SELECT count(*) FROM memory.sessions WHERE id = $1`, erasedA).Scan(&onReplica); err != nil || onReplica != 0 {
+		t.Fatalf("Deleted is True but the replica still returns the session (%d, %v)", onReplica, err)
+	}
+	assertNoPersonalData(t, er)
+}
+
+// replayedRestore waits until the replica (rcluster, connected to a
+// database the restore did not drop) has replayed everything the primary
+// wrote up to now.
+func replayedRestore(t *testing.T, primary *testenv.Postgres, rcluster *pgx.Conn) {
+	t.Helper()
+	ctx := context.Background()
+	var lsn string
+	if err := connectPlain(t, primary.DSN("postgres")).QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		var replayed bool
+		if err := rcluster.QueryRow(ctx, `SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn`, lsn).Scan(&replayed); err != nil {
+			return err
+		}
+		if !replayed {
+			return fmt.Errorf("the replica has not replayed the restore (to %s) yet", lsn)
+		}
+		return nil
+	})
+}
+
+// connectPlain connects to dsn without pgvector's types (a database without
+// the extension); the connection closes when the test ends.
+func connectPlain(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(ctx) })
+	return conn
 }
 
 // pauseReplay pauses the replica's replay and waits until it has paused:

@@ -41,20 +41,25 @@ func (g GraceWait) Run(ctx context.Context, s *Scope) Outcome {
 			"the database clock could not be read; Lethe retries", err)
 	}
 	end, lost := recordedEnd(er, gs)
-	if lost && gs.Now.Before(end) {
+	again := lost || tombstonedAgain(er, gs)
+	if again && gs.Now.Before(end) && (lost || !resurrectionRecorded(er, gs.TombstonedAt)) {
 		return g.tombstoneAgain(ctx, s, gs, end)
+	}
+	// The status keeps the end the request recorded; after a re-tombstone
+	// the ledger's end is a little later (tombstoneAgain).
+	statusEnd := gs.GraceEndsAt
+	if again {
+		statusEnd = end
 	}
 	if !gs.Elapsed {
 		// Requeue at the right time by the database's clock; never sleep.
 		out := waiting(gs.GraceEndsAt.Sub(gs.Now)+time.Second, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonWaitingForGrace,
 			"waiting until status.graceEndsAt by the database's clock; set spec.cancel to undo")
-		out.GraceEndsAt = &gs.GraceEndsAt
+		out.GraceEndsAt = &statusEnd
 		return out
 	}
 	out := done(lethev1.ConditionGracePeriodElapsed, lethev1.ReasonGraceElapsed, "the grace period has elapsed by the database's clock")
-	if lost {
-		gs.GraceEndsAt = end
-	}
+	gs.GraceEndsAt = statusEnd
 	out.GraceEndsAt = &gs.GraceEndsAt
 	out.Milestone = &Milestone{Phase: lethev1.PhaseGracePeriod, At: gs.Now,
 		Evidence: map[string]string{"graceEndsAt": gs.GraceEndsAt.UTC().Format(time.RFC3339)}, Note: "grace period elapsed"}
@@ -92,12 +97,18 @@ func reasonEvidence(reason string) map[string]any {
 // tombstoneAgain answers a restore that took the request's ledger rows and
 // tombstones (a dump taken before the request): the sessions it found are
 // readable again, and nothing refuses a derivation from them. They are
-// tombstoned again, their ledger rows ending the grace period at the end the
-// request recorded — a second later, as the status keeps whole seconds — so
-// that they are hidden and guarded again and the undo holds until then.
+// tombstoned again, their ledger rows ending the grace period just after
+// the end the request recorded (retombstoneMargin), so that they are hidden
+// and guarded again and the undo holds until then.
+//
+// Like the first tombstone, the resurrection is recorded only once every
+// replica has replayed it. Until then, and after a status write that was
+// refused, later passes come back here (tombstonedAgain) and repeat the
+// tombstone, which then changes nothing and reports the first run's
+// readings, until the history holds the entry.
 func (g GraceWait) tombstoneAgain(ctx context.Context, s *Scope, gs GraceState, end time.Time) Outcome {
 	req := FoundRequest(s.Request)
-	req.Grace = end.Add(time.Second).Sub(gs.Now)
+	req.Grace = end.Add(retombstoneMargin).Sub(gs.Now)
 	plan, err := s.Ledger.Tombstone(ctx, req)
 	if err != nil {
 		return failed(g.Config, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonDatabaseUnavailable,
@@ -108,8 +119,17 @@ func (g GraceWait) tombstoneAgain(ctx context.Context, s *Scope, gs GraceState, 
 		return waiting(req.Grace+time.Second, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonWaitingForGrace,
 			"waiting until status.graceEndsAt by the database's clock; the database holds neither the request's ledger rows nor its sessions (a restore)")
 	}
+	caughtUp, err := s.Replicas.CaughtUp(ctx, plan.CommitLSN)
+	switch {
+	case err != nil:
+		return failed(g.Config, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonReplicaLagging,
+			"the sessions, back after a restore, are tombstoned again on the primary; a replica could not be asked whether it replayed that and is retried", err)
+	case !caughtUp:
+		return waiting(g.Config.ReplicaRecheck, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonReplicaLagging,
+			"the sessions, back after a restore, are tombstoned again on the primary; waiting for every replica to replay it (until then a replica serves them)")
+	}
 	note := fmt.Sprintf("a restore of the database took the request's ledger rows and tombstones; %d session(s) tombstoned again until the recorded end of the grace period", len(plan.Found))
-	out := waiting(req.Grace+time.Second, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonWaitingForGrace,
+	out := waiting(plan.GraceEndsAt.Sub(gs.Now)+time.Second, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonWaitingForGrace,
 		"waiting until status.graceEndsAt by the database's clock; the database had lost the request's ledger rows and tombstones (a restore): its sessions are tombstoned again; set spec.cancel to undo")
 	out.Milestone = &Milestone{Phase: s.Request.Status.Phase, Event: lethev1.ReasonResurrected, At: plan.TombstonedAt,
 		Evidence: map[string]any{"sessionsTombstonedAgain": len(plan.Found), "graceEndsAt": end.UTC().Format(time.RFC3339)}, Note: note}
@@ -117,14 +137,46 @@ func (g GraceWait) tombstoneAgain(ctx context.Context, s *Scope, gs GraceState, 
 	return out
 }
 
+// retombstoneMargin is how long after the recorded end the ledger rows of a
+// re-tombstone end the grace period: more than the second the status loses
+// (it keeps whole seconds), so that tombstonedAgain tells them apart from
+// the first tombstone's rows.
+const retombstoneMargin = 2 * time.Second
+
 // recordedEnd is the grace period's end the request recorded at its
 // tombstone, lost true when the database has no ledger row of the request
 // left (a restore of a dump taken before it). The ledger's own end then no
 // longer exists, and an empty ledger must not read as a grace period
 // served.
 func recordedEnd(er *lethev1.ErasureRequest, gs GraceState) (end time.Time, lost bool) {
-	if gs.LedgerRows > 0 || er.Status.GraceEndsAt == nil || er.Status.Plan == nil || er.Status.Plan.SessionsFound == 0 {
+	if !foundSessions(er) {
 		return time.Time{}, false
 	}
+	if gs.LedgerRows > 0 {
+		return er.Status.GraceEndsAt.Time, false
+	}
 	return er.Status.GraceEndsAt.Time, true
+}
+
+func foundSessions(er *lethev1.ErasureRequest) bool {
+	return er.Status.GraceEndsAt != nil && er.Status.Plan != nil && er.Status.Plan.SessionsFound > 0
+}
+
+// tombstonedAgain reports whether the ledger rows are tombstoneAgain's: they
+// end the grace period at least a second after the end the status recorded,
+// where the first tombstone's end at most rounds down to it.
+func tombstonedAgain(er *lethev1.ErasureRequest, gs GraceState) bool {
+	return foundSessions(er) && gs.LedgerRows > 0 && !gs.GraceEndsAt.Before(er.Status.GraceEndsAt.Add(time.Second))
+}
+
+// resurrectionRecorded reports whether the history holds a Resurrected entry
+// from the re-tombstone at tombstonedAt (by the database's clock) or later.
+func resurrectionRecorded(er *lethev1.ErasureRequest, tombstonedAt time.Time) bool {
+	from := tombstonedAt.Truncate(time.Second)
+	for _, h := range er.Status.History {
+		if h.Event == lethev1.ReasonResurrected && !h.Time.Time.Before(from) {
+			return true
+		}
+	}
+	return false
 }

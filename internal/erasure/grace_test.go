@@ -7,6 +7,7 @@ import (
 	"time"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/evidence"
 )
 
 func runGraceWait(ctx context.Context, s *Scope) Outcome {
@@ -53,6 +54,21 @@ func graceRecorded(end time.Time) func(*lethev1.ErasureRequest) {
 
 func foundNone(er *lethev1.ErasureRequest) { er.Status.Plan.SessionsFound = 0 }
 
+// resurrectedAt is a request whose history holds a re-tombstone at at.
+func resurrectedAt(at time.Time) func(*lethev1.ErasureRequest) {
+	return func(er *lethev1.ErasureRequest) {
+		er.Status.History = evidence.Append(er.Status.History, lethev1.PhaseTombstoned, lethev1.ReasonResurrected, at, "sha256:fixture")
+	}
+}
+
+// tombstonedAgainReturns is a Tombstone that finds s1 and s2 and reports
+// a re-tombstone at at, its rows ending two seconds after graceEnds.
+func tombstonedAgainReturns(at time.Time) func(context.Context, Request) (Plan, error) {
+	return func(context.Context, Request) (Plan, error) {
+		return Plan{Found: []string{"s1", "s2"}, TombstonedAt: at, GraceEndsAt: graceEnds.Add(retombstoneMargin), CommitLSN: "0/A0"}, nil
+	}
+}
+
 func TestGraceWaitRun(t *testing.T) {
 	waitCond := &Condition{Type: lethev1.ConditionGracePeriodElapsed, Reason: lethev1.ReasonWaitingForGrace,
 		Message: "waiting until status.graceEndsAt by the database's clock; set spec.cancel to undo"}
@@ -66,6 +82,10 @@ func TestGraceWaitRun(t *testing.T) {
 	retombFailed := &Condition{Type: lethev1.ConditionGracePeriodElapsed, Reason: lethev1.ReasonDatabaseUnavailable,
 		Message: "the database holds no ledger row of the request (restored from before it?); tombstoning its sessions again failed: retried"}
 	configCond := &Condition{Type: lethev1.ConditionGracePeriodElapsed, Reason: errConfig.Reason, Message: errConfig.Message}
+	lagCond := &Condition{Type: lethev1.ConditionGracePeriodElapsed, Reason: lethev1.ReasonReplicaLagging,
+		Message: "the sessions, back after a restore, are tombstoned again on the primary; waiting for every replica to replay it (until then a replica serves them)"}
+	lagUnknown := &Condition{Type: lethev1.ConditionGracePeriodElapsed, Reason: lethev1.ReasonReplicaLagging,
+		Message: "the sessions, back after a restore, are tombstoned again on the primary; a replica could not be asked whether it replayed that and is retried"}
 	elapsed := elapsedAt(dbNow, dbNow.Add(-time.Minute), "2030-01-10T10:59:00Z")
 	imm := immediateOutcome()
 	runCases(t, runGraceWait, map[string]stepCase{
@@ -82,31 +102,73 @@ func TestGraceWaitRun(t *testing.T) {
 			er: atGrace(), fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: dbNow.Add(-time.Minute), Elapsed: true}, nil)}},
 			want: stepWant{out: elapsed, calls: []string{"Ledger.Grace(req-uid)"},
 				status: after(atGrace(), withCond(elapsedCond), withGraceEndsAt(dbNow.Add(-time.Minute)), withEntry(lethev1.PhaseGracePeriod, "", dbNow))}},
-		"LedgerLostWithinGrace": {reason: "A restore took every ledger row of the request and its tombstones: the sessions it found are tombstoned again, their grace period ending a second after the end the request recorded (kept in the status); it is not read as served.",
+		"LedgerLostWithinGrace": {reason: "A restore took every ledger row of the request and its tombstones: the sessions it found are tombstoned again, their grace period ending two seconds after the end the request recorded (kept in the status); once the replicas replayed it, the resurrection is recorded. It is not read as served.",
 			er: reached(1, graceRecorded(graceEnds)), fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: dbNow, Elapsed: true}, nil),
-				TombstoneFn: func(context.Context, Request) (Plan, error) {
-					return Plan{Found: []string{"s1", "s2"}, TombstonedAt: dbNow}, nil
-				}}},
-			want: stepWant{out: Outcome{Kind: Waiting, Condition: lostCond, RequeueAfter: graceEnds.Add(time.Second).Sub(dbNow) + time.Second,
+				TombstoneFn: tombstonedAgainReturns(dbNow)}, replicas: replicasAt(true, nil)},
+			want: stepWant{out: Outcome{Kind: Waiting, Condition: lostCond, RequeueAfter: graceEnds.Add(retombstoneMargin).Sub(dbNow) + time.Second,
 				Milestone: &Milestone{Phase: lethev1.PhaseTombstoned, Event: lethev1.ReasonResurrected, At: dbNow,
 					Evidence: map[string]any{"sessionsTombstonedAgain": 2, "graceEndsAt": "2030-01-10T13:30:00Z"}, Note: againNote},
 				Warning: &Warning{Reason: lethev1.ReasonResurrected, Action: "Tombstone", Note: againNote}},
 				status: after(reached(1, graceRecorded(graceEnds)), withCond(lostCond), withEntry(lethev1.PhaseTombstoned, lethev1.ReasonResurrected, dbNow)),
-				calls:  []string{"Ledger.Grace(req-uid)", "Ledger.Tombstone({req-uid [s1 s2 s3] grace=2h30m0.75s})"}}},
+				calls:  []string{"Ledger.Grace(req-uid)", "Ledger.Tombstone({req-uid [s1 s2 s3] grace=2h30m1.75s})", "Replicas.CaughtUp(0/A0)"}}},
+		"LedgerLostReplicaLagging": {reason: "Tombstoned again on the primary, but a replica has not replayed it: wait for the replicas, nothing recorded yet (a later pass repeats the tombstone).",
+			er: reached(1, graceRecorded(graceEnds)), fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: dbNow, Elapsed: true}, nil),
+				TombstoneFn: tombstonedAgainReturns(dbNow)}, replicas: replicasAt(false, nil)},
+			want: stepWant{out: Outcome{Kind: Waiting, Condition: lagCond, RequeueAfter: testConfig.ReplicaRecheck},
+				status: after(reached(1, graceRecorded(graceEnds)), withCond(lagCond)),
+				calls:  []string{"Ledger.Grace(req-uid)", "Ledger.Tombstone({req-uid [s1 s2 s3] grace=2h30m1.75s})", "Replicas.CaughtUp(0/A0)"}}},
+		"LedgerLostReplicaUnknown": {reason: "A replica that cannot be asked is an error for a retry; nothing recorded.",
+			er: reached(1, graceRecorded(graceEnds)), fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: dbNow, Elapsed: true}, nil),
+				TombstoneFn: tombstonedAgainReturns(dbNow)}, replicas: replicasAt(false, errPort)},
+			want: stepWant{out: Outcome{Kind: Errored, Condition: lagUnknown}, err: errPort,
+				status: after(reached(1, graceRecorded(graceEnds)), withCond(lagUnknown)),
+				calls:  []string{"Ledger.Grace(req-uid)", "Ledger.Tombstone({req-uid [s1 s2 s3] grace=2h30m1.75s})", "Replicas.CaughtUp(0/A0)"}}},
+		"TombstonedAgainNotRecorded": {reason: "The ledger rows are a re-tombstone's (ending 2 s after the recorded end) but the history has no resurrection since (replicas lagging, or a status write refused): the tombstone is repeated, and recorded once the replicas replayed it, at the re-tombstone's own time.",
+			er: reached(1, graceRecorded(graceEnds)), fakes: fakes{ledger: LedgerFns{
+				GraceFn:     graceReturns(GraceState{Now: dbNow, GraceEndsAt: graceEnds.Add(retombstoneMargin), LedgerRows: 2, TombstonedAt: dbNow.Add(-time.Minute)}, nil),
+				TombstoneFn: tombstonedAgainReturns(dbNow.Add(-time.Minute))}, replicas: replicasAt(true, nil)},
+			want: stepWant{out: Outcome{Kind: Waiting, Condition: lostCond, RequeueAfter: graceEnds.Add(retombstoneMargin).Sub(dbNow) + time.Second,
+				Milestone: &Milestone{Phase: lethev1.PhaseTombstoned, Event: lethev1.ReasonResurrected, At: dbNow.Add(-time.Minute),
+					Evidence: map[string]any{"sessionsTombstonedAgain": 2, "graceEndsAt": "2030-01-10T13:30:00Z"}, Note: againNote},
+				Warning: &Warning{Reason: lethev1.ReasonResurrected, Action: "Tombstone", Note: againNote}},
+				status: after(reached(1, graceRecorded(graceEnds)), withCond(lostCond), withEntry(lethev1.PhaseTombstoned, lethev1.ReasonResurrected, dbNow.Add(-time.Minute))),
+				calls:  []string{"Ledger.Grace(req-uid)", "Ledger.Tombstone({req-uid [s1 s2 s3] grace=2h30m1.75s})", "Replicas.CaughtUp(0/A0)"}}},
+		"TombstonedAgainRecorded": {reason: "The re-tombstone is in the history: wait by the ledger's end as usual, the status keeping the recorded end.",
+			er: reached(1, graceRecorded(graceEnds), resurrectedAt(dbNow.Add(-time.Minute))), fakes: fakes{ledger: LedgerFns{
+				GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: graceEnds.Add(retombstoneMargin), LedgerRows: 2, TombstonedAt: dbNow.Add(-time.Minute)}, nil)}},
+			want: stepWant{out: Outcome{Kind: Waiting, Condition: waitCond, GraceEndsAt: &graceEnds, RequeueAfter: graceEnds.Add(retombstoneMargin).Sub(dbNow) + time.Second},
+				status: after(reached(1, graceRecorded(graceEnds), resurrectedAt(dbNow.Add(-time.Minute))), withCond(waitCond)),
+				calls:  []string{"Ledger.Grace(req-uid)"}}},
+		"EarlierResurrectionOnly": {reason: "The history's resurrection predates this re-tombstone (a second restore): this one is recorded too.",
+			er: reached(1, graceRecorded(graceEnds), resurrectedAt(dbNow.Add(-time.Hour))), fakes: fakes{ledger: LedgerFns{
+				GraceFn:     graceReturns(GraceState{Now: dbNow, GraceEndsAt: graceEnds.Add(retombstoneMargin), LedgerRows: 2, TombstonedAt: dbNow.Add(-time.Minute)}, nil),
+				TombstoneFn: tombstonedAgainReturns(dbNow.Add(-time.Minute))}, replicas: replicasAt(true, nil)},
+			want: stepWant{out: Outcome{Kind: Waiting, Condition: lostCond, RequeueAfter: graceEnds.Add(retombstoneMargin).Sub(dbNow) + time.Second,
+				Milestone: &Milestone{Phase: lethev1.PhaseTombstoned, Event: lethev1.ReasonResurrected, At: dbNow.Add(-time.Minute),
+					Evidence: map[string]any{"sessionsTombstonedAgain": 2, "graceEndsAt": "2030-01-10T13:30:00Z"}, Note: againNote},
+				Warning: &Warning{Reason: lethev1.ReasonResurrected, Action: "Tombstone", Note: againNote}},
+				status: after(reached(1, graceRecorded(graceEnds), resurrectedAt(dbNow.Add(-time.Hour))), withCond(lostCond), withEntry(lethev1.PhaseTombstoned, lethev1.ReasonResurrected, dbNow.Add(-time.Minute))),
+				calls:  []string{"Ledger.Grace(req-uid)", "Ledger.Tombstone({req-uid [s1 s2 s3] grace=2h30m1.75s})", "Replicas.CaughtUp(0/A0)"}}},
+		"FirstTombstoneRows": {reason: "The first tombstone's rows end less than a second after the recorded end (the status keeps whole seconds): no re-tombstone.",
+			er: reached(1, graceRecorded(graceEnds)), fakes: fakes{ledger: LedgerFns{
+				GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: graceEnds.Add(999 * time.Millisecond), LedgerRows: 2, TombstonedAt: dbNow.Add(-time.Hour)}, nil)}},
+			want: stepWant{out: Outcome{Kind: Waiting, Condition: waitCond, GraceEndsAt: ptr(graceEnds.Add(999 * time.Millisecond)), RequeueAfter: graceEnds.Add(999*time.Millisecond).Sub(dbNow) + time.Second},
+				status: after(reached(1, graceRecorded(graceEnds)), withCond(waitCond)),
+				calls:  []string{"Ledger.Grace(req-uid)"}}},
 		"LedgerAndSessionsLost": {reason: "The dump predates the sessions too: nothing came back to hide, so no resurrection is recorded; still waiting for the recorded end.",
 			er: reached(1, graceRecorded(graceEnds)), fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: dbNow, Elapsed: true}, nil),
 				TombstoneFn: func(context.Context, Request) (Plan, error) {
 					return Plan{NotFound: []string{"s1", "s2", "s3"}, TombstonedAt: dbNow}, nil
 				}}},
-			want: stepWant{out: Outcome{Kind: Waiting, Condition: nothingBack, RequeueAfter: graceEnds.Add(time.Second).Sub(dbNow) + time.Second},
+			want: stepWant{out: Outcome{Kind: Waiting, Condition: nothingBack, RequeueAfter: graceEnds.Add(retombstoneMargin).Sub(dbNow) + time.Second},
 				status: after(reached(1, graceRecorded(graceEnds)), withCond(nothingBack)),
-				calls:  []string{"Ledger.Grace(req-uid)", "Ledger.Tombstone({req-uid [s1 s2 s3] grace=2h30m0.75s})"}}},
+				calls:  []string{"Ledger.Grace(req-uid)", "Ledger.Tombstone({req-uid [s1 s2 s3] grace=2h30m1.75s})"}}},
 		"LedgerLostTombstoneFails": {reason: "Tombstoning again fails: an error for a retry, the grace period not elapsed.",
 			er: reached(1, graceRecorded(graceEnds)), fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: dbNow, Elapsed: true}, nil),
 				TombstoneFn: func(context.Context, Request) (Plan, error) { return Plan{}, errPort }}},
 			want: stepWant{out: Outcome{Kind: Errored, Condition: retombFailed}, err: errPort,
 				status: after(reached(1, graceRecorded(graceEnds)), withCond(retombFailed)),
-				calls:  []string{"Ledger.Grace(req-uid)", "Ledger.Tombstone({req-uid [s1 s2 s3] grace=2h30m0.75s})"}}},
+				calls:  []string{"Ledger.Grace(req-uid)", "Ledger.Tombstone({req-uid [s1 s2 s3] grace=2h30m1.75s})"}}},
 		"LedgerLostAfterGrace": {reason: "The ledger is gone and the recorded end has passed: done, the recorded end kept in the status and the milestone.",
 			er: reached(1, graceRecorded(dbNow.Add(-time.Minute))), fakes: fakes{ledger: LedgerFns{GraceFn: graceReturns(GraceState{Now: dbNow, GraceEndsAt: dbNow, Elapsed: true}, nil)}},
 			want: stepWant{out: elapsedAt(dbNow, secs(dbNow.Add(-time.Minute)).Time, "2030-01-10T10:59:00Z"), calls: []string{"Ledger.Grace(req-uid)"},

@@ -52,6 +52,9 @@ type GraceState struct {
 	// included). None at all after a tombstone means a restore of the
 	// database took them away.
 	LedgerRows, NotErased int64
+	// TombstonedAt is when the ledger's first session row was written (zero
+	// without one).
+	TombstonedAt time.Time
 }
 
 // Cancellation is what a cancel did, by the database's clock.

@@ -215,14 +215,16 @@ func TestDeleteWaitsForTheGracePeriodByTheDatabaseClock(t *testing.T) {
 	seedTenants(t, conn)
 	e := eraser(t, dsn, "")
 	req := erasure.Request{UID: "uid-g", SessionIDs: []string{sessA}, Grace: time.Hour}
-	if _, err := e.Tombstone(ctx, req); err != nil {
+	plan, err := e.Tombstone(ctx, req)
+	if err != nil {
 		t.Fatal(err)
 	}
 	g, err := e.Grace(ctx, req.UID)
-	if err != nil || g.Elapsed || g.GraceEndsAt.Sub(g.Now) < 59*time.Minute || g.LedgerRows != 1 || g.NotErased != 1 {
-		t.Fatalf("grace: %+v %v: want not elapsed, an hour left, 1 ledger row not erased", g, err)
+	if err != nil || g.Elapsed || g.GraceEndsAt.Sub(g.Now) < 59*time.Minute || g.LedgerRows != 1 || g.NotErased != 1 ||
+		!g.TombstonedAt.Equal(plan.TombstonedAt) {
+		t.Fatalf("grace: %+v %v: want not elapsed, an hour left, 1 ledger row not erased, tombstoned at %v", g, err, plan.TombstonedAt)
 	}
-	if none, err := e.Grace(ctx, "uid-never-tombstoned"); err != nil || none.LedgerRows != 0 || none.NotErased != 0 {
+	if none, err := e.Grace(ctx, "uid-never-tombstoned"); err != nil || none.LedgerRows != 0 || none.NotErased != 0 || !none.TombstonedAt.IsZero() {
 		t.Fatalf("grace of a request with no ledger row: %+v %v: want 0 rows", none, err)
 	}
 	res, err := e.Delete(ctx, req, 100, 10)

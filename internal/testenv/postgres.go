@@ -316,12 +316,24 @@ func (p *Postgres) Dump(db, file string) error {
 // backup does: the database is dropped (its connections ended), created
 // again and filled by pg_restore.
 func (p *Postgres) Restore(ctx context.Context, db, file string) error {
+	return p.RestoreWith(ctx, db, file, nil)
+}
+
+// RestoreWith is Restore, calling whileEmpty (when not nil) between the
+// database's creation and pg_restore: a test can take a lock in the new
+// database that holds back what a client would do once it is filled.
+func (p *Postgres) RestoreWith(ctx context.Context, db, file string, whileEmpty func() error) error {
 	ident := pgx.Identifier{db}.Sanitize()
 	if err := p.Exec(ctx, "postgres", "DROP DATABASE "+ident+" WITH (FORCE)"); err != nil {
 		return fmt.Errorf("drop %s: %w", db, err)
 	}
 	if err := p.Exec(ctx, "postgres", "CREATE DATABASE "+ident); err != nil {
 		return fmt.Errorf("create %s: %w", db, err)
+	}
+	if whileEmpty != nil {
+		if err := whileEmpty(); err != nil {
+			return err
+		}
 	}
 	cmd := exec.Command(filepath.Join(p.bin, "pg_restore"), "--exit-on-error", "--dbname="+p.DSN(db), file)
 	if out, err := cmd.CombinedOutput(); err != nil {
