@@ -161,7 +161,7 @@ func (d *Deletion) evidence(ctx context.Context, s *Scope, res DeleteResult, pro
 	if want := min(int64(d.Config.ProbeBudget), plannedEmbeddings(s.Request)); int64(probed) < want {
 		// The sample is kept in memory only: batches run before a restart of
 		// the manager were not sampled again.
-		ev.Note += fmt.Sprintf(" (fewer than the budget of %d: the sample of batches run before a manager restart is not kept)", want)
+		ev.Note += fmt.Sprintf(" (fewer than the budget of %d: the sample is kept in memory only: rows erased before a manager restart, or erased again after a restore, are not sampled)", want)
 	}
 	return ev, work, nil
 }
@@ -253,7 +253,7 @@ func textProbeNote(sample probeSample, known bool, budget int, tp TextProbe) str
 		return "; text probe: none (the probe budget is 0)"
 	}
 	if !known {
-		return "; text probe: no sample (the sample of batches run before a manager restart is not kept)"
+		return "; text probe: no sample (the sample is kept in memory only: rows erased before a manager restart, or erased again after a restore, are not sampled)"
 	}
 	if len(sample.texts) == 0 {
 		return fmt.Sprintf("; text probe: no text of %d words or more in the %d deleted row(s), nothing to probe",

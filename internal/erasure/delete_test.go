@@ -101,7 +101,7 @@ func deletedEvidence(checks ...lethev1.Verification) lethev1.StepEvidence {
 			{Table: CountContentIndexEntries, Rows: 3}, {Table: CountDerivedRecords, Rows: 1}},
 		Verification: checks,
 		Note: "4 session(s) deleted in 3 batch(es) of at most 50; residue probe: 2 of 12 erased embeddings (planned) " +
-			"probed against every vector column outside the cascade (fewer than the budget of 8: the sample of batches run before a manager restart is not kept)" +
+			"probed against every vector column outside the cascade (fewer than the budget of 8: the sample is kept in memory only: rows erased before a manager restart, or erased again after a restore, are not sampled)" +
 			textNote}
 }
 
@@ -476,7 +476,7 @@ func TestDeletionKeepsProbeSample(t *testing.T) {
 	// The batches ran in the first pass: the evidence counts them from their
 	// receipts (it said "0 session(s) deleted" when it summed this pass's batches).
 	if n := second.er.Status.Evidence.Steps[0].Note; n != "4 session(s) deleted in 3 batch(es) of at most 50; residue probe: 2 of 12 erased embeddings "+
-		"(planned) probed against every vector column outside the cascade (fewer than the budget of 8: the sample of batches run before a manager restart is not kept)"+textNote {
+		"(planned) probed against every vector column outside the cascade (fewer than the budget of 8: the sample is kept in memory only: rows erased before a manager restart, or erased again after a restore, are not sampled)"+textNote {
 		t.Errorf("second pass evidence note %q: want the receipts' counts and the kept sample's size", n)
 	}
 }
@@ -564,7 +564,7 @@ func TestDeletionTextProbeWithoutSample(t *testing.T) {
 		"NothingLongEnough": {res: func() DeleteResult { r := deleteResult(); r.Texts = nil; return r }(), budget: 8,
 			note: "; text probe: no text of 16 words or more in the 45 deleted row(s), nothing to probe"},
 		"AfterRestart": {res: DeleteResult{Batches: []BatchResult{{Batch: 0, Skipped: true}}, CommitLSN: "0/3000060"}, budget: 8,
-			note: "; text probe: no sample (the sample of batches run before a manager restart is not kept)"},
+			note: "; text probe: no sample (the sample is kept in memory only: rows erased before a manager restart, or erased again after a restore, are not sampled)"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
