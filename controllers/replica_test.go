@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -205,6 +206,75 @@ func TestRestoreDuringTheGracePeriodWaitsForTheReplicas(t *testing.T) {
 		t.Fatalf("Deleted is True but the replica still returns the session (%d, %v)", onReplica, err)
 	}
 	assertNoPersonalData(t, er)
+}
+
+// TestADelayedReplicaOnABusyPrimaryIsWaitedFor: a replica that applies
+// commits three seconds late (recovery_min_apply_delay) behind a primary
+// that commits all the time is always behind the primary's position now.
+// The tombstone and the deletion each wait for the position read after
+// their own commit, so the request goes on once the replica is three
+// seconds past it; a step that read the position anew on each pass would
+// wait forever.
+func TestADelayedReplicaOnABusyPrimaryIsWaitedFor(t *testing.T) {
+	ctx := context.Background()
+	primary, replica, env := replicatedStore(t, "replica-busy")
+	rcluster := connectPlain(t, replica.DSN("postgres"))
+	for _, q := range []string{`ALTER SYSTEM SET recovery_min_apply_delay = '3s'`, `SELECT pg_reload_conf()`} {
+		if _, err := rcluster.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pcluster := connectPlain(t, primary.DSN("postgres"))
+	if _, err := pcluster.Exec(ctx, `CREATE TABLE churn (at timestamptz)`); err != nil {
+		t.Fatal(err)
+	}
+	churner := connectPlain(t, primary.DSN("postgres")) // a pgx.Conn serves one goroutine
+	// The busy primary: a commit every 50 ms until the test ends.
+	churnCtx, stop := context.WithCancel(ctx)
+	churned := make(chan error, 1)
+	go func() {
+		var err error
+		for churnCtx.Err() == nil && err == nil {
+			if _, err = churner.Exec(churnCtx, `INSERT INTO churn VALUES (now())`); err == nil {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		churned <- err
+	}()
+	t.Cleanup(func() {
+		stop()
+		if err := <-churned; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("the busy primary's writes failed: %v", err)
+		}
+	})
+	lagging := func() {
+		t.Helper()
+		var behind bool
+		if err := pcluster.QueryRow(ctx, `SELECT coalesce(bool_or(replay_lsn < pg_current_wal_lsn()), false) FROM pg_stat_replication`).Scan(&behind); err != nil || !behind {
+			t.Fatalf("the replica is not behind the primary (%v): the test cannot see the wait", err)
+		}
+	}
+
+	er := env.request(t, "forget-delayed", func(r *lethev1.ErasureRequest) {
+		r.Spec.SessionIDs = []lethev1.SessionID{erasedA}
+		r.Spec.Immediate, r.Spec.Reason = false, ""
+		r.Spec.GracePeriod = &metav1.Duration{Duration: time.Hour}
+	})
+	waitStepReason(t, er, lethev1.ConditionTombstoned, lethev1.ReasonSessionsTombstoned)
+	lagging()
+	rconn := connectVector(t, replica.DSN("memory"))
+	var visible int64
+	if err := rconn.QueryRow(ctx, `SELECT count(*) FROM memory.sessions WHERE id = $1 AND tombstoned_at IS NULL`, erasedA).Scan(&visible); err != nil || visible != 0 {
+		t.Fatalf("Tombstoned is True but the replica serves the session untombstoned (%d, %v)", visible, err)
+	}
+
+	endGraceIn(t, primary.DSN("memory"), er, 0)
+	nudge(t, er)
+	waitPhase(t, er, lethev1.PhaseBackupsRotated)
+	lagging()
+	if err := rconn.QueryRow(ctx, `SELECT count(*) FROM memory.sessions WHERE id = $1`, erasedA).Scan(&visible); err != nil || visible != 0 {
+		t.Fatalf("Deleted is True but the replica still returns the session (%d, %v)", visible, err)
+	}
 }
 
 // replayedRestore waits until the replica (rcluster, connected to a

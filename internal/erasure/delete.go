@@ -40,6 +40,8 @@ type Deletion struct {
 	// parked keeps the deletions verified and waiting for their vacuum,
 	// by request UID (delete_vacuum.go).
 	parked sync.Map
+	// Waits remembers the position the replicas must replay (nil: none).
+	Waits *ReplicaWaits
 }
 
 // Name is the step's condition type.
@@ -88,7 +90,13 @@ func (d *Deletion) Run(ctx context.Context, s *Scope) Outcome {
 		out.Work = work
 		return out
 	}
-	caughtUp, err := s.Replicas.CaughtUp(ctx, res.CommitLSN)
+	// A pass that erased nothing (every batch done before) waits for the
+	// position an earlier pass read after erasing.
+	changed := ""
+	if work.SessionsDeleted > 0 {
+		changed = res.CommitLSN
+	}
+	caughtUp, err := d.Waits.caughtUp(ctx, s, lethev1.ConditionDeleted, res.CommitLSN, changed)
 	if err != nil || !caughtUp {
 		// What was deleted is evidence already, whatever the replicas say.
 		out := waiting(d.Config.ReplicaRecheck, lethev1.ConditionDeleted, lethev1.ReasonReplicaLagging,
@@ -484,6 +492,7 @@ func (d *Deletion) sample(uid string, res DeleteResult) (sample probeSample, kno
 func (d *Deletion) forget(uid string) {
 	d.probes.Delete(uid)
 	d.parked.Delete(uid)
+	d.Waits.forget(uid, lethev1.ConditionTombstoned, lethev1.ConditionGracePeriodElapsed, lethev1.ConditionDeleted)
 }
 
 func mode(er *lethev1.ErasureRequest) string {

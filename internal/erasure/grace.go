@@ -13,7 +13,11 @@ import (
 
 // GraceWait is step 2: it waits out the grace period by the database's
 // clock; spec.cancel lifts the tombstones; spec.immediate skips the wait.
-type GraceWait struct{ Config Config }
+type GraceWait struct {
+	Config Config
+	// Waits remembers the position the replicas must replay (nil: none).
+	Waits *ReplicaWaits
+}
 
 // Name is the step's condition type.
 func (GraceWait) Name() string { return lethev1.ConditionGracePeriodElapsed }
@@ -42,7 +46,10 @@ func (g GraceWait) Run(ctx context.Context, s *Scope) Outcome {
 	}
 	end, lost := recordedEnd(er, gs)
 	again := lost || tombstonedAgain(er, gs)
-	if again && gs.Now.Before(end) && (lost || !resurrectionRecorded(er, gs.TombstonedAt)) {
+	// After a re-tombstone whose record is missing (the replicas lagged, a
+	// status write was refused), its repeat records it, after the recorded
+	// end too.
+	if lost && gs.Now.Before(end) || again && !lost && !resurrectionRecorded(er, gs.TombstonedAt) {
 		return g.tombstoneAgain(ctx, s, gs, end)
 	}
 	// The status keeps the end the request recorded; after a re-tombstone
@@ -108,18 +115,21 @@ func reasonEvidence(reason string) map[string]any {
 // readings, until the history holds the entry.
 func (g GraceWait) tombstoneAgain(ctx context.Context, s *Scope, gs GraceState, end time.Time) Outcome {
 	req := FoundRequest(s.Request)
-	req.Grace = end.Add(retombstoneMargin).Sub(gs.Now)
+	// A repeat keeps the first run's grace period; a floor for a repeat
+	// after the recorded end.
+	req.Grace = max(end.Add(retombstoneMargin).Sub(gs.Now), retombstoneMargin)
 	plan, err := s.Ledger.Tombstone(ctx, req)
 	if err != nil {
 		return failed(g.Config, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonDatabaseUnavailable,
 			"the database holds no ledger row of the request (restored from before it?); tombstoning its sessions again failed: retried", err)
 	}
 	if len(plan.Found) == 0 {
-		// The dump predates the sessions too: nothing came back to hide.
-		return waiting(req.Grace+time.Second, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonWaitingForGrace,
+		// The dump predates the sessions too: nothing came back to hide. Or
+		// a restore is still loading them: look again soon.
+		return waiting(min(req.Grace+time.Second, g.Config.RetryAfter), lethev1.ConditionGracePeriodElapsed, lethev1.ReasonWaitingForGrace,
 			"waiting until status.graceEndsAt by the database's clock; the database holds neither the request's ledger rows nor its sessions (a restore)")
 	}
-	caughtUp, err := s.Replicas.CaughtUp(ctx, plan.CommitLSN)
+	caughtUp, err := g.Waits.caughtUp(ctx, s, lethev1.ConditionGracePeriodElapsed, plan.CommitLSN, tombstoneOf(plan))
 	switch {
 	case err != nil:
 		return failed(g.Config, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonReplicaLagging,
@@ -129,7 +139,7 @@ func (g GraceWait) tombstoneAgain(ctx context.Context, s *Scope, gs GraceState, 
 			"the sessions, back after a restore, are tombstoned again on the primary; waiting for every replica to replay it (until then a replica serves them)")
 	}
 	note := fmt.Sprintf("a restore of the database took the request's ledger rows and tombstones; %d session(s) tombstoned again until the recorded end of the grace period", len(plan.Found))
-	out := waiting(plan.GraceEndsAt.Sub(gs.Now)+time.Second, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonWaitingForGrace,
+	out := waiting(max(plan.GraceEndsAt.Sub(gs.Now), 0)+time.Second, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonWaitingForGrace,
 		"waiting until status.graceEndsAt by the database's clock; the database had lost the request's ledger rows and tombstones (a restore): its sessions are tombstoned again; set spec.cancel to undo")
 	out.Milestone = &Milestone{Phase: s.Request.Status.Phase, Event: lethev1.ReasonResurrected, At: plan.TombstonedAt,
 		Evidence: map[string]any{"sessionsTombstonedAgain": len(plan.Found), "graceEndsAt": end.UTC().Format(time.RFC3339)}, Note: note}
@@ -162,11 +172,12 @@ func foundSessions(er *lethev1.ErasureRequest) bool {
 	return er.Status.GraceEndsAt != nil && er.Status.Plan != nil && er.Status.Plan.SessionsFound > 0
 }
 
-// tombstonedAgain reports whether the ledger rows are tombstoneAgain's: they
-// end the grace period at least a second after the end the status recorded,
-// where the first tombstone's end at most rounds down to it.
+// tombstonedAgain reports whether the ledger rows are tombstoneAgain's: all
+// of them end the grace period at least a second after the end the status
+// recorded, where the first tombstone's (its first run's: a repeat may add
+// a session found later) rounds down to it.
 func tombstonedAgain(er *lethev1.ErasureRequest, gs GraceState) bool {
-	return foundSessions(er) && gs.LedgerRows > 0 && !gs.GraceEndsAt.Before(er.Status.GraceEndsAt.Add(time.Second))
+	return foundSessions(er) && gs.LedgerRows > 0 && !gs.EarliestEnd.Before(er.Status.GraceEndsAt.Add(time.Second))
 }
 
 // resurrectionRecorded reports whether the history holds a Resurrected entry

@@ -124,13 +124,14 @@ type Machine struct {
 
 // NewMachine returns the phase machine: tombstone, grace, delete, graph, backups.
 func NewMachine(cfg Config) *Machine {
-	d := &Deletion{Config: cfg}
+	w := &ReplicaWaits{}
+	d := &Deletion{Config: cfg, Waits: w}
 	g := GraphPrune{Config: cfg}
 	b := BackupRotation{Config: cfg}
 	return &Machine{
 		Config: cfg,
 		delete: d,
-		steps:  []Step{Tombstoning{Config: cfg}, GraceWait{Config: cfg}, d, g, b},
+		steps:  []Step{Tombstoning{Config: cfg, Waits: w}, GraceWait{Config: cfg, Waits: w}, d, g, b},
 		// The deletion's own check runs as its step on every pass after it.
 		checks: []Reverifier{g, b},
 	}

@@ -11,7 +11,11 @@ import (
 // Tombstoning is step 1: one transaction tombstones the tenant's sessions,
 // writes the ledger and the receipt, and takes the plan. A dry run only
 // plans; a request cancelled before this step ends at once.
-type Tombstoning struct{ Config Config }
+type Tombstoning struct {
+	Config Config
+	// Waits remembers the position the replicas must replay (nil: none).
+	Waits *ReplicaWaits
+}
 
 // Name is the step's condition type.
 func (Tombstoning) Name() string { return lethev1.ConditionTombstoned }
@@ -101,12 +105,13 @@ func (t Tombstoning) flagDeadline(s *Scope, plan Plan, out *Outcome, note *strin
 // replicasHide waits until every replica has replayed the tombstone: until
 // then a read replica still serves the sessions the request hides. The
 // tombstone is repeated on the next pass (it reports the first one's
-// readings), so nothing is recorded before the replicas caught up.
+// readings), so nothing is recorded before the replicas caught up; the
+// position waited for is the first one's (ReplicaWaits).
 func (t Tombstoning) replicasHide(ctx context.Context, s *Scope, plan Plan) (Outcome, bool) {
 	if len(plan.Found) == 0 {
 		return Outcome{}, true
 	}
-	caughtUp, err := s.Replicas.CaughtUp(ctx, plan.CommitLSN)
+	caughtUp, err := t.Waits.caughtUp(ctx, s, lethev1.ConditionTombstoned, plan.CommitLSN, tombstoneOf(plan))
 	switch {
 	case err != nil:
 		return failed(t.Config, lethev1.ConditionTombstoned, lethev1.ReasonReplicaLagging,

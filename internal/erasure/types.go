@@ -52,9 +52,10 @@ type GraceState struct {
 	// included). None at all after a tombstone means a restore of the
 	// database took them away.
 	LedgerRows, NotErased int64
-	// TombstonedAt is when the ledger's first session row was written (zero
-	// without one).
-	TombstonedAt time.Time
+	// TombstonedAt is when the ledger's first session row was written, and
+	// EarliestEnd the earliest end of a grace period among them (zero
+	// without one; GraceEndsAt is the latest).
+	TombstonedAt, EarliestEnd time.Time
 }
 
 // Cancellation is what a cancel did, by the database's clock.

@@ -209,18 +209,18 @@ func countPlan(ctx context.Context, tx pgx.Tx, l Layout, ids []string, tenant *s
 }
 
 // graceSQL reads the database's clock and the end of the request's grace period.
-const graceSQL = `SELECT now(), max(grace_ends_at), count(*), count(*) FILTER (WHERE erased_at IS NULL), min(tombstoned_at)
+const graceSQL = `SELECT now(), max(grace_ends_at), count(*), count(*) FILTER (WHERE erased_at IS NULL), min(tombstoned_at), min(grace_ends_at)
 	FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'session'`
 
 // Grace reads the request's grace period end and the database's clock.
 func (e *Eraser) Grace(ctx context.Context, uid string) (erasure.GraceState, error) {
 	var g erasure.GraceState
-	var ends, tombstoned *time.Time
-	if err := e.Pool.QueryRow(ctx, graceSQL, uid).Scan(&g.Now, &ends, &g.LedgerRows, &g.NotErased, &tombstoned); err != nil {
+	var ends, tombstoned, earliest *time.Time
+	if err := e.Pool.QueryRow(ctx, graceSQL, uid).Scan(&g.Now, &ends, &g.LedgerRows, &g.NotErased, &tombstoned, &earliest); err != nil {
 		return g, fmt.Errorf("read grace period: %w", err)
 	}
 	if tombstoned != nil {
-		g.TombstonedAt = *tombstoned
+		g.TombstonedAt, g.EarliestEnd = *tombstoned, *earliest
 	}
 	if ends == nil {
 		// No session found: nothing to wait for.

@@ -1,0 +1,71 @@
+package erasure
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"sync"
+	"time"
+)
+
+// ReplicaWaits remembers, per request and step, the WAL position the step
+// waits for every replica to replay past: the first one read after the
+// step last changed something. A pass that changed nothing waits for that
+// position, not the primary's position then: on a busy primary that one
+// moves ahead of any replica with a lag, and a step that read it anew on
+// every pass would wait forever. It is memory only: after a restart the
+// position is read anew, later than needed, which is safe. A nil
+// *ReplicaWaits remembers nothing.
+type ReplicaWaits struct{ m sync.Map }
+
+type replicaWait struct{ lsn, of string }
+
+// caughtUp asks whether every replica replayed past the position the step
+// waits for. lsn is the position read in this pass, at or after its
+// commits; of names what the step changed: "" when this pass changed
+// nothing (the remembered position holds), else anything that differs
+// when the change differs (the remembered position is replaced). The
+// position is forgotten once every replica replayed it.
+func (w *ReplicaWaits) caughtUp(ctx context.Context, s *Scope, step, lsn, of string) (bool, error) {
+	if w == nil {
+		return s.Replicas.CaughtUp(ctx, lsn)
+	}
+	key := s.uid() + "/" + step
+	want := replicaWait{lsn: lsn, of: of}
+	if v, ok := w.m.Load(key); ok && (of == "" || v.(replicaWait).of == of) {
+		want = v.(replicaWait)
+	} else {
+		w.m.Store(key, want)
+	}
+	ok, err := s.Replicas.CaughtUp(ctx, want.lsn)
+	if err == nil && ok {
+		w.m.CompareAndDelete(key, want)
+	}
+	return ok, err
+}
+
+// forget drops what is remembered for a request's steps.
+func (w *ReplicaWaits) forget(uid string, steps ...string) {
+	if w == nil {
+		return
+	}
+	for _, step := range steps {
+		w.m.Delete(uid + "/" + step)
+	}
+}
+
+// tombstoneOf names what a tombstone changed, for caughtUp's of: the
+// sessions it hid and the ledger's first tombstone (a repeat reports the
+// same; a tombstone after a restore took the ledger does not).
+func tombstoneOf(plan Plan) string {
+	ids := slices.Clone(plan.Found)
+	slices.Sort(ids)
+	h := sha256.New()
+	h.Write([]byte(plan.TombstonedAt.UTC().Format(time.RFC3339Nano)))
+	for _, id := range ids {
+		h.Write([]byte(id))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}

@@ -1,0 +1,58 @@
+package erasure
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestReplicaWaitsKeepTheFirstPosition: a step that changed nothing since
+// it last read a WAL position waits for that one, not for the primary's
+// position now (which a busy primary moves ahead of any lagging replica);
+// a change replaces it; caught up, it is forgotten.
+func TestReplicaWaitsKeepTheFirstPosition(t *testing.T) {
+	ctx := context.Background()
+	var asked []string
+	replayed := "0/00"
+	s := &Scope{Request: newRequest(), Ports: Ports{Replicas: ReplicasFn(func(_ context.Context, lsn string) (bool, error) {
+		asked = append(asked, lsn)
+		return lsn <= replayed, nil
+	})}}
+	w := &ReplicaWaits{}
+	first := tombstoneOf(Plan{Found: []string{"s2", "s1"}, TombstonedAt: dbNow})
+	steps := []struct {
+		lsn, of, replayed string
+		want              bool
+	}{
+		{"0/A0", first, "0/50", false}, // the tombstone: wait for 0/A0
+		{"0/B0", first, "0/A8", true},  // a repeat: still 0/A0, now replayed; forgotten
+		{"0/C0", first, "0/A8", false}, // asked again after that: the position now
+		{"0/D0", tombstoneOf(Plan{Found: []string{"s1", "s2", "s3"}, TombstonedAt: dbNow}), "0/C8", false}, // a change: its position
+		{"0/E0", "", "0/C8", false}, // nothing changed ("" keeps it)
+	}
+	for i, st := range steps {
+		replayed = st.replayed
+		ok, err := w.caughtUp(ctx, s, "Tombstoned", st.lsn, st.of)
+		if err != nil || ok != st.want {
+			t.Fatalf("step %d: caught up %v (%v), want %v", i, ok, err, st.want)
+		}
+	}
+	if diff := cmp.Diff([]string{"0/A0", "0/A0", "0/C0", "0/D0", "0/D0"}, asked); diff != "" {
+		t.Errorf("positions asked (-want +got):\n%s", diff)
+	}
+	if tombstoneOf(Plan{Found: []string{"s1", "s2"}, TombstonedAt: dbNow}) != first ||
+		tombstoneOf(Plan{Found: []string{"s1", "s2"}, TombstonedAt: dbNow.Add(time.Hour)}) == first {
+		t.Errorf("tombstoneOf: want the same for the same sessions in any order, another after another first tombstone")
+	}
+
+	w.forget(string(s.Request.UID), "Tombstoned")
+	if _, err := w.caughtUp(ctx, s, "Tombstoned", "0/F0", ""); err != nil || asked[len(asked)-1] != "0/F0" {
+		t.Errorf("after forget: asked %s, want the position read now", asked[len(asked)-1])
+	}
+	var none *ReplicaWaits
+	if _, err := none.caughtUp(ctx, s, "Tombstoned", "0/F8", ""); err != nil || asked[len(asked)-1] != "0/F8" {
+		t.Errorf("nil ReplicaWaits: asked %s, want the position given", asked[len(asked)-1])
+	}
+}
