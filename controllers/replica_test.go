@@ -247,10 +247,12 @@ func TestADelayedReplicaOnABusyPrimaryIsWaitedFor(t *testing.T) {
 			t.Errorf("the busy primary's writes failed: %v", err)
 		}
 	})
+	// The replica's last replayed commit is more than a second old while
+	// the primary commits every 50 ms: the delay is in force.
 	lagging := func() {
 		t.Helper()
 		var behind bool
-		if err := pcluster.QueryRow(ctx, `SELECT coalesce(bool_or(replay_lsn < pg_current_wal_lsn()), false) FROM pg_stat_replication`).Scan(&behind); err != nil || !behind {
+		if err := rcluster.QueryRow(ctx, `SELECT coalesce(now() - pg_last_xact_replay_timestamp() > interval '1 second', false)`).Scan(&behind); err != nil || !behind {
 			t.Fatalf("the replica is not behind the primary (%v): the test cannot see the wait", err)
 		}
 	}
@@ -270,11 +272,12 @@ func TestADelayedReplicaOnABusyPrimaryIsWaitedFor(t *testing.T) {
 
 	endGraceIn(t, primary.DSN("memory"), er, 0)
 	nudge(t, er)
-	waitPhase(t, er, lethev1.PhaseBackupsRotated)
-	lagging()
+	waitStepReason(t, er, lethev1.ConditionDeleted, lethev1.ReasonSessionsDeleted)
 	if err := rconn.QueryRow(ctx, `SELECT count(*) FROM memory.sessions WHERE id = $1`, erasedA).Scan(&visible); err != nil || visible != 0 {
 		t.Fatalf("Deleted is True but the replica still returns the session (%d, %v)", visible, err)
 	}
+	lagging()
+	waitPhase(t, er, lethev1.PhaseBackupsRotated)
 }
 
 // replayedRestore waits until the replica (rcluster, connected to a

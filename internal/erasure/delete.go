@@ -72,7 +72,7 @@ func (d *Deletion) Run(ctx context.Context, s *Scope) Outcome {
 		return failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonDeleting, "deletion claimed; a batch failed and will be retried", err)
 	}
 	sample, known := d.sample(s.uid(), res)
-	ev, work, err := d.verified(ctx, s, res, len(sample.embeddings))
+	ev, work, target, err := d.verified(ctx, s, res, len(sample.embeddings))
 	if err != nil {
 		return failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonDeleting, "deleted; the verification failed and is retried", err)
 	}
@@ -90,13 +90,7 @@ func (d *Deletion) Run(ctx context.Context, s *Scope) Outcome {
 		out.Work = work
 		return out
 	}
-	// A pass that erased nothing (every batch done before) waits for the
-	// position an earlier pass read after erasing.
-	changed := ""
-	if work.SessionsDeleted > 0 {
-		changed = res.CommitLSN
-	}
-	caughtUp, err := d.Waits.caughtUp(ctx, s, lethev1.ConditionDeleted, res.CommitLSN, changed)
+	caughtUp, err := d.Waits.caughtUp(ctx, s, lethev1.ConditionDeleted, target.lsn, target.of)
 	if err != nil || !caughtUp {
 		// What was deleted is evidence already, whatever the replicas say.
 		out := waiting(d.Config.ReplicaRecheck, lethev1.ConditionDeleted, lethev1.ReasonReplicaLagging,
@@ -143,23 +137,27 @@ func (d *Deletion) claim(ctx context.Context, s *Scope) (Outcome, bool) {
 // also those an earlier pass or an earlier manager ran — and verifies that
 // nothing of the sessions the request found is left. The work is this
 // pass's own batches, for the metrics.
-func (d *Deletion) evidence(ctx context.Context, s *Scope, res DeleteResult, probed int) (lethev1.StepEvidence, Work, error) {
+func (d *Deletion) evidence(ctx context.Context, s *Scope, res DeleteResult, probed int) (lethev1.StepEvidence, Work, replicaTarget, error) {
 	counts, sessions := sumBatches(res.Batches)
 	work := Work{SessionsDeleted: sessions, Mode: mode(s.Request), RowsDeleted: counts}
+	target := replicaTarget{lsn: res.CommitLSN}
 	receipts, err := s.Ledger.Receipts(ctx, s.uid(), StepDeleted)
 	if err != nil {
-		return lethev1.StepEvidence{}, work, err
+		return lethev1.StepEvidence{}, work, target, err
 	}
 	deletedAt, err := s.Ledger.DeletedAt(ctx, s.uid())
 	if err != nil {
-		return lethev1.StepEvidence{}, work, err
+		return lethev1.StepEvidence{}, work, target, err
 	}
+	// Every erasure of the request's sessions, by this pass or not (another
+	// manager, a re-erasure), moves the ledger's latest erased_at.
+	target.of = "erased " + deletedAt.UTC().Format(time.RFC3339Nano)
 	if deletedAt.IsZero() {
 		deletedAt = s.Clock.Now()
 	}
 	checks, err := s.Ledger.Verify(ctx, FoundRequest(s.Request))
 	if err != nil {
-		return lethev1.StepEvidence{}, work, err
+		return lethev1.StepEvidence{}, work, target, err
 	}
 	total, totalCounts := receiptTotals(receipts)
 	ev := lethev1.StepEvidence{Step: lethev1.ConditionDeleted, CompletedAt: mtime(deletedAt), Counts: totalCounts}
@@ -171,26 +169,33 @@ func (d *Deletion) evidence(ctx context.Context, s *Scope, res DeleteResult, pro
 		// the manager were not sampled again.
 		ev.Note += fmt.Sprintf(" (fewer than the budget of %d: the sample is kept in memory only: rows erased before a manager restart, or erased again after a restore, are not sampled)", want)
 	}
-	return ev, work, nil
+	return ev, work, target, nil
 }
+
+// replicaTarget is the WAL position the replicas must replay past before
+// the deletion is done, and what it covers (ReplicaWaits.caughtUp's of).
+type replicaTarget struct{ lsn, of string }
 
 // verified is evidence, after removing residue that outlived the deletion
 // (a derived record or a content-keyed entry written after it by a path
 // that bypassed the guards) and verifying again: what Lethe can remove is
 // removed, with a receipt, rather than stalling the request.
-func (d *Deletion) verified(ctx context.Context, s *Scope, res DeleteResult, probed int) (lethev1.StepEvidence, Work, error) {
-	ev, work, err := d.evidence(ctx, s, res, probed)
+// The replicas must replay the removal too: it commits after the
+// deletion's position.
+func (d *Deletion) verified(ctx context.Context, s *Scope, res DeleteResult, probed int) (lethev1.StepEvidence, Work, replicaTarget, error) {
+	ev, work, target, err := d.evidence(ctx, s, res, probed)
 	if err != nil || !removable(ev.Verification) {
-		return ev, work, err
+		return ev, work, target, err
 	}
 	removed, err := s.Ledger.RemoveResidue(ctx, FoundRequest(s.Request))
 	if err != nil || removed.Skipped {
-		return ev, work, err
+		return ev, work, target, err
 	}
-	ev, work, err = d.evidence(ctx, s, res, probed)
+	ev, work, target, err = d.evidence(ctx, s, res, probed)
+	target = replicaTarget{lsn: removed.CommitLSN, of: target.of + "; residue removed " + removed.CommitLSN}
 	ev.Note += fmt.Sprintf("; residue that outlived the deletion removed (%s receipt %d): %d derived record(s), %d content-keyed entr(ies)",
 		StepResidueRemoved, removed.Batch, removed.DerivedRecords, removed.ContentIndexEntries)
-	return ev, work, err
+	return ev, work, target, err
 }
 
 // verifications are the checks as evidence.

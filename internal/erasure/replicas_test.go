@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 )
 
 // TestReplicaWaitsKeepTheFirstPosition: a step that changed nothing since
@@ -54,5 +56,55 @@ func TestReplicaWaitsKeepTheFirstPosition(t *testing.T) {
 	var none *ReplicaWaits
 	if _, err := none.caughtUp(ctx, s, "Tombstoned", "0/F8", ""); err != nil || asked[len(asked)-1] != "0/F8" {
 		t.Errorf("nil ReplicaWaits: asked %s, want the position given", asked[len(asked)-1])
+	}
+}
+
+// TestDeletionWaitsForTheReplicasAtItsOwnPosition: the deletion's passes
+// while a replica lags wait for the position read after the pass that
+// erased; a later erasure by anyone (the ledger's latest erased_at moved)
+// or a residue removal (its own position) replaces it.
+func TestDeletionWaitsForTheReplicasAtItsOwnPosition(t *testing.T) {
+	ctx := context.Background()
+	d := &Deletion{Config: testConfig, Waits: &ReplicaWaits{}}
+	var asked []string
+	lsn, erasedAt := "0/3000060", deletedAt
+	residue := false
+	f := deletionFakes(func(f *fakes) {
+		f.replicas = func(_ context.Context, l string) (bool, error) { asked = append(asked, l); return false, nil }
+		f.ledger.DeleteFn = func(context.Context, Request, int, int) (DeleteResult, error) {
+			r := deleteResult()
+			r.CommitLSN = lsn
+			return r, nil
+		}
+		f.ledger.DeletedAtFn = func(context.Context, string) (time.Time, error) { return erasedAt, nil }
+		f.ledger.VerifyFn = func(context.Context, Request) ([]Verification, error) {
+			if residue {
+				residue = false
+				return append(clean, Verification{Check: CheckPrefixDerived + "memory_derived.profiles", Found: 1}), nil
+			}
+			return clean, nil
+		}
+		f.ledger.RemoveResidueFn = func(context.Context, Request) (BatchResult, error) {
+			return BatchResult{Batch: 1, DerivedRecords: 1, CommitLSN: "0/6000000"}, nil
+		}
+	})
+	pass := func() {
+		t.Helper()
+		ports, _ := f.wire(t)
+		out := d.Run(ctx, &Scope{Request: atDeletion(), Store: newStore(), Ports: ports})
+		if out.Condition == nil || out.Condition.Reason != lethev1.ReasonReplicaLagging {
+			t.Fatalf("outcome %+v, want waiting for the replicas", out.Condition)
+		}
+	}
+	pass()            // erased at 0/3000060
+	lsn = "0/4000000" // the primary moved on; nothing erased since
+	pass()            // still 0/3000060
+	erasedAt = deletedAt.Add(time.Second)
+	lsn = "0/5000000" // another manager erased more
+	pass()
+	residue = true
+	pass() // residue removed after the deletion's position
+	if diff := cmp.Diff([]string{"0/3000060", "0/3000060", "0/5000000", "0/6000000"}, asked); diff != "" {
+		t.Errorf("positions asked (-want +got):\n%s", diff)
 	}
 }

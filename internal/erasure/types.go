@@ -79,6 +79,9 @@ type BatchResult struct {
 	// LedgerRowsRestored (re-erasure only) counts the request's ledger rows
 	// found missing or not marked erased: the database was restored.
 	LedgerRowsRestored int64
+	// CommitLSN (RemoveResidue only, when not Skipped) is a WAL position at
+	// or after the commit: a replica past it no longer holds the residue.
+	CommitLSN string
 }
 
 // Embedding is one erased embedding kept, in memory only, for the residue probe.

@@ -110,5 +110,13 @@ func (e *Eraser) RemoveResidue(ctx context.Context, req erasure.Request) (erasur
 		})
 		return err
 	})
-	return res, err
+	if err != nil || res.Skipped {
+		return res, err
+	}
+	// Read after the commit: the replicas no longer hold the residue once
+	// they replay past it.
+	if err := e.Pool.QueryRow(ctx, walPositionSQL).Scan(&res.CommitLSN); err != nil {
+		return res, fmt.Errorf("read WAL position: %w", err)
+	}
+	return res, nil
 }

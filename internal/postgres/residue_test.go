@@ -54,12 +54,21 @@ func TestResidueAfterTheDeletionIsRemovedWithAReceipt(t *testing.T) {
 
 	// RemoveResidue (the Deleted step's own check) does the same.
 	plantResidue(t, conn)
+	var before string
+	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
 	removed, err := e.RemoveResidue(ctx, erasure.Request{UID: req.UID, SessionIDs: []string{sessA, sessB}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if removed.Skipped || removed.DerivedRecords != 1 || removed.ContentIndexEntries != 1 {
 		t.Fatalf("RemoveResidue removed %+v, want 1 derived record and 1 cache entry (sessB is live: not its to remove)", removed)
+	}
+	// The position for the replica wait is past the removal's commit.
+	var past bool
+	if err := conn.QueryRow(ctx, `SELECT $1::pg_lsn > $2::pg_lsn`, removed.CommitLSN, before).Scan(&past); err != nil || !past {
+		t.Errorf("RemoveResidue's position %q is not past %s, read before it (%v)", removed.CommitLSN, before, err)
 	}
 	assertResidueGone(t, conn, profilesBefore, cacheBefore)
 	if r, err := e.Receipts(ctx, req.UID, erasure.StepResidueRemoved); err != nil || len(r) != 1 {
