@@ -2,9 +2,6 @@ package erasure
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"slices"
 	"sync"
 	"time"
 )
@@ -55,17 +52,10 @@ func (w *ReplicaWaits) forget(uid string, steps ...string) {
 	}
 }
 
-// tombstoneOf names what a tombstone changed, for caughtUp's of: the
-// sessions it hid and the ledger's first tombstone (a repeat reports the
-// same; a tombstone after a restore took the ledger does not).
+// tombstoneOf names what a tombstone covers, for caughtUp's of: the found
+// sessions' latest tombstone, which any tombstone that hid one of them (a
+// repeat that found one more, another manager, a tombstone again after a
+// restore) moves, and a repeat that hid nothing leaves.
 func tombstoneOf(plan Plan) string {
-	ids := slices.Clone(plan.Found)
-	slices.Sort(ids)
-	h := sha256.New()
-	h.Write([]byte(plan.TombstonedAt.UTC().Format(time.RFC3339Nano)))
-	for _, id := range ids {
-		h.Write([]byte(id))
-		h.Write([]byte{0})
-	}
-	return hex.EncodeToString(h.Sum(nil))
+	return "hidden " + plan.HiddenAt.UTC().Format(time.RFC3339Nano)
 }

@@ -40,6 +40,9 @@ type Plan struct {
 	// CommitLSN (Tombstone only) is a WAL position at or after the
 	// tombstone's commit: a replica past it hides the sessions too.
 	CommitLSN string
+	// HiddenAt (Tombstone only) is the latest tombstone of the found
+	// sessions, by whichever request or run set it.
+	HiddenAt time.Time
 }
 
 // GraceState is the grace period by the database's clock.

@@ -125,6 +125,16 @@ func eraseEveryLayer(t *testing.T, short bool) {
 	if err != nil || !again.TombstonedAt.Equal(plan.TombstonedAt) || !slices.Equal(again.Found, plan.Found) {
 		t.Fatalf("repeat tombstone differs: %v %+v", err, again)
 	}
+	// The latest tombstone of the sessions: the first run's, unchanged by a
+	// repeat (the replica wait keeps its position); a session hidden again
+	// moves it.
+	if plan.HiddenAt.IsZero() || !again.HiddenAt.Equal(plan.HiddenAt) {
+		t.Fatalf("hidden at %v, then %v on the repeat: want the first tombstone's, twice", plan.HiddenAt, again.HiddenAt)
+	}
+	mustExec(t, conn, `UPDATE memory.sessions SET tombstoned_at = NULL, tombstoned_by = NULL WHERE id = $1`, sessA)
+	if third, err := e.Tombstone(ctx, req); err != nil || !third.HiddenAt.After(plan.HiddenAt) {
+		t.Fatalf("hidden again: %v (%v), want after %v", third.HiddenAt, err, plan.HiddenAt)
+	}
 
 	// A batch holding a session the request did not find (C) takes the
 	// long way: the short way erases only batches wholly eligible.

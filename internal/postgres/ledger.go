@@ -65,6 +65,12 @@ func (e *Eraser) writeContent(ctx context.Context, tx pgx.Tx, l Layout, req eras
 	return nil
 }
 
+// hiddenAtSQL reads the latest tombstone of the sessions $1 (the epoch
+// when none).
+func hiddenAtSQL(l Layout) string {
+	return `SELECT coalesce(max(tombstoned_at), 'epoch') FROM ` + l.Sessions.Ident() + ` WHERE id = ANY($1::uuid[])`
+}
+
 // Tombstone tombstones the request's sessions of this tenant, writes the
 // ledger rows (sessions and the keyed hashes of their content), takes the plan and
 // writes the Tombstoned receipt (its digest that of the plan), all in one
@@ -83,6 +89,9 @@ func (e *Eraser) Tombstone(ctx context.Context, req erasure.Request) (erasure.Pl
 		}
 		if _, err := tx.Exec(ctx, tombstoneSQL(l), plan.Found, req.UID); err != nil {
 			return fmt.Errorf("tombstone sessions: %w", err)
+		}
+		if err := tx.QueryRow(ctx, hiddenAtSQL(l), plan.Found).Scan(&plan.HiddenAt); err != nil {
+			return fmt.Errorf("read the tombstones: %w", err)
 		}
 		if err := e.writeSessionLedger(ctx, tx, l, req, plan.Found); err != nil {
 			return fmt.Errorf("write ledger: %w", err)
