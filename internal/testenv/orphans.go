@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -41,13 +42,19 @@ shift
 rm -rf -- "$@"
 `
 
-// watchdog is a running watchdog process.
-type watchdog struct{ cmd *exec.Cmd }
+// watchdog is a running watchdog process and the write end of its pipe.
+type watchdog struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+}
 
-// alive holds the write ends of the watchdogs' pipes for the life of the
-// test binary: only its death closes them (a finalizer would close an
-// unreferenced one early).
-var alive []io.WriteCloser
+// alive holds the running watchdogs, and so their pipes' write ends, until
+// they are stopped: only the test binary's death closes a running one (a
+// finalizer would close an unreferenced one early).
+var (
+	aliveMu sync.Mutex
+	alive   = map[*watchdog]struct{}{}
+)
 
 // watchChildren starts a watchdog over this process's children whose
 // executable is in dir, except those in before, and over folders.
@@ -76,16 +83,25 @@ func watchChildren(dir string, before map[int]proc, folders []string) (*watchdog
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start the control plane's watchdog: %w", err)
 	}
-	alive = append(alive, stdin)
 	go func() { _ = cmd.Wait() }()
-	return &watchdog{cmd: cmd}, nil
+	w := &watchdog{cmd: cmd, stdin: stdin}
+	aliveMu.Lock()
+	alive[w] = struct{}{}
+	aliveMu.Unlock()
+	return w, nil
 }
 
-// stop ends the watchdog (the test stops the control plane itself).
+// stop ends the watchdog (the test stops the control plane itself) before
+// it reads EOF, then closes its pipe.
 func (w *watchdog) stop() {
-	if w != nil {
-		_ = w.cmd.Process.Kill()
+	if w == nil {
+		return
 	}
+	_ = w.cmd.Process.Kill()
+	aliveMu.Lock()
+	delete(alive, w)
+	aliveMu.Unlock()
+	_ = w.stdin.Close()
 }
 
 // proc is a child process: its executable and start time (clock ticks

@@ -69,7 +69,7 @@ func TestControlPlaneDoesNotOutliveAKilledTestBinary(t *testing.T) {
 	for {
 		var left []string
 		for pid, p := range servers {
-			if now, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); now == p.exe {
+			if stillRunning(pid, p) {
 				left = append(left, fmt.Sprintf("%s (PID %d)", filepath.Base(p.exe), pid))
 			}
 		}
@@ -84,7 +84,7 @@ func TestControlPlaneDoesNotOutliveAKilledTestBinary(t *testing.T) {
 		if time.Now().After(deadline) {
 			// Stopped here by PID, so that a failure leaves nothing behind.
 			for pid, p := range servers {
-				if now, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); now == p.exe {
+				if stillRunning(pid, p) {
 					_ = syscall.Kill(pid, syscall.SIGKILL)
 				}
 			}
@@ -95,4 +95,16 @@ func TestControlPlaneDoesNotOutliveAKilledTestBinary(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// stillRunning tells whether the process p, seen as pid, still runs: the
+// PID has p's start time (not a PID reused since) and is not a zombie
+// waiting for whoever adopted it to reap it.
+func stillRunning(pid int, p proc) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	return len(fields) >= 20 && fields[0] != "Z" && fields[19] == p.started
 }
