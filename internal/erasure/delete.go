@@ -67,6 +67,16 @@ func (d *Deletion) Run(ctx context.Context, s *Scope) Outcome {
 	if out, parked := d.unpark(ctx, s); parked {
 		return out
 	}
+	// The position remembered for the replicas holds only while every pass
+	// since it was read reached the wait: a pass that stopped short (rows or
+	// residue found, a failure) saw something that someone may remove later,
+	// after that position, and a replica short of the removal still serves it.
+	waited := false
+	defer func() {
+		if !waited {
+			d.Waits.forget(s.uid(), lethev1.ConditionDeleted)
+		}
+	}()
 	res, err := s.Ledger.Delete(ctx, LedgerRequest(s.Request), d.Config.BatchSize, d.Config.ProbeBudget)
 	if err != nil {
 		return failed(d.Config, lethev1.ConditionDeleted, lethev1.ReasonDeleting, "deletion claimed; a batch failed and will be retried", err)
@@ -90,6 +100,7 @@ func (d *Deletion) Run(ctx context.Context, s *Scope) Outcome {
 		out.Work = work
 		return out
 	}
+	waited = true
 	caughtUp, err := d.Waits.caughtUp(ctx, s, lethev1.ConditionDeleted, target.lsn, target.of)
 	if err != nil || !caughtUp {
 		// What was deleted is evidence already, whatever the replicas say.

@@ -107,3 +107,46 @@ func TestDeletionWaitsForTheReplicasAtItsOwnPosition(t *testing.T) {
 		t.Errorf("positions asked (-want +got):\n%s", diff)
 	}
 }
+
+// A pass that stops short of the replica wait (residue found, rows left, a
+// failure) drops the remembered position: what it found may be removed
+// later by someone else, past that position, and a replica short of the
+// removal still serves it. The next clean pass waits for a position read
+// after it, though the ledger's latest erasure has not moved.
+func TestDeletionStoppedShortForgetsTheReplicaPosition(t *testing.T) {
+	ctx := context.Background()
+	d := &Deletion{Config: testConfig, Waits: &ReplicaWaits{}}
+	var asked []string
+	lsn := "0/3000060"
+	residue := false
+	f := deletionFakes(func(f *fakes) {
+		f.replicas = func(_ context.Context, l string) (bool, error) { asked = append(asked, l); return false, nil }
+		f.ledger.DeleteFn = func(context.Context, Request, int, int) (DeleteResult, error) {
+			r := deleteResult()
+			r.CommitLSN = lsn
+			return r, nil
+		}
+		f.ledger.ProbeResidueFn = func(context.Context, []Embedding, float64) ([]Residue, error) {
+			if residue {
+				return []Residue{{Column: `"memory"."notes"."embedding"`, Found: 1}}, nil
+			}
+			return nil, nil
+		}
+	})
+	pass := func(want string) {
+		t.Helper()
+		ports, _ := f.wire(t)
+		out := d.Run(ctx, &Scope{Request: atDeletion(), Store: newStore(), Ports: ports})
+		if out.Condition == nil || out.Condition.Reason != want {
+			t.Fatalf("outcome %+v, want %s", out.Condition, want)
+		}
+	}
+	pass(lethev1.ReasonReplicaLagging) // waits for 0/3000060
+	residue, lsn = true, "0/4000000"  // a copy written past it
+	pass(lethev1.ReasonResidueFound)
+	residue, lsn = false, "0/5000000" // removed by someone, past that
+	pass(lethev1.ReasonReplicaLagging)
+	if diff := cmp.Diff([]string{"0/3000060", "0/5000000"}, asked); diff != "" {
+		t.Errorf("positions asked (-want +got):\n%s", diff)
+	}
+}

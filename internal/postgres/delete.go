@@ -71,6 +71,10 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 	}
 	textBudget := min(probeBudget, erasure.TextProbeBudget)
 	b := 0
+	// stale: a batch that erased nothing ran after the last position read.
+	// It may have marked sessions another request erased (markGoneSQL),
+	// moving the ledger's erased_at past that position.
+	stale := false
 	for chunk := range slices.Chunk(ids, batchSize) {
 		res, sample, err := e.deleteBatch(ctx, req.UID, b, chunk,
 			sampleBudget{embeddings: probeBudget - len(out.Probe), texts: textBudget - len(out.Texts)})
@@ -81,6 +85,9 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 			if out.CommitLSN, err = e.afterCommit(ctx, req.UID, sample.erased); err != nil {
 				return out, fmt.Errorf("batch %d: %w", b, err)
 			}
+			stale = false
+		} else {
+			stale = true
 		}
 		out.Batches = append(out.Batches, res)
 		out.Probe = append(out.Probe, sample.embeddings...)
@@ -93,10 +100,12 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 		}
 		b++
 	}
-	if out.CommitLSN != "" {
+	if out.CommitLSN != "" && !stale {
 		return out, nil
 	}
-	// Every batch had been done: the position now is past their commits.
+	// The batches since the last position read erased nothing (done
+	// before, or marking sessions already gone): the position now is past
+	// their commits.
 	if err := e.Pool.QueryRow(ctx, walPositionSQL).Scan(&out.CommitLSN); err != nil {
 		return out, fmt.Errorf("read WAL position: %w", err)
 	}
