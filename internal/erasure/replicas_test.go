@@ -142,7 +142,7 @@ func TestDeletionStoppedShortForgetsTheReplicaPosition(t *testing.T) {
 		}
 	}
 	pass(lethev1.ReasonReplicaLagging) // waits for 0/3000060
-	residue, lsn = true, "0/4000000"  // a copy written past it
+	residue, lsn = true, "0/4000000"   // a copy written past it
 	pass(lethev1.ReasonResidueFound)
 	residue, lsn = false, "0/5000000" // removed by someone, past that
 	pass(lethev1.ReasonReplicaLagging)
