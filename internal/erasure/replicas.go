@@ -2,6 +2,10 @@ package erasure
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -53,9 +57,15 @@ func (w *ReplicaWaits) forget(uid string, steps ...string) {
 }
 
 // tombstoneOf names what a tombstone covers, for caughtUp's of: the found
-// sessions' latest tombstone, which any tombstone that hid one of them (a
-// repeat that found one more, another manager, a tombstone again after a
-// restore) moves, and a repeat that hid nothing leaves.
+// sessions and their latest tombstone. Any tombstone that hid one of them
+// later (a repeat after a partial restore, another manager, a tombstone
+// again after a restore) moves the latter; a session found for the first
+// time moves the former even when its tombstone is older than the latest
+// (tombstoned_at is its transaction's start, which can precede the
+// remembered position while its commit follows it). A repeat that found
+// and hid nothing new leaves both.
 func tombstoneOf(plan Plan) string {
-	return "hidden " + plan.HiddenAt.UTC().Format(time.RFC3339Nano)
+	found := slices.Sorted(slices.Values(plan.Found))
+	sum := sha256.Sum256([]byte(strings.Join(found, "\x00")))
+	return "hidden " + plan.HiddenAt.UTC().Format(time.RFC3339Nano) + " found " + hex.EncodeToString(sum[:8])
 }

@@ -44,8 +44,8 @@ func TestReplicaWaitsKeepTheFirstPosition(t *testing.T) {
 	if diff := cmp.Diff([]string{"0/A0", "0/A0", "0/C0", "0/D0", "0/D0"}, asked); diff != "" {
 		t.Errorf("positions asked (-want +got):\n%s", diff)
 	}
-	if tombstoneOf(Plan{Found: []string{"s1", "s2", "s3"}, HiddenAt: dbNow}) != first {
-		t.Errorf("tombstoneOf: a repeat that hid nothing (the latest tombstone unchanged) must keep the position")
+	if tombstoneOf(Plan{Found: []string{"s2", "s1"}, HiddenAt: dbNow}) != first {
+		t.Errorf("tombstoneOf: a repeat that found and hid nothing new must keep the position")
 	}
 
 	w.forget(string(s.Request.UID), "Tombstoned")
@@ -55,6 +55,34 @@ func TestReplicaWaitsKeepTheFirstPosition(t *testing.T) {
 	var none *ReplicaWaits
 	if _, err := none.caughtUp(ctx, s, "Tombstoned", "0/F8", ""); err != nil || asked[len(asked)-1] != "0/F8" {
 		t.Errorf("nil ReplicaWaits: asked %s, want the position given", asked[len(asked)-1])
+	}
+}
+
+// TestTombstoneWaitCoversASessionFoundWithAnOlderTombstone: a session
+// found for the first time whose tombstone another writer dated earlier
+// (tombstoned_at is its transaction's start) but committed after the
+// remembered position leaves the latest tombstone as it was; the position
+// is replaced all the same, or a replica short of that commit still serves
+// the session.
+func TestTombstoneWaitCoversASessionFoundWithAnOlderTombstone(t *testing.T) {
+	ctx := context.Background()
+	var asked []string
+	replayed := "0/A8"
+	s := &Scope{Request: newRequest(), Ports: Ports{Replicas: ReplicasFn(func(_ context.Context, lsn string) (bool, error) {
+		asked = append(asked, lsn)
+		return lsn <= replayed, nil
+	})}}
+	w := &ReplicaWaits{}
+	if ok, err := w.caughtUp(ctx, s, "Tombstoned", "0/B0", tombstoneOf(Plan{Found: []string{"s1"}, HiddenAt: dbNow})); err != nil || ok {
+		t.Fatalf("first pass: caught up %v (%v), want a wait for 0/B0", ok, err)
+	}
+	later := tombstoneOf(Plan{Found: []string{"s1", "s2"}, HiddenAt: dbNow}) // s2 hidden at dbNow-1s, committed after 0/B0
+	replayed = "0/B8"
+	if ok, err := w.caughtUp(ctx, s, "Tombstoned", "0/C0", later); err != nil || ok {
+		t.Fatalf("s2 found: caught up %v (%v), want a wait for 0/C0, past s2's tombstone", ok, err)
+	}
+	if diff := cmp.Diff([]string{"0/B0", "0/C0"}, asked); diff != "" {
+		t.Errorf("positions asked (-want +got):\n%s", diff)
 	}
 }
 
