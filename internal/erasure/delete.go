@@ -161,8 +161,10 @@ func (d *Deletion) evidence(ctx context.Context, s *Scope, res DeleteResult, pro
 		return lethev1.StepEvidence{}, work, target, err
 	}
 	// Every erasure of the request's sessions, by this pass or not (another
-	// manager, a re-erasure), moves the ledger's latest erased_at.
-	target.of = "erased " + deletedAt.UTC().Format(time.RFC3339Nano)
+	// manager, a re-erasure), moves the ledger's latest erased_at. The one
+	// read with the position, not deletedAt (read after it): an erasure
+	// committed between the two would otherwise count as covered.
+	target.of = "erased " + res.ErasedAt.UTC().Format(time.RFC3339Nano)
 	if deletedAt.IsZero() {
 		deletedAt = s.Clock.Now()
 	}

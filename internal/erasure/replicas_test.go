@@ -100,7 +100,7 @@ func TestDeletionWaitsForTheReplicasAtItsOwnPosition(t *testing.T) {
 		f.replicas = func(_ context.Context, l string) (bool, error) { asked = append(asked, l); return false, nil }
 		f.ledger.DeleteFn = func(context.Context, Request, int, int) (DeleteResult, error) {
 			r := deleteResult()
-			r.CommitLSN = lsn
+			r.CommitLSN, r.ErasedAt = lsn, erasedAt
 			return r, nil
 		}
 		f.ledger.DeletedAtFn = func(context.Context, string) (time.Time, error) { return erasedAt, nil }
@@ -132,6 +132,40 @@ func TestDeletionWaitsForTheReplicasAtItsOwnPosition(t *testing.T) {
 	residue = true
 	pass() // residue removed after the deletion's position
 	if diff := cmp.Diff([]string{"0/3000060", "0/3000060", "0/5000000", "0/6000000"}, asked); diff != "" {
+		t.Errorf("positions asked (-want +got):\n%s", diff)
+	}
+}
+
+// TestDeletionWaitKeysOnTheErasureReadWithThePosition: an erasure by
+// another writer that commits after the position the deletion read, and
+// before it reads the deletion time for the evidence, is not covered by
+// that position; the next pass must not take it as covered and keep it.
+func TestDeletionWaitKeysOnTheErasureReadWithThePosition(t *testing.T) {
+	ctx := context.Background()
+	d := &Deletion{Config: testConfig, Waits: &ReplicaWaits{}}
+	var asked []string
+	lsn, withPosition, later := "0/3000060", deletedAt, deletedAt.Add(time.Second)
+	f := deletionFakes(func(f *fakes) {
+		f.replicas = func(_ context.Context, l string) (bool, error) { asked = append(asked, l); return false, nil }
+		f.ledger.DeleteFn = func(context.Context, Request, int, int) (DeleteResult, error) {
+			r := deleteResult()
+			r.CommitLSN, r.ErasedAt = lsn, withPosition
+			return r, nil
+		}
+		// Another manager's erasure committed after the position: the
+		// deletion time the evidence reads already has it.
+		f.ledger.DeletedAtFn = func(context.Context, string) (time.Time, error) { return later, nil }
+	})
+	for range 2 {
+		ports, _ := f.wire(t)
+		out := d.Run(ctx, &Scope{Request: atDeletion(), Store: newStore(), Ports: ports})
+		if out.Condition == nil || out.Condition.Reason != lethev1.ReasonReplicaLagging {
+			t.Fatalf("outcome %+v, want waiting for the replicas", out.Condition)
+		}
+		// The next pass reads a position past that erasure, with it.
+		lsn, withPosition = "0/4000000", later
+	}
+	if diff := cmp.Diff([]string{"0/3000060", "0/4000000"}, asked); diff != "" {
 		t.Errorf("positions asked (-want +got):\n%s", diff)
 	}
 }

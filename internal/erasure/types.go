@@ -125,6 +125,10 @@ type DeleteResult struct {
 	TextRows int64
 	// CommitLSN is the WAL position after the last commit (for replicas).
 	CommitLSN string
+	// ErasedAt is the latest erased_at of the request's sessions (by
+	// anyone), read no later than CommitLSN: an erasure committed after
+	// that position is not in it. Zero when none is erased.
+	ErasedAt time.Time
 }
 
 // Verification is one "nothing left" check.

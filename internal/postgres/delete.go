@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -45,6 +46,14 @@ func (e *Eraser) analyzeLedgerIfWithoutStatistics(ctx context.Context) {
 // the pools commit with synchronous_commit on).
 const walPositionSQL = `SELECT pg_current_wal_lsn()::text`
 
+// positionErasedSQL reads the WAL position and the latest erased_at of the
+// request $1's sessions in one statement: its snapshot precedes the
+// position, so no erasure that commits after the position counts in the
+// time (what the replica wait keys on must never run ahead of the position
+// it keeps).
+const positionErasedSQL = `SELECT pg_current_wal_lsn()::text, (SELECT max(erased_at) FROM lethe.erasure_ledger
+	WHERE request_uid = $1 AND scope = 'session' AND erased_at IS NOT NULL)`
+
 // Delete erases the request's sessions in batches of batchSize, one
 // transaction each. Each transaction re-checks the ledger — not cancelled,
 // grace elapsed by the database's clock, tenant — removes content-index
@@ -82,7 +91,7 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 			return out, fmt.Errorf("batch %d: %w", b, err)
 		}
 		if len(sample.erased) > 0 {
-			if out.CommitLSN, err = e.afterCommit(ctx, req.UID, sample.erased); err != nil {
+			if out.CommitLSN, out.ErasedAt, err = e.afterCommit(ctx, req.UID, sample.erased); err != nil {
 				return out, fmt.Errorf("batch %d: %w", b, err)
 			}
 			stale = false
@@ -106,29 +115,49 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 	// The batches since the last position read erased nothing (done
 	// before, or marking sessions already gone): the position now is past
 	// their commits.
-	if err := e.Pool.QueryRow(ctx, walPositionSQL).Scan(&out.CommitLSN); err != nil {
-		return out, fmt.Errorf("read WAL position: %w", err)
+	var err error
+	out.CommitLSN, out.ErasedAt, err = e.positionErased(ctx, req.UID)
+	return out, err
+}
+
+// positionErased reads the WAL position now and the request's latest
+// erased_at no later than it (positionErasedSQL).
+func (e *Eraser) positionErased(ctx context.Context, uid string) (string, time.Time, error) {
+	var lsn string
+	var erasedAt *time.Time
+	if err := e.Pool.QueryRow(ctx, positionErasedSQL, uid).Scan(&lsn, &erasedAt); err != nil {
+		return "", time.Time{}, fmt.Errorf("read WAL position: %w", err)
 	}
-	return out, nil
+	if erasedAt == nil {
+		return lsn, time.Time{}, nil
+	}
+	return lsn, *erasedAt, nil
 }
 
 // afterCommitSQL moves the erased_at of the sessions $2 of the request $1
 // to now, once their batch committed: a synchronous commit can wait on a
 // standby after the batch's last statement, and a backup that started
 // meanwhile still read the sessions. Later is the safe direction. It
-// returns the WAL position, past the batch's commit, for the replica wait.
+// returns the WAL position, past the batch's commit, for the replica wait,
+// and the request's latest erased_at as positionErasedSQL does.
 const afterCommitSQL = `WITH u AS (UPDATE lethe.erasure_ledger SET erased_at = greatest(erased_at, clock_timestamp())
-	WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) AND erased_at IS NOT NULL RETURNING 1)
-	SELECT pg_current_wal_lsn()::text FROM (SELECT count(*) FROM u) n`
+	WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) AND erased_at IS NOT NULL RETURNING erased_at)
+	SELECT pg_current_wal_lsn()::text, greatest((SELECT max(erased_at) FROM u), (SELECT max(erased_at) FROM lethe.erasure_ledger
+		WHERE request_uid = $1 AND scope = 'session' AND erased_at IS NOT NULL))`
 
 // afterCommit dates the sessions a batch erased by the end of its commit
-// and returns the WAL position after it.
-func (e *Eraser) afterCommit(ctx context.Context, uid string, erased []string) (string, error) {
+// and returns the WAL position after it, with the request's latest
+// erased_at no later than that position.
+func (e *Eraser) afterCommit(ctx context.Context, uid string, erased []string) (string, time.Time, error) {
 	var lsn string
-	if err := e.Pool.QueryRow(ctx, afterCommitSQL, uid, erased).Scan(&lsn); err != nil {
-		return "", fmt.Errorf("date the deletion by its commit: %w", err)
+	var erasedAt *time.Time
+	if err := e.Pool.QueryRow(ctx, afterCommitSQL, uid, erased).Scan(&lsn, &erasedAt); err != nil {
+		return "", time.Time{}, fmt.Errorf("date the deletion by its commit: %w", err)
 	}
-	return lsn, nil
+	if erasedAt == nil {
+		return lsn, time.Time{}, nil
+	}
+	return lsn, *erasedAt, nil
 }
 
 // eligibleSQL is the guard: of the sessions $2, those the request $1 holds

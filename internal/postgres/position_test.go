@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/lethe-dev/lethe/internal/erasure"
+	"github.com/lethe-dev/lethe/internal/postgres"
 )
 
 // The WAL position a deletion returns (what the replicas must replay past
@@ -29,9 +30,11 @@ func TestDeletePositionCoversALastBatchThatMarkedSessionsGone(t *testing.T) {
 	}
 	mustExec(t, conn, `UPDATE lethe.erasure_ledger SET grace_ends_at = now() - interval '1 second'`)
 	// The other request erases B first.
-	if res, err := e.Delete(ctx, first, 100, 0); err != nil || res.Batches[0].Sessions != 1 {
-		t.Fatalf("the other request's deletion: %v %+v", err, res.Batches)
+	firstRes, err := e.Delete(ctx, first, 100, 0)
+	if err != nil || firstRes.Batches[0].Sessions != 1 {
+		t.Fatalf("the other request's deletion: %v %+v", err, firstRes.Batches)
 	}
+	erasedWithPosition(t, e, first.UID, firstRes) // read with the batch's own commit-time update
 	var start string
 	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&start); err != nil {
 		t.Fatal(err)
@@ -56,5 +59,19 @@ func TestDeletePositionCoversALastBatchThatMarkedSessionsGone(t *testing.T) {
 	}
 	if !covered {
 		t.Errorf("the deletion's position %s is before the commit %s that marked B erased for its request", res.CommitLSN, markedGone)
+	}
+	erasedWithPosition(t, e, both.UID, res) // read again after the batch that marked B
+}
+
+// erasedWithPosition checks the deletion time a deletion read with its
+// position: with no other writer, the ledger's latest erased_at now.
+func erasedWithPosition(t *testing.T, e *postgres.Eraser, uid string, res erasure.DeleteResult) {
+	t.Helper()
+	want, err := e.DeletedAt(context.Background(), uid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want.IsZero() || !res.ErasedAt.Equal(want) {
+		t.Errorf("%s: the erasure time read with the position is %v, want the ledger's latest %v", uid, res.ErasedAt, want)
 	}
 }
