@@ -328,7 +328,7 @@ func (r *restoreFault) waitHeld(ctx context.Context, e *env, db *database, plans
 		if time.Now().After(deadline) {
 			for _, p := range plans {
 				if ok, err := r.held(ctx, e, db, p); err == nil && !ok {
-					r.findings[p] = append(r.findings[p], fmt.Sprintf("the erasures did not hold again within %s of the restore", restoreHoldBound))
+					r.findings[p] = append(r.findings[p], fmt.Sprintf("the erasures did not hold again within %s of the restore: %s", restoreHoldBound, r.notHeldReport(ctx, e, db, p)))
 				}
 			}
 			return time.Time{}, nil
@@ -368,8 +368,8 @@ func (r *restoreFault) waitIntact(ctx context.Context, e *env, db *database, pla
 		}
 		if time.Now().After(deadline) {
 			for p, c := range intact {
-				r.findings[p] = append(r.findings[p], fmt.Sprintf("the store's ErasuresIntact is %s, not True, %s after the restore; the ledger holds %s",
-					c, time.Since(r.at).Round(time.Second), ledgerSummary(ctx, db, p, r.atRestore[p], r.deletedObject(p))))
+				r.findings[p] = append(r.findings[p], fmt.Sprintf("the store's ErasuresIntact is %s, not True, %s after the restore; the ledger holds %s; %s",
+					c, time.Since(r.at).Round(time.Second), ledgerSummary(ctx, db, p, r.atRestore[p], r.deletedObject(p)), r.notHeldReport(ctx, e, db, p)))
 			}
 			return nil
 		}
