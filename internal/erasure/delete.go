@@ -459,26 +459,60 @@ type probeSample struct {
 // transaction committed (with its receipt) and the status write that
 // followed did not (a crash, a conflict) — from its receipt: each
 // Resurrected receipt has a Resurrected history entry, however late.
+//
+// A receipt's entry is the one at its time (the re-erasure's entry carries
+// the receipt transaction's clock reading; the history keeps seconds), not
+// one of a count: the graph's and the Backups' re-checks record Resurrected
+// entries without a receipt here, and a restore takes back the receipts of
+// entries recorded after its dump, so counts say nothing of one receipt.
 func (d *Deletion) lostEntry(ctx context.Context, s *Scope) Outcome {
 	receipts, err := s.Ledger.Receipts(ctx, s.uid(), StepResurrected)
 	if err != nil {
 		return errored(err)
 	}
+	r, lost := unrecordedReceipt(receipts, s.Request.Status.History)
+	if !lost {
+		return Outcome{Kind: Done}
+	}
+	at := r.At
+	if at.IsZero() {
+		at = s.Clock.Now()
+	}
+	ev := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: mtime(at), Counts: oneReceiptCounts(r),
+		Note: fmt.Sprintf("a re-erasure (Resurrected receipt %d, %d session(s)) whose history entry was lost, recorded from its receipt", r.Batch, r.Sessions)}
+	return Outcome{Kind: Done, Evidence: &ev,
+		Milestone: &Milestone{Phase: s.Request.Status.Phase, Event: lethev1.ReasonResurrected, At: at, Evidence: ev, Note: ev.Note}}
+}
+
+// unrecordedReceipt is the first Resurrected receipt, by batch, without a
+// Resurrected entry at its time in history (two receipts of one second
+// need two entries of that second). A receipt the ledger did not date is
+// matched by count, as far as that goes: undated receipts beyond the
+// number of Resurrected entries.
+func unrecordedReceipt(receipts map[int]StepReceipt, history []lethev1.HistoryEntry) (StepReceipt, bool) {
+	at := map[int64]int{}
 	entries := 0
-	for _, h := range s.Request.Status.History {
+	for _, h := range history {
 		if h.Event == lethev1.ReasonResurrected {
+			at[h.Time.Unix()]++
 			entries++
 		}
 	}
-	if len(receipts) <= entries {
-		return Outcome{Kind: Done}
+	undated := 0
+	for _, b := range slices.Sorted(maps.Keys(receipts)) {
+		r := receipts[b]
+		if r.At.IsZero() {
+			if undated++; undated > entries {
+				return r, true
+			}
+			continue
+		}
+		if at[r.At.Unix()] == 0 {
+			return r, true
+		}
+		at[r.At.Unix()]--
 	}
-	latest := slices.Max(slices.Collect(maps.Keys(receipts)))
-	r := receipts[latest]
-	ev := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: mtime(s.Clock.Now()), Counts: oneReceiptCounts(r),
-		Note: fmt.Sprintf("a re-erasure (Resurrected receipt %d, %d session(s)) whose history entry was lost, recorded from its receipt", r.Batch, r.Sessions)}
-	return Outcome{Kind: Done, Evidence: &ev,
-		Milestone: &Milestone{Phase: s.Request.Status.Phase, Event: lethev1.ReasonResurrected, At: s.Clock.Now(), Evidence: ev, Note: ev.Note}}
+	return StepReceipt{}, false
 }
 
 // oneReceiptCounts are a receipt's counts, sorted by table.

@@ -162,6 +162,10 @@ type StepReceipt struct {
 	Batch    int
 	Sessions int
 	Counts   map[string]int64
+	// At is when the receipt's transaction started, by the database's clock:
+	// the time a re-erasure's Resurrected entry carries (zero from a ledger
+	// that does not date its receipts).
+	At time.Time
 }
 
 // Counts a Deleted receipt holds beside its tables'.

@@ -189,6 +189,15 @@ func TestReeraseWritesEachResurrectionUnderTheNextBatch(t *testing.T) {
 		if got, d := receiptDigest(t, conn, req.UID, erasure.StepResurrected, want), mustDigest(t, res); got != d {
 			t.Errorf("Resurrected digest %s, want the result's %s", got, d)
 		}
+		// The history entry carries DeletedAt; a lost one is found by its
+		// receipt's time (Deletion.lostEntry), so the two must be one reading.
+		receipts, err := e.Receipts(ctx, req.UID, erasure.StepResurrected)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if at := receipts[want].At; at.IsZero() || !at.Equal(res.DeletedAt) {
+			t.Errorf("resurrection %d: receipt dated %v, want the result's DeletedAt %v", want, at, res.DeletedAt)
+		}
 		if n := count(t, conn, `SELECT count(*) FROM memory.sessions WHERE id = $1`, sessA); n != 0 {
 			t.Fatalf("resurrection %d: the session is still there", want)
 		}

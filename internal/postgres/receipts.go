@@ -88,7 +88,7 @@ func appendReceipt(ctx context.Context, tx pgx.Tx, r receipt, of func(batch int)
 }
 
 // receiptsSQL reads the receipts of one step of a request.
-const receiptsSQL = `SELECT batch, sessions, counts FROM lethe.erasure_receipts
+const receiptsSQL = `SELECT batch, sessions, counts, recorded_at FROM lethe.erasure_receipts
 	WHERE request_uid = $1 AND step = $2`
 
 // Receipts returns the receipts of one step of a request, by batch.
@@ -100,7 +100,7 @@ func (e *Eraser) Receipts(ctx context.Context, uid, step string) (map[int]erasur
 	out := map[int]erasure.StepReceipt{}
 	var r erasure.StepReceipt
 	var raw []byte
-	_, err = pgx.ForEachRow(rows, []any{&r.Batch, &r.Sessions, &raw}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&r.Batch, &r.Sessions, &raw, &r.At}, func() error {
 		r.Counts = nil
 		if err := json.Unmarshal(raw, &r.Counts); err != nil {
 			return fmt.Errorf("read %s receipt %d: %w", step, r.Batch, err)
