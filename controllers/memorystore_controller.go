@@ -102,7 +102,7 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	wasIntact := !meta.IsStatusConditionFalse(store.Status.Conditions, lethev1.MemoryStoreErasuresIntact)
 	r.setStatus(store, facts)
 	r.reportRestore(store, facts, wasIntact)
-	requeue := r.sweepIfDue(ctx, store, facts)
+	requeue := auditRetry(facts, r.sweepIfDue(ctx, store, facts), r.NotReadyRetry)
 
 	if !equality.Semantic.DeepEqual(before.Status, store.Status) {
 		if err := r.Client.Status().Patch(ctx, store, client.MergeFrom(before)); err != nil {
@@ -194,6 +194,10 @@ func (r *MemoryStoreReconciler) observe(ctx context.Context, store *lethev1.Memo
 		ectx, ecancel := context.WithTimeout(ctx, r.ProbeTimeout)
 		f.restores, f.affected, f.erasuresErr = r.checkErasures(ectx, store)
 		ecancel()
+		if f.erasuresErr != nil {
+			// The condition says only that the check failed; the cause is here.
+			ctrl.LoggerFrom(ctx).Error(f.erasuresErr, "check the erasures of the store's requests")
+		}
 		rctx, rcancel := context.WithTimeout(ctx, r.ProbeTimeout)
 		f.redaction, f.redactionErr = r.Connector.AuditRedaction(rctx, store, r.RedactionSample)
 		rcancel()

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -136,4 +137,18 @@ func (r *MemoryStoreReconciler) reportRestore(store *lethev1.MemoryStore, facts 
 		default:
 		}
 	}
+}
+
+// auditRetry is how soon the store is audited again, given requeue (the
+// recheck, or the next sweep): a failed erasure check, or a restore found,
+// is audited again within retry. Until an audit re-erases them, the sessions
+// of a request whose object is gone that a restore brought back stay
+// readable (no request is left to erase them), and the audit that re-erases
+// them still reports what it found before; the one after says whether the
+// erasures hold.
+func auditRetry(f storeFacts, requeue, retry time.Duration) time.Duration {
+	if f.erasuresErr != nil || len(f.restores) > 0 {
+		return min(requeue, retry)
+	}
+	return requeue
 }
