@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/testenv"
@@ -333,4 +334,92 @@ func pauseReplay(t *testing.T, rconn *pgx.Conn) {
 		}
 		return nil
 	})
+}
+
+// TestRestoreAfterTheDeletionWaitsForTheReplicas: a restore after the
+// deletion brings the session back on the primary and, once replayed, on
+// the replica. The request erases it again on the primary, and records the
+// resurrection only once the replica replayed that too: until then the
+// replica still serves the session, and the history must not say it was
+// erased again. Deleted stays True; a ReplicaLagging Warning says why the
+// entry is not there yet.
+func TestRestoreAfterTheDeletionWaitsForTheReplicas(t *testing.T) {
+	ctx := context.Background()
+	primary, replica, env := replicatedStore(t, "replica-reerase")
+	dump := filepath.Join(t.TempDir(), "memory.dump")
+	if err := primary.Dump("memory", dump); err != nil {
+		t.Fatal(err)
+	}
+	er := env.request(t, "forget-then-restored", func(r *lethev1.ErasureRequest) {
+		r.Spec.SessionIDs = []lethev1.SessionID{erasedA}
+	})
+	waitPhase(t, er, lethev1.PhaseBackupsRotated)
+	resurrected := string(lethev1.PhaseBackupsRotated) + "/" + lethev1.ReasonResurrected
+
+	// The session's lock, taken in the new database before pg_restore fills
+	// it, holds the re-erasure back until the replica has replayed the
+	// restore and its replay is paused.
+	var hold pgx.Tx
+	if err := primary.RestoreWith(ctx, "memory", dump, func() error {
+		conn, err := pgx.Connect(ctx, primary.DSN("memory"))
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { _ = conn.Close(ctx) })
+		if hold, err = conn.Begin(ctx); err != nil {
+			return err
+		}
+		_, err = hold.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('lethe.session'), hashtext($1))`, erasedA)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rcluster := connectPlain(t, replica.DSN("postgres"))
+	replayedRestore(t, primary, rcluster)
+	pauseReplay(t, rcluster)
+	rconn := connectVector(t, replica.DSN("memory"))
+	present := `SELECT count(*) FROM memory.sessions WHERE id = $1`
+	var n int64
+	if err := rconn.QueryRow(ctx, present, erasedA).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the replica holds %d copies of the restored session (%v), want 1: the test cannot see the wait", n, err)
+	}
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	nudge(t, er)
+	eventually(t, 30*time.Second, func() error {
+		if requestEvents(t, er, lethev1.ReasonReplicaLagging) == 0 {
+			return fmt.Errorf("no ReplicaLagging event on the request yet")
+		}
+		return nil
+	})
+	pconn := connectVector(t, primary.DSN("memory"))
+	if err := pconn.QueryRow(ctx, present, erasedA).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the primary holds %d copies of the session (%v) while the re-erasure waits for the replica: want it erased again", n, err)
+	}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(er), er); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(historyPhases(er), resurrected) {
+		t.Fatalf("history %v records the re-erasure while the paused replica still serves the session", historyPhases(er))
+	}
+	if !meta.IsStatusConditionTrue(er.Status.Conditions, lethev1.ConditionDeleted) || er.Status.Phase != lethev1.PhaseBackupsRotated {
+		t.Errorf("phase %s, Deleted %+v: the wait must not move the request back", er.Status.Phase, meta.FindStatusCondition(er.Status.Conditions, lethev1.ConditionDeleted))
+	}
+	if err := rconn.QueryRow(ctx, present, erasedA).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the paused replica holds %d copies of the session (%v), want 1: the test cannot see the wait", n, err)
+	}
+
+	if _, err := rcluster.Exec(ctx, `SELECT pg_wal_replay_resume()`); err != nil {
+		t.Fatal(err)
+	}
+	waitHistoryEntry(t, er, resurrected)
+	if err := rconn.QueryRow(ctx, present, erasedA).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the re-erasure is recorded but the replica holds %d copies of the session (%v)", n, err)
+	}
+	if h := historyPhases(er); len(h)-len(slices.DeleteFunc(slices.Clone(h), func(e string) bool { return e == resurrected })) != 1 {
+		t.Errorf("history %v: want exactly one resurrection", h)
+	}
+	assertNoPersonalData(t, er)
 }

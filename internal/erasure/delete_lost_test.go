@@ -2,6 +2,7 @@ package erasure
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -48,7 +49,9 @@ func TestDeletionReverifyMatchesLostEntriesByTime(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			f := fakes{ledger: LedgerFns{ReeraseFn: func(context.Context, Request) (BatchResult, error) { return BatchResult{Skipped: true}, nil },
-				ReceiptsFn: func(context.Context, string, string) (map[int]StepReceipt, error) { return tc.receipts, nil }}}
+				ReceiptsFn: func(context.Context, string, string) (map[int]StepReceipt, error) { return tc.receipts, nil },
+				PositionFn: func(context.Context) (string, error) { return "0/3000060", nil }},
+				replicas: func(context.Context, string) (bool, error) { return true, nil }}
 			first := runFakes(t, reverifyDeletion, tc.er, f)
 			if tc.want.IsZero() {
 				if first.out.Milestone != nil {
@@ -63,5 +66,63 @@ func TestDeletionReverifyMatchesLostEntriesByTime(t *testing.T) {
 				t.Errorf("the lost entry was recorded twice: %+v", again.out.Milestone)
 			}
 		})
+	}
+}
+
+// TestReerasureWaitsForTheReplicasBeforeItsEntry: a re-erasure after the
+// deletion (a restore brought sessions back) is recorded once every replica
+// replayed it, as the grace period's re-tombstone is: until then a replica
+// still serves what came back. The request's conditions stay as they are;
+// the wait says so once, with a Warning. The position is the one read after
+// the re-erasure's commit while this process remembers it, else the
+// primary's position then.
+func TestReerasureWaitsForTheReplicasBeforeItsEntry(t *testing.T) {
+	replayed := "0/50"
+	receipts := map[int]StepReceipt{}
+	back := BatchResult{Batch: 4, Sessions: 2, Rows: []Count{{Table: "memory.sessions", Rows: 2}}, DeletedAt: dbNow, CommitLSN: "0/A0"}
+	f := fakes{ledger: LedgerFns{
+		ReeraseFn: func(context.Context, Request) (BatchResult, error) {
+			if _, done := receipts[4]; done {
+				return BatchResult{Skipped: true}, nil
+			}
+			receipts[4] = StepReceipt{Batch: 4, Sessions: 2, Counts: map[string]int64{"memory.sessions": 2}, At: dbNow}
+			return back, nil
+		},
+		ReceiptsFn: func(context.Context, string, string) (map[int]StepReceipt, error) { return receipts, nil },
+		PositionFn: func(context.Context) (string, error) { return "0/F0", nil }},
+		replicas: func(_ context.Context, lsn string) (bool, error) { return lsn <= replayed, nil }}
+	d := &Deletion{Config: testConfig, Waits: &ReplicaWaits{}}
+	reverify := func(ctx context.Context, s *Scope) Outcome { return d.Reverify(ctx, s) }
+	er := completed()
+
+	first := runFakes(t, reverify, er, f)
+	if first.out.Kind != Waiting || first.out.Milestone != nil || first.out.Condition != nil {
+		t.Fatalf("re-erased, replica at %s behind 0/A0: %+v; want Waiting, no entry, no condition change", replayed, first.out)
+	}
+	if w := first.out.Warning; w == nil || w.Reason != lethev1.ReasonReplicaLagging {
+		t.Errorf("warning %+v, want ReplicaLagging", first.out.Warning)
+	}
+	second := runFakes(t, reverify, er, f)
+	if second.out.Kind != Waiting || second.out.Milestone != nil || second.out.Warning != nil {
+		t.Errorf("still behind: %+v; want Waiting, no entry and no second Warning", second.out)
+	}
+	if !slices.Contains(second.calls, "Replicas.CaughtUp(0/A0)") || slices.Contains(second.calls, "Ledger.Position()") {
+		t.Errorf("calls %v: want the remembered position 0/A0 asked, not a new one", second.calls)
+	}
+
+	replayed = "0/A8"
+	third := runFakes(t, reverify, er, f)
+	if m := third.out.Milestone; m == nil || m.Event != lethev1.ReasonResurrected || !m.At.Equal(dbNow) {
+		t.Fatalf("caught up: %+v; want the Resurrected entry at the re-erasure's time", third.out)
+	}
+	if got := len(third.er.Status.History); got != len(er.Status.History)+1 {
+		t.Errorf("history %d entries, want one more than %d", got, len(er.Status.History))
+	}
+
+	// A restart forgets the position: the primary's position now is waited for.
+	restarted := &Deletion{Config: testConfig, Waits: &ReplicaWaits{}}
+	again := runFakes(t, func(ctx context.Context, s *Scope) Outcome { return restarted.Reverify(ctx, s) }, er, f)
+	if again.out.Kind != Waiting || again.out.Milestone != nil || !slices.Contains(again.calls, "Replicas.CaughtUp(0/F0)") {
+		t.Errorf("after a restart: %+v, calls %v; want a wait at the primary's position 0/F0", again.out, again.calls)
 	}
 }

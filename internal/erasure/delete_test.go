@@ -499,20 +499,21 @@ func runFakes(t *testing.T, run stepFn, er *lethev1.ErasureRequest, f fakes) ran
 func TestDeletionReverify(t *testing.T) {
 	reerase := func(res BatchResult, err error) fakes {
 		return fakes{ledger: LedgerFns{ReeraseFn: func(context.Context, Request) (BatchResult, error) { return res, err },
-			ReceiptsFn: func(context.Context, string, string) (map[int]StepReceipt, error) { return nil, nil }}}
+			ReceiptsFn: func(context.Context, string, string) (map[int]StepReceipt, error) { return nil, nil }},
+			replicas: func(context.Context, string) (bool, error) { return true, nil }}
 	}
-	back := BatchResult{Batch: 4, Sessions: 2, Rows: []Count{{Table: "memory.sessions", Rows: 2}, {Table: "memory.messages", Rows: 7}}, DeletedAt: dbNow}
+	back := BatchResult{Batch: 4, Sessions: 2, Rows: []Count{{Table: "memory.sessions", Rows: 2}, {Table: "memory.messages", Rows: 7}}, DeletedAt: dbNow, CommitLSN: "0/3000060"}
 	ev := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: secs(dbNow),
 		Note: "2 resurrected session(s) erased again; 0 ledger row(s) found missing or not erased (a restored database) put back in force; " +
 			"residue removed: 0 derived record(s), 0 content-keyed entr(ies)",
 		Counts: []lethev1.TableCount{{Table: "memory.sessions", Rows: 2}, {Table: "memory.messages", Rows: 7},
 			{Table: CountContentIndexEntries}, {Table: CountDerivedRecords}, {Table: "erasure ledger rows put back", Rows: 0}}}
-	restored := BatchResult{Batch: 5, LedgerRowsRestored: 3, DeletedAt: dbNow}
+	restored := BatchResult{Batch: 5, LedgerRowsRestored: 3, DeletedAt: dbNow, CommitLSN: "0/3000060"}
 	restoredEv := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: secs(dbNow),
 		Note: "0 resurrected session(s) erased again; 3 ledger row(s) found missing or not erased (a restored database) put back in force; " +
 			"residue removed: 0 derived record(s), 0 content-keyed entr(ies)",
 		Counts: []lethev1.TableCount{{Table: CountContentIndexEntries}, {Table: CountDerivedRecords}, {Table: "erasure ledger rows put back", Rows: 3}}}
-	residue := BatchResult{Batch: 6, DerivedRecords: 1, ContentIndexEntries: 2, DeletedAt: dbNow}
+	residue := BatchResult{Batch: 6, DerivedRecords: 1, ContentIndexEntries: 2, DeletedAt: dbNow, CommitLSN: "0/3000060"}
 	residueEv := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: secs(dbNow),
 		Note: "0 resurrected session(s) erased again; 0 ledger row(s) found missing or not erased (a restored database) put back in force; " +
 			"residue removed: 1 derived record(s), 2 content-keyed entr(ies)",
@@ -530,19 +531,19 @@ func TestDeletionReverify(t *testing.T) {
 			want: stepWant{out: Outcome{Kind: Done, Evidence: &ev,
 				Milestone: &Milestone{Phase: lethev1.PhaseBackupsRotated, Event: lethev1.ReasonResurrected, At: dbNow, Evidence: ev, Note: ev.Note},
 				Warning:   &Warning{Reason: lethev1.ReasonResurrected, Action: "Erase", Note: "2 erased session(s) reappeared and were erased again; 0 ledger row(s) put back; 0 residue record(s) removed"}},
-				status: after(completed(), withEvidence(ev), withEntry(lethev1.PhaseBackupsRotated, lethev1.ReasonResurrected, dbNow)), calls: calls}},
+				status: after(completed(), withEvidence(ev), withEntry(lethev1.PhaseBackupsRotated, lethev1.ReasonResurrected, dbNow)), calls: append(slices.Clone(calls), replicaCall)}},
 		"LedgerRestored": {reason: "A restored ledger (rows missing, sessions still gone) is a restore too: recorded, so the history says the database went back.",
 			er: completed(), fakes: reerase(restored, nil),
 			want: stepWant{out: Outcome{Kind: Done, Evidence: &restoredEv,
 				Milestone: &Milestone{Phase: lethev1.PhaseBackupsRotated, Event: lethev1.ReasonResurrected, At: dbNow, Evidence: restoredEv, Note: restoredEv.Note},
 				Warning:   &Warning{Reason: lethev1.ReasonResurrected, Action: "Erase", Note: "0 erased session(s) reappeared and were erased again; 3 ledger row(s) put back; 0 residue record(s) removed"}},
-				status: after(completed(), withEvidence(restoredEv), withEntry(lethev1.PhaseBackupsRotated, lethev1.ReasonResurrected, dbNow)), calls: calls}},
+				status: after(completed(), withEvidence(restoredEv), withEntry(lethev1.PhaseBackupsRotated, lethev1.ReasonResurrected, dbNow)), calls: append(slices.Clone(calls), replicaCall)}},
 		"ResidueRemoved": {reason: "Residue written after the deletion (a derived record, a re-cached entry) is removed and recorded like a resurrection.",
 			er: completed(), fakes: reerase(residue, nil),
 			want: stepWant{out: Outcome{Kind: Done, Evidence: &residueEv,
 				Milestone: &Milestone{Phase: lethev1.PhaseBackupsRotated, Event: lethev1.ReasonResurrected, At: dbNow, Evidence: residueEv, Note: residueEv.Note},
 				Warning:   &Warning{Reason: lethev1.ReasonResurrected, Action: "Erase", Note: "0 erased session(s) reappeared and were erased again; 0 ledger row(s) put back; 3 residue record(s) removed"}},
-				status: after(completed(), withEvidence(residueEv), withEntry(lethev1.PhaseBackupsRotated, lethev1.ReasonResurrected, dbNow)), calls: calls}},
+				status: after(completed(), withEvidence(residueEv), withEntry(lethev1.PhaseBackupsRotated, lethev1.ReasonResurrected, dbNow)), calls: append(slices.Clone(calls), replicaCall)}},
 		"LedgerError": {reason: "A re-erase that failed is an error for a retry; no condition changes.",
 			er: completed(), fakes: reerase(BatchResult{}, fmt.Errorf("re-erase: %w", errPort)),
 			want: stepWant{out: Outcome{Kind: Errored}, err: errPort, status: after(completed()), calls: calls}},
@@ -627,7 +628,9 @@ func TestDeletionRemovesResidue(t *testing.T) {
 func TestDeletionReverifyRecordsALostEntry(t *testing.T) {
 	receipts := map[int]StepReceipt{0: {Batch: 0, Sessions: 2, Counts: map[string]int64{"memory.sessions": 2}}}
 	f := fakes{ledger: LedgerFns{ReeraseFn: func(context.Context, Request) (BatchResult, error) { return BatchResult{Skipped: true}, nil },
-		ReceiptsFn: func(context.Context, string, string) (map[int]StepReceipt, error) { return receipts, nil }}}
+		ReceiptsFn: func(context.Context, string, string) (map[int]StepReceipt, error) { return receipts, nil },
+		PositionFn: func(context.Context) (string, error) { return "0/3000060", nil }},
+		replicas: func(context.Context, string) (bool, error) { return true, nil }}
 	first := runFakes(t, reverifyDeletion, completed(), f)
 	if first.out.Milestone == nil || first.out.Milestone.Event != lethev1.ReasonResurrected {
 		t.Fatalf("a receipt without its entry: %+v, want a Resurrected milestone", first.out)

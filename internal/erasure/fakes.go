@@ -30,6 +30,7 @@ type LedgerFns struct {
 	ProbeTextResidueFn func(ctx context.Context, sample []TextSample) (TextProbe, error)
 	ReeraseFn          func(ctx context.Context, req Request) (BatchResult, error)
 	RemoveResidueFn    func(ctx context.Context, req Request) (BatchResult, error)
+	PositionFn         func(ctx context.Context) (string, error)
 	VacuumFn           func(ctx context.Context, mode lethev1.VacuumMode) (VacuumResult, error)
 	MirrorProofFn      func(ctx context.Context, p Proof) (int64, error)
 	ReceiptLogFn       func(ctx context.Context) ([][32]byte, error)
@@ -112,6 +113,13 @@ func (f *LedgerFns) RemoveResidue(ctx context.Context, req Request) (BatchResult
 		return BatchResult{}, ErrNotFaked
 	}
 	return f.RemoveResidueFn(ctx, req)
+}
+
+func (f *LedgerFns) Position(ctx context.Context) (string, error) {
+	if f.PositionFn == nil {
+		return "", ErrNotFaked
+	}
+	return f.PositionFn(ctx)
 }
 
 func (f *LedgerFns) Vacuum(ctx context.Context, mode lethev1.VacuumMode) (VacuumResult, error) {

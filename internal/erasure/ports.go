@@ -59,8 +59,12 @@ type Ledger interface {
 	// Reerase erases again, at once, the sessions req names (the ones the
 	// request found and erased) that exist again, and re-creates the ledger
 	// rows a restore of the database took away, with a Resurrected receipt;
-	// Skipped when nothing came back.
+	// Skipped when nothing came back. When not Skipped, CommitLSN is a WAL
+	// position read after the commit.
 	Reerase(ctx context.Context, req Request) (BatchResult, error)
+	// Position is the primary's WAL position now: a replica that replayed
+	// past it holds every commit made before the call.
+	Position(ctx context.Context) (string, error)
 	// RemoveResidue removes what derives from the sessions of req the
 	// request holds erased and outlived the deletion (derived records,
 	// content-keyed entries), with a ResidueRemoved receipt; Skipped when

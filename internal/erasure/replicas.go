@@ -46,6 +46,16 @@ func (w *ReplicaWaits) caughtUp(ctx context.Context, s *Scope, step, lsn, of str
 	return ok, err
 }
 
+// remembers reports whether a position is remembered for the request's
+// step that covers of.
+func (w *ReplicaWaits) remembers(uid, step, of string) bool {
+	if w == nil {
+		return false
+	}
+	v, ok := w.m.Load(uid + "/" + step)
+	return ok && v.(replicaWait).of == of
+}
+
 // forget drops what is remembered for a request's steps.
 func (w *ReplicaWaits) forget(uid string, steps ...string) {
 	if w == nil {

@@ -82,8 +82,9 @@ type BatchResult struct {
 	// LedgerRowsRestored (re-erasure only) counts the request's ledger rows
 	// found missing or not marked erased: the database was restored.
 	LedgerRowsRestored int64
-	// CommitLSN (RemoveResidue only, when not Skipped) is a WAL position at
-	// or after the commit: a replica past it no longer holds the residue.
+	// CommitLSN (RemoveResidue and Reerase, when not Skipped) is a WAL
+	// position at or after the commit: a replica past it no longer holds
+	// what was removed.
 	CommitLSN string
 }
 

@@ -53,7 +53,23 @@ func (e *Eraser) Reerase(ctx context.Context, req erasure.Request) (erasure.Batc
 		res, err = e.reeraseOnce(ctx, req, settle)
 		return err
 	})
-	return res, err
+	if err != nil || res.Skipped {
+		return res, err
+	}
+	// Read after the commit: a replica past it no longer serves what came back.
+	if err := e.Pool.QueryRow(ctx, walPositionSQL).Scan(&res.CommitLSN); err != nil {
+		return res, fmt.Errorf("read WAL position after the re-erasure: %w", err)
+	}
+	return res, nil
+}
+
+// Position reads the primary's WAL position now.
+func (e *Eraser) Position(ctx context.Context) (string, error) {
+	var lsn string
+	if err := e.Pool.QueryRow(ctx, walPositionSQL).Scan(&lsn); err != nil {
+		return "", fmt.Errorf("read WAL position: %w", err)
+	}
+	return lsn, nil
 }
 
 // reeraseOnce is one transaction of Reerase. As the deletion's long way:
