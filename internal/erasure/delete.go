@@ -399,7 +399,6 @@ func columns(rs []Residue) string {
 	return strings.Join(cols, ", ")
 }
 
-
 // ReasonVacuumIncomplete is the Warning when the vacuum after a deletion
 // failed or could not vacuum every table.
 const ReasonVacuumIncomplete = "VacuumIncomplete"
@@ -411,7 +410,6 @@ type probeSample struct {
 	texts      []TextSample
 	textRows   int64
 }
-
 
 // sample returns the probe sample of this deletion: the one just taken, or
 // the one an earlier pass of this process took before the batches were
