@@ -431,7 +431,7 @@ func (d *Deletion) sample(uid string, res DeleteResult) (sample probeSample, kno
 func (d *Deletion) forget(uid string) {
 	d.probes.Delete(uid)
 	d.parked.Delete(uid)
-	d.Waits.forget(uid, lethev1.ConditionTombstoned, lethev1.ConditionGracePeriodElapsed, lethev1.ConditionDeleted)
+	d.Waits.forget(uid, lethev1.ConditionTombstoned, lethev1.ConditionGracePeriodElapsed, lethev1.ConditionDeleted, StepResurrected)
 }
 
 func mode(er *lethev1.ErasureRequest) string {

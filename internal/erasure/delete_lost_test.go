@@ -125,4 +125,14 @@ func TestReerasureWaitsForTheReplicasBeforeItsEntry(t *testing.T) {
 	if again.out.Kind != Waiting || again.out.Milestone != nil || !slices.Contains(again.calls, "Replicas.CaughtUp(0/F0)") {
 		t.Errorf("after a restart: %+v, calls %v; want a wait at the primary's position 0/F0", again.out, again.calls)
 	}
+
+	// A request deleted while it waits leaves nothing remembered.
+	uid := string(er.UID)
+	if !restarted.Waits.remembers(uid, StepResurrected, "receipt 4") {
+		t.Fatalf("the wait for receipt 4 is not remembered: the forget check below cannot fail")
+	}
+	restarted.forget(uid)
+	if restarted.Waits.remembers(uid, StepResurrected, "receipt 4") {
+		t.Errorf("the Resurrected wait is still remembered after the request was forgotten")
+	}
 }
