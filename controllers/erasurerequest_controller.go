@@ -210,6 +210,9 @@ func (r *ErasureRequestReconciler) runSteps(ctx context.Context, p *pass) (ctrl.
 		r.record(p, *blocked)
 		return r.result(ctx, "store", *blocked)
 	}
+	// soon is the earliest look again a done step asked for (a re-erasure
+	// whose entry waits for the replicas): the later steps went on.
+	var soon time.Duration
 	for _, st := range r.machine.Steps() {
 		out := st.Run(ctx, sc)
 		r.record(p, out)
@@ -218,6 +221,9 @@ func (r *ErasureRequestReconciler) runSteps(ctx context.Context, p *pass) (ctrl.
 		}
 		if !out.IsDone() {
 			return r.result(ctx, st.Name(), out)
+		}
+		if out.RequeueAfter > 0 && (soon == 0 || out.RequeueAfter < soon) {
+			soon = out.RequeueAfter
 		}
 	}
 	mirrorFailed, err := r.completed(ctx, sc, p)
@@ -229,6 +235,9 @@ func (r *ErasureRequestReconciler) runSteps(ctx context.Context, p *pass) (ctrl.
 		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 	}
 	res, err := r.reverify(ctx, p, sc)
+	if soon > 0 && err == nil && (res.RequeueAfter == 0 || res.RequeueAfter > soon) {
+		res.RequeueAfter = soon
+	}
 	if !persisted(p) && err == nil && (res.RequeueAfter == 0 || res.RequeueAfter > time.Second) {
 		// The receipt or an entry this pass added is mirrored by the next
 		// pass, once the API server holds it: soon, not at the next recheck.

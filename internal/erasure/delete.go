@@ -431,7 +431,15 @@ func (d *Deletion) sample(uid string, res DeleteResult) (sample probeSample, kno
 func (d *Deletion) forget(uid string) {
 	d.probes.Delete(uid)
 	d.parked.Delete(uid)
-	d.Waits.forget(uid, lethev1.ConditionTombstoned, lethev1.ConditionGracePeriodElapsed, lethev1.ConditionDeleted, StepResurrected)
+	d.Waits.forget(uid, lethev1.ConditionTombstoned, lethev1.ConditionGracePeriodElapsed, lethev1.ConditionDeleted)
+}
+
+// forgetAll drops everything kept for a request, the wait of a re-erasure
+// after the deletion included (kept across passes until its entry is
+// recorded): the request is gone.
+func (d *Deletion) forgetAll(uid string) {
+	d.forget(uid)
+	d.Waits.forget(uid, StepResurrected)
 }
 
 func mode(er *lethev1.ErasureRequest) string {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 )
 
@@ -72,67 +74,82 @@ func TestDeletionReverifyMatchesLostEntriesByTime(t *testing.T) {
 // TestReerasureWaitsForTheReplicasBeforeItsEntry: a re-erasure after the
 // deletion (a restore brought sessions back) is recorded once every replica
 // replayed it, as the grace period's re-tombstone is: until then a replica
-// still serves what came back. The request's conditions stay as they are;
-// the wait says so once, with a Warning. The position is the one read after
-// the re-erasure's commit while this process remembers it, else the
-// primary's position then.
+// still serves what came back. The step is Done at once (the later steps
+// and re-checks go on) with a sooner requeue; the wait says so once, with a
+// Warning. The position is the one read after the re-erasure's commit while
+// this process remembers it, across passes of the step, else the primary's
+// position then. A second restore that takes the receipt back and brings the
+// sessions back again has its own wait, though its receipt reuses the batch.
 func TestReerasureWaitsForTheReplicasBeforeItsEntry(t *testing.T) {
 	replayed := "0/50"
 	receipts := map[int]StepReceipt{}
-	back := BatchResult{Batch: 4, Sessions: 2, Rows: []Count{{Table: "memory.sessions", Rows: 2}}, DeletedAt: dbNow, CommitLSN: "0/A0"}
+	back := BatchResult{Batch: 4, Sessions: 2, Rows: []Count{{Table: "memory.sessions", Rows: 2}}, LedgerRowsRestored: 2, DeletedAt: dbNow, CommitLSN: "0/A0"}
 	f := fakes{ledger: LedgerFns{
 		ReeraseFn: func(context.Context, Request) (BatchResult, error) {
-			if _, done := receipts[4]; done {
+			if _, done := receipts[back.Batch]; done {
 				return BatchResult{Skipped: true}, nil
 			}
-			receipts[4] = StepReceipt{Batch: 4, Sessions: 2, Counts: map[string]int64{"memory.sessions": 2}, At: dbNow}
+			r := reerasureReceipt(back)
+			receipts[back.Batch] = r
 			return back, nil
 		},
 		ReceiptsFn: func(context.Context, string, string) (map[int]StepReceipt, error) { return receipts, nil },
 		PositionFn: func(context.Context) (string, error) { return "0/F0", nil }},
 		replicas: func(_ context.Context, lsn string) (bool, error) { return lsn <= replayed, nil }}
 	d := &Deletion{Config: testConfig, Waits: &ReplicaWaits{}}
-	reverify := func(ctx context.Context, s *Scope) Outcome { return d.Reverify(ctx, s) }
+	run := func(ctx context.Context, s *Scope) Outcome { return d.Run(ctx, s) }
 	er := completed()
+	waits := func(name string, r ran, warned bool) {
+		t.Helper()
+		if r.out.Kind != Done || r.out.Milestone != nil || r.out.Condition != nil || r.out.RequeueAfter != testConfig.ReplicaRecheck {
+			t.Fatalf("%s: %+v; want Done, no entry, no condition change, requeue after %s", name, r.out, testConfig.ReplicaRecheck)
+		}
+		if w := r.out.Warning; (w != nil) != warned || (warned && w.Reason != lethev1.ReasonReplicaLagging) {
+			t.Errorf("%s: warning %+v, want a ReplicaLagging Warning: %t", name, w, warned)
+		}
+	}
 
-	first := runFakes(t, reverify, er, f)
-	if first.out.Kind != Waiting || first.out.Milestone != nil || first.out.Condition != nil {
-		t.Fatalf("re-erased, replica at %s behind 0/A0: %+v; want Waiting, no entry, no condition change", replayed, first.out)
-	}
-	if w := first.out.Warning; w == nil || w.Reason != lethev1.ReasonReplicaLagging {
-		t.Errorf("warning %+v, want ReplicaLagging", first.out.Warning)
-	}
-	second := runFakes(t, reverify, er, f)
-	if second.out.Kind != Waiting || second.out.Milestone != nil || second.out.Warning != nil {
-		t.Errorf("still behind: %+v; want Waiting, no entry and no second Warning", second.out)
-	}
+	waits("re-erased, replica at 0/50 behind 0/A0", runFakes(t, run, er, f), true)
+	second := runFakes(t, run, er, f)
+	waits("still behind", second, false)
 	if !slices.Contains(second.calls, "Replicas.CaughtUp(0/A0)") || slices.Contains(second.calls, "Ledger.Position()") {
 		t.Errorf("calls %v: want the remembered position 0/A0 asked, not a new one", second.calls)
 	}
 
-	replayed = "0/A8"
-	third := runFakes(t, reverify, er, f)
-	if m := third.out.Milestone; m == nil || m.Event != lethev1.ReasonResurrected || !m.At.Equal(dbNow) {
-		t.Fatalf("caught up: %+v; want the Resurrected entry at the re-erasure's time", third.out)
-	}
-	if got := len(third.er.Status.History); got != len(er.Status.History)+1 {
-		t.Errorf("history %d entries, want one more than %d", got, len(er.Status.History))
-	}
+	// A second restore, while the wait goes on, takes receipt 4 back and
+	// brings the sessions back again: the next re-erasure writes batch 4
+	// again, later, further on, and is waited for at its own position.
+	delete(receipts, back.Batch)
+	back.DeletedAt, back.CommitLSN, replayed = dbNow.Add(time.Minute), "0/C0", "0/A8"
+	waits("re-erased again, replica at 0/A8 past the first re-erasure, behind 0/C0", runFakes(t, run, er, f), true)
 
 	// A restart forgets the position: the primary's position now is waited for.
 	restarted := &Deletion{Config: testConfig, Waits: &ReplicaWaits{}}
-	again := runFakes(t, func(ctx context.Context, s *Scope) Outcome { return restarted.Reverify(ctx, s) }, er, f)
-	if again.out.Kind != Waiting || again.out.Milestone != nil || !slices.Contains(again.calls, "Replicas.CaughtUp(0/F0)") {
-		t.Errorf("after a restart: %+v, calls %v; want a wait at the primary's position 0/F0", again.out, again.calls)
+	again := runFakes(t, func(ctx context.Context, s *Scope) Outcome { return restarted.Run(ctx, s) }, er, f)
+	waits("after a restart", again, true)
+	if !slices.Contains(again.calls, "Replicas.CaughtUp(0/F0)") {
+		t.Errorf("after a restart: calls %v; want a wait at the primary's position 0/F0", again.calls)
+	}
+	// A request deleted while it waits leaves nothing remembered.
+	uid, of := string(er.UID), receiptOf(receipts[back.Batch])
+	if !restarted.Waits.remembers(uid, StepResurrected, of) {
+		t.Fatalf("the wait for %s is not remembered: the forget check below cannot fail", of)
+	}
+	restarted.forgetAll(uid)
+	if restarted.Waits.remembers(uid, StepResurrected, of) {
+		t.Errorf("the Resurrected wait is still remembered after the request was forgotten")
 	}
 
-	// A request deleted while it waits leaves nothing remembered.
-	uid := string(er.UID)
-	if !restarted.Waits.remembers(uid, StepResurrected, "receipt 4") {
-		t.Fatalf("the wait for receipt 4 is not remembered: the forget check below cannot fail")
+	replayed = "0/C8"
+	caught := runFakes(t, run, er, f)
+	if m := caught.out.Milestone; m == nil || m.Event != lethev1.ReasonResurrected || !m.At.Equal(back.DeletedAt) {
+		t.Fatalf("caught up: %+v; want the Resurrected entry at the second re-erasure's time", caught.out)
 	}
-	restarted.forget(uid)
-	if restarted.Waits.remembers(uid, StepResurrected, "receipt 4") {
-		t.Errorf("the Resurrected wait is still remembered after the request was forgotten")
+	direct := resurrected(&Scope{Request: er}, reerasureReceipt(back))
+	if diff := cmp.Diff(direct.Evidence, caught.out.Evidence); diff != "" {
+		t.Errorf("the entry recorded after the wait has other evidence than one recorded at once (-at once +after):\n%s", diff)
+	}
+	if got := len(caught.er.Status.History); got != len(er.Status.History)+1 {
+		t.Errorf("history %d entries, want one more than %d", got, len(er.Status.History))
 	}
 }

@@ -506,7 +506,7 @@ func TestDeletionReverify(t *testing.T) {
 	ev := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: secs(dbNow),
 		Note: "2 resurrected session(s) erased again; 0 ledger row(s) found missing or not erased (a restored database) put back in force; " +
 			"residue removed: 0 derived record(s), 0 content-keyed entr(ies)",
-		Counts: []lethev1.TableCount{{Table: "memory.sessions", Rows: 2}, {Table: "memory.messages", Rows: 7},
+		Counts: []lethev1.TableCount{{Table: "memory.messages", Rows: 7}, {Table: "memory.sessions", Rows: 2},
 			{Table: CountContentIndexEntries}, {Table: CountDerivedRecords}, {Table: "erasure ledger rows put back", Rows: 0}}}
 	restored := BatchResult{Batch: 5, LedgerRowsRestored: 3, DeletedAt: dbNow, CommitLSN: "0/3000060"}
 	restoredEv := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: secs(dbNow),

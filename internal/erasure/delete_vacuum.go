@@ -116,7 +116,7 @@ func (d *Deletion) reeraseThenAgain(ctx context.Context, s *Scope, what string) 
 	// The replicas must replay the re-erasure too: a position remembered
 	// from before it is not enough.
 	d.Waits.forget(s.uid(), lethev1.ConditionDeleted)
-	out = resurrected(s, res)
+	out = resurrected(s, reerasureReceipt(res))
 	out.Kind, out.RequeueAfter = Waiting, time.Second
 	out.Condition = condition(lethev1.ConditionDeleted, false, lethev1.ReasonDeleting,
 		what+" and were erased again: deleting, verifying and vacuuming again")

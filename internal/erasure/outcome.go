@@ -82,7 +82,8 @@ type Outcome struct {
 	Warning   *Warning
 	Work      Work
 	// RequeueAfter is when to look again (Waiting, Stalled, or a completed
-	// request's next re-verification).
+	// request's next re-verification); on a Done step, the latest the
+	// request is looked at again while the later steps go on.
 	RequeueAfter time.Duration
 	// Wake, when set, is closed when the work the step waits on (outside
 	// the pass) has ended: the request gets a pass then. A step returns it

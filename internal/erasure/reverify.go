@@ -16,10 +16,12 @@ import (
 // What was found comes from the request (kept by the API server), not from
 // the ledger.
 //
-// The Deleted condition stays True while the replicas catch up (the step is
-// done; the phase does not go back): the wait shows as one Warning, and the
-// Resurrected entry follows from the receipt (lostEntry) on the pass that
-// finds them caught up, as the grace period's does.
+// The outcome is Done as soon as the primary holds the erasure again: the
+// graph and backup steps and their re-checks work from that ledger and go
+// on while the replicas catch up. The Deleted condition stays True; the
+// wait shows as one Warning and a sooner requeue, and the Resurrected entry
+// follows from the receipt (lostEntry) on the pass that finds the replicas
+// caught up, as the grace period's does.
 func (d *Deletion) Reverify(ctx context.Context, s *Scope) Outcome {
 	req := FoundRequest(s.Request)
 	if len(req.SessionIDs) == 0 {
@@ -32,30 +34,53 @@ func (d *Deletion) Reverify(ctx context.Context, s *Scope) Outcome {
 	if !reerasedAnything(res) {
 		return d.lostEntry(ctx, s)
 	}
-	if out, behind := d.replicasBehind(ctx, s, res.CommitLSN, res.Batch); behind {
+	r := reerasureReceipt(res)
+	if out, behind := d.replicasBehind(ctx, s, res.CommitLSN, r); behind {
 		return out
 	}
-	return resurrected(s, res)
+	return resurrected(s, r)
 }
 
-// replicasBehind is the outcome of a re-erasure (its Resurrected receipt
-// batch, committed before the WAL position lsn) that a replica has not
-// replayed yet: a Waiting outcome without a condition, its Warning on the
-// first pass that waits for this receipt only.
-func (d *Deletion) replicasBehind(ctx context.Context, s *Scope, lsn string, batch int) (Outcome, bool) {
-	of := fmt.Sprintf("receipt %d", batch)
+// reerasureReceipt is the Resurrected receipt Reerase wrote for res, as
+// Receipts reads it back: one evidence, whichever pass records the entry.
+func reerasureReceipt(res BatchResult) StepReceipt {
+	counts := map[string]int64{}
+	for _, c := range res.Rows {
+		counts[c.Table] = c.Rows
+	}
+	counts[CountContentIndexEntries] = res.ContentIndexEntries
+	counts[CountDerivedRecords] = res.DerivedRecords
+	counts[CountLedgerRowsPutBack] = res.LedgerRowsRestored
+	return StepReceipt{Batch: res.Batch, Sessions: res.Sessions, Counts: counts, At: res.DeletedAt}
+}
+
+// receiptOf names a receipt for the replica wait: its batch and time, since
+// a restore that takes a receipt back lets the next re-erasure reuse its
+// batch number.
+func receiptOf(r StepReceipt) string {
+	return fmt.Sprintf("receipt %d at %d", r.Batch, r.At.UnixMicro())
+}
+
+// replicasBehind is the outcome of a re-erasure (its receipt r, committed
+// before the WAL position lsn; "" the one remembered) that a replica has
+// not replayed yet, or that a replica could not be asked about: Done
+// without an entry, looked at again after ReplicaRecheck, with a Warning
+// on the first pass that waits for this receipt only.
+func (d *Deletion) replicasBehind(ctx context.Context, s *Scope, lsn string, r StepReceipt) (Outcome, bool) {
+	of := receiptOf(r)
 	first := !d.Waits.remembers(s.uid(), StepResurrected, of)
 	caughtUp, err := d.Waits.caughtUp(ctx, s, StepResurrected, lsn, of)
-	switch {
-	case err != nil:
-		return errored(fmt.Errorf("ask the replicas whether they replayed the re-erasure: %w", err)), true
-	case caughtUp:
+	if err == nil && caughtUp {
 		return Outcome{}, false
 	}
-	out := Outcome{Kind: Waiting, RequeueAfter: d.Config.ReplicaRecheck}
+	out := Outcome{Kind: Done, RequeueAfter: d.Config.ReplicaRecheck}
 	if first {
+		why := "a replica has not replayed that yet"
+		if err != nil {
+			why = "a replica could not be asked whether it replayed that"
+		}
 		out.Warning = &Warning{Reason: lethev1.ReasonReplicaLagging, Action: "Erase",
-			Note: fmt.Sprintf("erased sessions came back and were erased again on the primary (Resurrected receipt %d); a replica has not replayed that yet: the Resurrected entry is recorded once every replica has", batch)}
+			Note: fmt.Sprintf("erased sessions came back and were erased again on the primary (Resurrected receipt %d); %s: the Resurrected entry is recorded once every replica has", r.Batch, why)}
 	}
 	return out, true
 }
@@ -66,22 +91,41 @@ func reerasedAnything(r BatchResult) bool {
 	return !r.Skipped && (r.Sessions > 0 || r.LedgerRowsRestored > 0 || r.DerivedRecords > 0 || r.ContentIndexEntries > 0)
 }
 
-// resurrected is the Done outcome of a re-erasure that did something: its
-// evidence, its Resurrected history entry and a Warning.
-func resurrected(s *Scope, res BatchResult) Outcome {
-	ev := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: mtime(res.DeletedAt), Counts: tableCounts(res.Rows),
-		Note: fmt.Sprintf("%d resurrected session(s) erased again; %d ledger row(s) found missing or not erased (a restored database) put back in force; residue removed: %d derived record(s), %d content-keyed entr(ies)",
-			res.Sessions, res.LedgerRowsRestored, res.DerivedRecords, res.ContentIndexEntries)}
-	ev.Counts = append(ev.Counts,
-		lethev1.TableCount{Table: CountContentIndexEntries, Rows: res.ContentIndexEntries},
-		lethev1.TableCount{Table: CountDerivedRecords, Rows: res.DerivedRecords},
-		lethev1.TableCount{Table: "erasure ledger rows put back", Rows: res.LedgerRowsRestored})
+// resurrected is the Done outcome of a re-erasure that did something, from
+// its receipt: its evidence, its Resurrected history entry and a Warning.
+func resurrected(s *Scope, r StepReceipt) Outcome {
+	derived, content := r.Counts[CountDerivedRecords], r.Counts[CountContentIndexEntries]
+	ledger := "ledger rows put back: not in the receipt (written by an earlier version)"
+	if n, ok := r.Counts[CountLedgerRowsPutBack]; ok {
+		ledger = fmt.Sprintf("%d ledger row(s) found missing or not erased (a restored database) put back in force", n)
+	}
+	ev := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: mtime(r.At), Counts: resurrectedCounts(r),
+		Note: fmt.Sprintf("%d resurrected session(s) erased again; %s; residue removed: %d derived record(s), %d content-keyed entr(ies)",
+			r.Sessions, ledger, derived, content)}
 	return Outcome{Kind: Done, Evidence: &ev,
-		Milestone: &Milestone{Phase: s.Request.Status.Phase, Event: lethev1.ReasonResurrected, At: res.DeletedAt, Evidence: ev, Note: ev.Note},
+		Milestone: &Milestone{Phase: s.Request.Status.Phase, Event: lethev1.ReasonResurrected, At: r.At, Evidence: ev, Note: ev.Note},
 		Warning: &Warning{Reason: lethev1.ReasonResurrected, Action: "Erase",
 			Note: fmt.Sprintf("%d erased session(s) reappeared and were erased again; %d ledger row(s) put back; %d residue record(s) removed",
-				res.Sessions, res.LedgerRowsRestored, res.DerivedRecords+res.ContentIndexEntries)},
+				r.Sessions, r.Counts[CountLedgerRowsPutBack], derived+content)},
 	}
+}
+
+// resurrectedCounts are a receipt's table counts, sorted by table, then
+// the residue and ledger counts.
+func resurrectedCounts(r StepReceipt) []lethev1.TableCount {
+	last := []string{CountContentIndexEntries, CountDerivedRecords, CountLedgerRowsPutBack}
+	out := make([]lethev1.TableCount, 0, len(r.Counts))
+	for _, k := range slices.Sorted(maps.Keys(r.Counts)) {
+		if !slices.Contains(last, k) {
+			out = append(out, lethev1.TableCount{Table: k, Rows: r.Counts[k]})
+		}
+	}
+	for _, k := range last {
+		if n, ok := r.Counts[k]; ok {
+			out = append(out, lethev1.TableCount{Table: k, Rows: n})
+		}
+	}
+	return out
 }
 
 // lostEntry records, from its receipt, a re-erasure whose history entry is
@@ -104,17 +148,13 @@ func (d *Deletion) lostEntry(ctx context.Context, s *Scope) Outcome {
 	if !lost {
 		return Outcome{Kind: Done}
 	}
-	if out, behind := d.lostBehind(ctx, s, r.Batch); behind {
+	if out, behind := d.lostBehind(ctx, s, r); behind {
 		return out
 	}
-	at := r.At
-	if at.IsZero() {
-		at = s.Clock.Now()
+	if r.At.IsZero() {
+		r.At = s.Clock.Now()
 	}
-	ev := lethev1.StepEvidence{Step: lethev1.ReasonResurrected, CompletedAt: mtime(at), Counts: oneReceiptCounts(r),
-		Note: fmt.Sprintf("a re-erasure (Resurrected receipt %d, %d session(s)) recorded from its receipt: its entry waited for the replicas to replay it, or its status write was lost", r.Batch, r.Sessions)}
-	return Outcome{Kind: Done, Evidence: &ev,
-		Milestone: &Milestone{Phase: s.Request.Status.Phase, Event: lethev1.ReasonResurrected, At: at, Evidence: ev, Note: ev.Note}}
+	return resurrected(s, r)
 }
 
 // unrecordedReceipt is the first Resurrected receipt, by batch, without a
@@ -148,26 +188,17 @@ func unrecordedReceipt(receipts map[int]StepReceipt, history []lethev1.HistoryEn
 	return StepReceipt{}, false
 }
 
-// oneReceiptCounts are a receipt's counts, sorted by table.
-func oneReceiptCounts(r StepReceipt) []lethev1.TableCount {
-	out := make([]lethev1.TableCount, 0, len(r.Counts))
-	for _, k := range slices.Sorted(maps.Keys(r.Counts)) {
-		out = append(out, lethev1.TableCount{Table: k, Rows: r.Counts[k]})
-	}
-	return out
-}
-
 // lostBehind is replicasBehind for a receipt whose re-erasure this process
 // did not see commit (or whose position it forgot): the position waited
 // for is the one remembered, else the primary's now, later than needed,
 // which is safe.
-func (d *Deletion) lostBehind(ctx context.Context, s *Scope, batch int) (Outcome, bool) {
+func (d *Deletion) lostBehind(ctx context.Context, s *Scope, r StepReceipt) (Outcome, bool) {
 	lsn := ""
-	if !d.Waits.remembers(s.uid(), StepResurrected, fmt.Sprintf("receipt %d", batch)) {
+	if !d.Waits.remembers(s.uid(), StepResurrected, receiptOf(r)) {
 		var err error
 		if lsn, err = s.Ledger.Position(ctx); err != nil {
 			return errored(err), true
 		}
 	}
-	return d.replicasBehind(ctx, s, lsn, batch)
+	return d.replicasBehind(ctx, s, lsn, r)
 }

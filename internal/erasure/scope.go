@@ -143,5 +143,6 @@ func (m *Machine) Steps() []Step { return m.steps }
 // Reverifiers are the checks of a completed request, in order.
 func (m *Machine) Reverifiers() []Reverifier { return m.checks }
 
-// Forget drops what the machine keeps in memory for a request (the probe sample).
-func (m *Machine) Forget(uid string) { m.delete.forget(uid) }
+// Forget drops what the machine keeps in memory for a deleted request (the
+// probe sample, the replica waits).
+func (m *Machine) Forget(uid string) { m.delete.forgetAll(uid) }

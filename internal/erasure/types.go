@@ -173,6 +173,9 @@ type StepReceipt struct {
 const (
 	CountContentIndexEntries = "content-keyed index entries"
 	CountDerivedRecords      = "derived records"
+	// CountLedgerRowsPutBack (Resurrected receipts) counts the ledger rows
+	// a re-erasure found missing or not erased and put back in force.
+	CountLedgerRowsPutBack = "erasure ledger rows put back"
 )
 
 // Counts of the Deleted step's evidence on the vacuum after the deletion.

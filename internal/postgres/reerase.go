@@ -162,7 +162,8 @@ func (e *Eraser) lost(ctx context.Context, req erasure.Request) (bool, error) {
 func (e *Eraser) resurrectedReceipt(ctx context.Context, tx pgx.Tx, uid string, res *erasure.BatchResult) error {
 	counts := append(slices.Clone(res.Rows),
 		erasure.Count{Table: erasure.CountContentIndexEntries, Rows: res.ContentIndexEntries},
-		erasure.Count{Table: erasure.CountDerivedRecords, Rows: res.DerivedRecords})
+		erasure.Count{Table: erasure.CountDerivedRecords, Rows: res.DerivedRecords},
+		erasure.Count{Table: erasure.CountLedgerRowsPutBack, Rows: res.LedgerRowsRestored})
 	r := receipt{uid: uid, step: erasure.StepResurrected, sessions: res.Sessions, counts: counts}
 	_, err := appendReceipt(ctx, tx, r, func(batch int) any {
 		res.Batch = batch
