@@ -186,14 +186,24 @@ func TestReeraseWritesEachResurrectionUnderTheNextBatch(t *testing.T) {
 		if rows["memory.sessions"] != 1 || rows["memory.rounds"] != 1 {
 			t.Errorf("resurrection %d: rows %v, want the session and its round", want, rows)
 		}
-		if got, d := receiptDigest(t, conn, req.UID, erasure.StepResurrected, want), mustDigest(t, res); got != d {
-			t.Errorf("Resurrected digest %s, want the result's %s", got, d)
+		// The receipt digests the result as committed: the WAL position is
+		// read after the commit.
+		if res.CommitLSN == "" {
+			t.Errorf("resurrection %d: no WAL position read after the commit", want)
+		}
+		committed := res
+		committed.CommitLSN = ""
+		if got, d := receiptDigest(t, conn, req.UID, erasure.StepResurrected, want), mustDigest(t, committed); got != d {
+			t.Errorf("Resurrected digest %s, want the committed result's %s", got, d)
 		}
 		// The history entry carries DeletedAt; a lost one is found by its
 		// receipt's time (Deletion.lostEntry), so the two must be one reading.
 		receipts, err := e.Receipts(ctx, req.UID, erasure.StepResurrected)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if n, ok := receipts[want].Counts[erasure.CountLedgerRowsPutBack]; !ok || n != res.LedgerRowsRestored {
+			t.Errorf("resurrection %d: receipt counts %v, want %q = %d (an entry recorded from the receipt reports it)", want, receipts[want].Counts, erasure.CountLedgerRowsPutBack, res.LedgerRowsRestored)
 		}
 		if at := receipts[want].At; at.IsZero() || !at.Equal(res.DeletedAt) {
 			t.Errorf("resurrection %d: receipt dated %v, want the result's DeletedAt %v", want, at, res.DeletedAt)
