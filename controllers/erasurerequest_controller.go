@@ -222,8 +222,8 @@ func (r *ErasureRequestReconciler) runSteps(ctx context.Context, p *pass) (ctrl.
 		if !out.IsDone() {
 			return r.result(ctx, st.Name(), out)
 		}
-		if out.RequeueAfter > 0 && (soon == 0 || out.RequeueAfter < soon) {
-			soon = out.RequeueAfter
+		if out.RequeueAfter > 0 {
+			soon = sooner(soon, out.RequeueAfter)
 		}
 	}
 	mirrorFailed, err := r.completed(ctx, sc, p)
@@ -235,18 +235,29 @@ func (r *ErasureRequestReconciler) runSteps(ctx context.Context, p *pass) (ctrl.
 		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 	}
 	res, err := r.reverify(ctx, p, sc)
-	if soon > 0 && err == nil && (res.RequeueAfter == 0 || res.RequeueAfter > soon) {
-		res.RequeueAfter = soon
+	if err != nil {
+		return res, err
 	}
-	if !persisted(p) && err == nil && (res.RequeueAfter == 0 || res.RequeueAfter > time.Second) {
+	if !persisted(p) {
 		// The receipt or an entry this pass added is mirrored by the next
 		// pass, once the API server holds it: soon, not at the next recheck.
-		res.RequeueAfter = time.Second
+		soon = sooner(soon, time.Second)
 	}
-	if mirrorFailed && err == nil && (res.RequeueAfter == 0 || res.RequeueAfter > mirrorRetry) {
-		res.RequeueAfter = mirrorRetry
+	if mirrorFailed {
+		soon = sooner(soon, mirrorRetry)
 	}
-	return res, err
+	if soon > 0 && (res.RequeueAfter == 0 || res.RequeueAfter > soon) {
+		res.RequeueAfter = soon
+	}
+	return res, nil
+}
+
+// sooner is the earlier of two requeues, 0 being none.
+func sooner(a, b time.Duration) time.Duration {
+	if a == 0 || b < a {
+		return b
+	}
+	return a
 }
 
 // mirrorRetry is how soon a pass whose mirror failed tries again.
