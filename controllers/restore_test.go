@@ -438,9 +438,14 @@ func TestRestoreAfterTheRequestIsDeletedIsErasedAgain(t *testing.T) {
 	if n := e.sessionRows(t, keptB); n == 0 {
 		t.Error("the kept session went with the re-erasure")
 	}
-	if n := storeEvents(t, e.store, lethev1.ReasonResurrected); n < 1 {
-		t.Errorf("%d Resurrected events on the store, want at least 1", n)
-	}
+	// The event follows the re-erasure's commit, through the recorder's
+	// own queue: wait for it.
+	eventually(t, 10*time.Second, func() error {
+		if n := storeEvents(t, e.store, lethev1.ReasonResurrected); n < 1 {
+			return fmt.Errorf("%d Resurrected events on the store, want at least 1", n)
+		}
+		return nil
+	})
 	// Counted by the same audit after its re-erasure: wait for it.
 	eventually(t, 10*time.Second, func() error {
 		if n := restoresDetected(t, e.ns); n != 1 {
