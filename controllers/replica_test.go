@@ -143,24 +143,7 @@ func TestRestoreDuringTheGracePeriodWaitsForTheReplicas(t *testing.T) {
 	// The session's lock, taken in the new database before pg_restore fills
 	// it, holds the re-tombstone back until the replica has replayed the
 	// restore and its replay is paused.
-	var hold pgx.Tx
-	if err := primary.RestoreWith(ctx, "memory", dump, func() error {
-		conn, err := pgx.Connect(ctx, primary.DSN("memory"))
-		if err != nil {
-			return err
-		}
-		t.Cleanup(func() { _ = conn.Close(ctx) })
-		if hold, err = conn.Begin(ctx); err != nil {
-			return err
-		}
-		_, err = hold.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('lethe.session'), hashtext($1))`, erasedA)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	rcluster := connectPlain(t, replica.DSN("postgres"))
-	replayedRestore(t, primary, rcluster)
-	pauseReplay(t, rcluster)
+	hold, rcluster := restoreHoldingSession(t, primary, replica, dump, erasedA)
 	rconn := connectVector(t, replica.DSN("memory"))
 	readable := `SELECT count(*) FROM memory.sessions WHERE id = $1 AND tombstoned_at IS NULL`
 	var visible int64
@@ -359,24 +342,7 @@ func TestRestoreAfterTheDeletionWaitsForTheReplicas(t *testing.T) {
 	// The session's lock, taken in the new database before pg_restore fills
 	// it, holds the re-erasure back until the replica has replayed the
 	// restore and its replay is paused.
-	var hold pgx.Tx
-	if err := primary.RestoreWith(ctx, "memory", dump, func() error {
-		conn, err := pgx.Connect(ctx, primary.DSN("memory"))
-		if err != nil {
-			return err
-		}
-		t.Cleanup(func() { _ = conn.Close(ctx) })
-		if hold, err = conn.Begin(ctx); err != nil {
-			return err
-		}
-		_, err = hold.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('lethe.session'), hashtext($1))`, erasedA)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	rcluster := connectPlain(t, replica.DSN("postgres"))
-	replayedRestore(t, primary, rcluster)
-	pauseReplay(t, rcluster)
+	hold, rcluster := restoreHoldingSession(t, primary, replica, dump, erasedA)
 	rconn := connectVector(t, replica.DSN("memory"))
 	present := `SELECT count(*) FROM memory.sessions WHERE id = $1`
 	var n int64
@@ -422,4 +388,32 @@ func TestRestoreAfterTheDeletionWaitsForTheReplicas(t *testing.T) {
 		t.Errorf("history %v: want exactly one resurrection", h)
 	}
 	assertNoPersonalData(t, er)
+}
+
+// restoreHoldingSession restores dump into the primary's memory database
+// with the session's lock taken in the new database before pg_restore fills
+// it, waits until the replica has replayed the restore, and pauses its
+// replay: the lock holds back whatever would erase the session again until
+// the caller rolls hold back. rcluster is a connection to the replica.
+func restoreHoldingSession(t *testing.T, primary, replica *testenv.Postgres, dump, session string) (hold pgx.Tx, rcluster *pgx.Conn) {
+	t.Helper()
+	ctx := context.Background()
+	if err := primary.RestoreWith(ctx, "memory", dump, func() error {
+		conn, err := pgx.Connect(ctx, primary.DSN("memory"))
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { _ = conn.Close(ctx) })
+		if hold, err = conn.Begin(ctx); err != nil {
+			return err
+		}
+		_, err = hold.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('lethe.session'), hashtext($1))`, session)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rcluster = connectPlain(t, replica.DSN("postgres"))
+	replayedRestore(t, primary, rcluster)
+	pauseReplay(t, rcluster)
+	return hold, rcluster
 }
