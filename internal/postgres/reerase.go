@@ -57,10 +57,8 @@ func (e *Eraser) Reerase(ctx context.Context, req erasure.Request) (erasure.Batc
 		return res, err
 	}
 	// Read after the commit: a replica past it no longer serves what came back.
-	if err := e.Pool.QueryRow(ctx, walPositionSQL).Scan(&res.CommitLSN); err != nil {
-		return res, fmt.Errorf("read WAL position after the re-erasure: %w", err)
-	}
-	return res, nil
+	res.CommitLSN, err = e.Position(ctx)
+	return res, err
 }
 
 // Position reads the primary's WAL position now.
