@@ -10,7 +10,8 @@
 // internal/redact (00014), its trigger on the reference schema's reasoning
 // column (00015), and the redaction of rows written before it (00016); the
 // whole registry replacing the batch guard's epoch (00017), and the layout
-// a tombstone's content rows were written from (00018).
+// a tombstone's content rows were written from (00018), and room on the
+// ledger's pages for the deletion's updates (00019).
 package migrations
 
 import "embed"

@@ -1,0 +1,21 @@
+-- Room on the ledger's pages for the deletion's updates (erasure support).
+--
+-- A deletion batch updates each session's ledger row twice: erased_at in
+-- the batch, then again once the batch committed (later is the safe
+-- direction). No index covers erased_at, so each update can stay on the
+-- row's page (a heap-only tuple: no new entry in the primary key or in
+-- erasure_ledger_active_idx) when the page has room for it. A tombstone
+-- filled every page it wrote: nine updates in ten moved the row to another
+-- page and added an entry to both indexes.
+--
+-- Each update needs room for one more version of the row, a timestamp
+-- longer than the first (the second update finds the first's old version
+-- pruned): pages filled to 45% leave that room with a margin for the line
+-- pointers pruning keeps. The setting applies to the pages written after
+-- it; the ledger takes about 2.2 times the pages (100/45).
+
+-- +goose Up
+ALTER TABLE lethe.erasure_ledger SET (fillfactor = 45);
+
+-- +goose Down
+ALTER TABLE lethe.erasure_ledger RESET (fillfactor);
