@@ -297,7 +297,7 @@ func BenchmarkP2OneThousandSessions(b *testing.B) {
 	// The pool's connections flush their table counters as they close.
 	pool.Close()
 	// Two updates per session, with the warm-up's.
-	upd, hot := ledgerUpdates(b, conn, 2*int64(n+1))
+	upd, hot := ledgerUpdateCounters(b, conn, 2*int64(n+1))
 	var heapKB, indexKB int64
 	if err := conn.QueryRow(ctx, `SELECT pg_table_size('lethe.erasure_ledger') / 1024, pg_indexes_size('lethe.erasure_ledger') / 1024`).Scan(&heapKB, &indexKB); err != nil {
 		b.Fatal(err)
@@ -562,20 +562,4 @@ func minLen(s []string) int {
 
 func maxLen(s []string) int {
 	return len(slices.MaxFunc(s, func(a, b string) int { return len(a) - len(b) }))
-}
-
-// ledgerUpdates reads the ledger's updated rows, and those of them that
-// stayed on their page (HOT: no new index entries), since the database was
-// made; it polls until at least want are counted (a closed connection's
-// counters reach the server shortly after it ends).
-func ledgerUpdates(b *testing.B, conn *pgx.Conn, want int64) (upd, hot int64) {
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if err := conn.QueryRow(context.Background(), `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
-			WHERE relid = 'lethe.erasure_ledger'::regclass`).Scan(&upd, &hot); err != nil {
-			b.Fatal(err)
-		}
-		if upd >= want || time.Now().After(deadline) {
-			return upd, hot
-		}
-	}
 }

@@ -38,9 +38,10 @@ func ledgerPages(t *testing.T, conn *pgx.Conn, uid string) (map[string]int64, in
 }
 
 // ledgerUpdateCounters polls the ledger's updated and heap-only updated
-// rows (pg_stat_user_tables) until at least want updates are counted: a
-// connection's counters reach the server shortly after it ends.
-func ledgerUpdateCounters(t *testing.T, conn *pgx.Conn, want int64) (upd, hot int64) {
+// rows (pg_stat_user_tables, since the database was made) until at least
+// want updates are counted: a connection's counters reach the server
+// shortly after it ends.
+func ledgerUpdateCounters(t testing.TB, conn *pgx.Conn, want int64) (upd, hot int64) {
 	t.Helper()
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if err := conn.QueryRow(context.Background(), `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
