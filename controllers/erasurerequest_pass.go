@@ -159,31 +159,41 @@ func (r *ErasureRequestReconciler) patchStatus(ctx context.Context, p *pass) err
 	return r.Client.Status().Patch(ctx, p.req, client.MergeFromWithOptions(p.before, client.MergeFromWithOptimisticLock{}))
 }
 
-// claims is the pass's erasure.Claims: the claim is written on the latest
-// version of the request, read uncached.
+// claims is the pass's erasure.Claims. The claim is written on the version
+// the pass started from, optimistically locked: written, it proves that
+// version was the latest, so a cancel the cache had not shown yet makes the
+// claim fail instead of losing. Only a pass that sees a cancel reads the
+// request uncached first: another pass may have claimed it since.
 type claims struct {
-	r      *ErasureRequestReconciler
-	p      *pass
-	latest *lethev1.ErasureRequest
-	// stale: the pass started from an older version than the latest. It
-	// may not see a claim another pass wrote since, so it neither cancels
-	// nor claims: the pass starts again from the latest version.
+	r *ErasureRequestReconciler
+	p *pass
+	// base is the version the claim is written on; set by CancelRequested.
+	base *lethev1.ErasureRequest
+	// stale: the pass saw a cancel but started from an older version than
+	// the latest. It may not see a claim another pass wrote since, so it
+	// neither cancels nor claims: the pass starts again from the latest.
 	stale bool
 }
 
 func (c *claims) CancelRequested(ctx context.Context) (bool, error) {
+	if !c.p.before.Spec.Cancel {
+		// Not cancelled as of the pass's version; if a cancel came after
+		// it, the claim's write on it gets a conflict.
+		c.base = c.p.before
+		return false, nil
+	}
 	latest := &lethev1.ErasureRequest{}
 	if err := c.r.APIReader.Get(ctx, client.ObjectKeyFromObject(c.p.req), latest); err != nil {
 		return false, err
 	}
-	c.latest = latest
+	c.base = latest
 	c.stale = latest.ResourceVersion != c.p.before.ResourceVersion
 	return latest.Spec.Cancel && !c.stale, nil
 }
 
 func (c *claims) Claim(ctx context.Context, claim metav1.Condition) (bool, error) {
-	if c.latest == nil {
-		return false, errors.New("claim before reading the latest request")
+	if c.base == nil {
+		return false, errors.New("claim before asking whether the request is cancelled")
 	}
 	if c.stale {
 		return false, nil
@@ -193,17 +203,18 @@ func (c *claims) Claim(ctx context.Context, claim metav1.Condition) (bool, error
 	// Summarized as the pass's last write would be: a pass that ends right
 	// after the claim (its deletion waits for the vacuum) then writes nothing more.
 	erasure.Summarize(c.p.req)
-	base := c.latest.DeepCopy()
-	c.latest.Status = *c.p.req.Status.DeepCopy()
-	if err := c.r.Client.Status().Patch(ctx, c.latest, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+	base := c.base.DeepCopy()
+	written := c.base.DeepCopy()
+	written.Status = *c.p.req.Status.DeepCopy()
+	if err := c.r.Client.Status().Patch(ctx, written, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		if apierrors.IsConflict(err) {
 			return false, nil
 		}
 		return false, err
 	}
 	// The claim is written: later changes of this pass patch on top of it.
-	c.p.before = c.latest.DeepCopy()
-	c.p.req.ResourceVersion = c.latest.ResourceVersion
+	c.p.before = written.DeepCopy()
+	c.p.req.ResourceVersion = written.ResourceVersion
 	return true, nil
 }
 

@@ -143,15 +143,18 @@ type Replicas interface {
 }
 
 // Claims writes the claim on the request before its deletion starts: the
-// intent to delete, written with optimistic concurrency after an uncached
-// read that shows the request not cancelled, so that a concurrent cancel
-// makes the claim fail rather than lose.
+// intent to delete, written with optimistic concurrency on a version that
+// shows the request not cancelled, so that a concurrent cancel makes the
+// claim fail rather than lose.
 type Claims interface {
-	// CancelRequested reads the latest version of the request, uncached,
-	// and reports whether it asks to cancel.
+	// CancelRequested reports whether the request asks to cancel, as of the
+	// version the claim would be written on: the pass's own when that one
+	// does not ask (a later cancel makes the claim's write conflict), else
+	// the latest, read uncached (false when the pass's is older: it may
+	// not show a claim written since).
 	CancelRequested(ctx context.Context) (bool, error)
 	// Claim records the given Deleted condition in the pass's status and
-	// writes that whole status on top of the version CancelRequested read
+	// writes that whole status on top of the version CancelRequested chose
 	// (GracePeriodElapsed, True, goes with it); false (nothing written)
 	// when the request changed since.
 	Claim(ctx context.Context, claim metav1.Condition) (bool, error)
