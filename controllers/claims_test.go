@@ -36,7 +36,7 @@ func newClaimsFixture(t *testing.T) claimsFixture {
 		Spec: lethev1.ErasureRequestSpec{StoreRef: lethev1.StoreReference{Name: "store"}, SessionIDs: []lethev1.SessionID{"s-1"}, Immediate: true}}
 	c := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&lethev1.ErasureRequest{}).WithObjects(er).Build()
 	reads := 0
-	reader := interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+	reader := interceptor.NewClient(c, interceptor.Funcs{
 		Get: func(ctx context.Context, cl client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 			reads++
 			return cl.Get(ctx, key, obj, opts...)

@@ -239,9 +239,9 @@ func (r *ErasureRequestReconciler) runSteps(ctx context.Context, p *pass) (ctrl.
 		return res, err
 	}
 	if !persisted(p) {
-		// The receipt or an entry this pass added is mirrored by the next
-		// pass, once the API server holds it: soon, not at the next recheck.
-		soon = sooner(soon, time.Second)
+		// The receipt or an entry this pass added is mirrored once the API
+		// server holds it: after this pass's status write (finishPass).
+		p.mirror = sc
 	}
 	if mirrorFailed {
 		soon = sooner(soon, mirrorRetry)
@@ -315,16 +315,22 @@ func (r *ErasureRequestReconciler) completed(ctx context.Context, sc *erasure.Sc
 	if !persisted(p) {
 		// Only what the API server holds goes into the database: a pass
 		// whose status write is lost would leave a history there that the
-		// request's next one does not extend. The next pass mirrors.
+		// request's next one does not extend. The pass mirrors it once its
+		// status write holds (finishPass).
 		return false, nil
 	}
 	if err := r.mirrorProof(ctx, sc, er); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "the proof is not in the database yet; the next pass tries again")
-		r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, ReasonProofNotMirrored, "Mirror",
-			"the receipt and history could not be written to lethe.erasure_proofs (are Lethe's migrations applied?); retried on the next pass")
+		r.mirrorFailed(ctx, er, err)
 		return true, nil
 	}
 	return false, nil
+}
+
+// mirrorFailed reports a mirror that failed; the next pass tries again.
+func (r *ErasureRequestReconciler) mirrorFailed(ctx context.Context, er *lethev1.ErasureRequest, err error) {
+	ctrl.LoggerFrom(ctx).Error(err, "the proof is not in the database yet; the next pass tries again")
+	r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, ReasonProofNotMirrored, "Mirror",
+		"the receipt and history could not be written to lethe.erasure_proofs (are Lethe's migrations applied?); retried on the next pass")
 }
 
 // persisted reports whether the pass's receipt and history are those the
@@ -356,9 +362,29 @@ func (r *ErasureRequestReconciler) finishPass(ctx context.Context, p *pass, res 
 		for _, f := range p.written {
 			f()
 		}
+		if p.mirror != nil && *retErr == nil {
+			r.mirrorWritten(ctx, p, res, retErr)
+		}
 	case *retErr != nil:
 		*retErr = errors.Join(*retErr, err)
 	default:
+		*res, *retErr = requeueOnConflict(err)
+	}
+}
+
+// mirrorWritten mirrors the proof the pass's status write just put in the
+// API server (p.req is what the server returned), and writes the log
+// inclusion the mirror adds when the receipt is signed. A mirror or a
+// write that fails is retried by a pass soon, as a mirror in a pass of its
+// own would be.
+func (r *ErasureRequestReconciler) mirrorWritten(ctx context.Context, p *pass, res *ctrl.Result, retErr *error) {
+	p.before = p.req.DeepCopy()
+	if err := r.mirrorProof(ctx, p.mirror, p.req); err != nil {
+		r.mirrorFailed(ctx, p.req, err)
+		res.RequeueAfter = sooner(res.RequeueAfter, mirrorRetry)
+		return
+	}
+	if err := r.patchStatus(ctx, p); err != nil {
 		*res, *retErr = requeueOnConflict(err)
 	}
 }

@@ -36,6 +36,10 @@ type pass struct {
 	// written holds the outcomes' Persisted callbacks, called once the
 	// pass's status write holds.
 	written []func()
+	// mirror: the pass completed the request or added to its completed
+	// history; once its status write holds, the proof is mirrored through
+	// this scope, in this pass rather than a pass of its own.
+	mirror *erasure.Scope
 }
 
 // scope resolves the request's store and opens its ports; when that is not

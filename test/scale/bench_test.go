@@ -351,8 +351,8 @@ func BenchmarkP3TenThousandRequestsManagerProcess(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		// A completed request's proof is mirrored into the database by a
-		// pass after the one that completed it: done is when every proof is.
+		// A completed request's proof is mirrored into the database after
+		// the status write that completed it: done is when every proof is.
 		e.waitProofs(b, ns, n, 40*time.Minute)
 		mirrored := time.Since(t0)
 		stopSampling()
