@@ -552,6 +552,55 @@ func TestDeletingARequestDuringTheGracePeriodLiftsTheTombstone(t *testing.T) {
 	}
 }
 
+// A request whose grace has passed but whose deletion was never claimed
+// (here the store's schema stopped being compliant, so the Deleted step
+// waits with StoreNotReady) is withdrawn when it is deleted: its tombstones
+// are lifted, and nothing is erased once the schema is fixed.
+func TestDeletingARequestBeforeItsClaimWithdrawsIt(t *testing.T) {
+	ctx := context.Background()
+	e := newMemoryEnv(t, "withdraw-unclaimed")
+	if _, err := e.conn.Exec(ctx, `CREATE TABLE memory.session_notes (
+		id bigint PRIMARY KEY, session_id uuid NOT NULL REFERENCES memory.sessions (id), note text);
+		GRANT SELECT ON memory.session_notes TO lethe_operator`); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, e.store, lethev1.MemoryStoreSchemaCompliant, metav1.ConditionFalse, lethev1.ReasonViolationsFound)
+	er := e.request(t, "typo", func(er *lethev1.ErasureRequest) {
+		er.Spec.Immediate, er.Spec.Reason = false, ""
+		er.Spec.GracePeriod = &metav1.Duration{Duration: time.Millisecond}
+	})
+	waitStepReason(t, er, lethev1.ConditionDeleted, lethev1.ReasonStoreNotReady)
+	sessions := e.count(t, `SELECT count(*) FROM memory.sessions`)
+	if err := k8s.Delete(ctx, er); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(er), &lethev1.ErasureRequest{})
+		if err == nil {
+			return fmt.Errorf("request still exists")
+		}
+		return client.IgnoreNotFound(err)
+	})
+	if n := e.count(t, `SELECT count(*) FROM memory.sessions WHERE tombstoned_at IS NOT NULL`); n != 0 {
+		t.Errorf("%d sessions still tombstoned after the unclaimed request was deleted", n)
+	}
+	if n := e.count(t, `SELECT count(*) FROM lethe.erasure_receipts WHERE request_uid = $1 AND step = 'Cancelled'`, string(er.UID)); n != 1 {
+		t.Errorf("withdrawal receipt: %d, want 1", n)
+	}
+	// The schema fixed, the store is ready for deletions again: the
+	// withdrawn request's sessions stay.
+	if _, err := e.conn.Exec(ctx, `DROP TABLE memory.session_notes`); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, e.store, lethev1.MemoryStoreSchemaCompliant, metav1.ConditionTrue, lethev1.ReasonCompliant)
+	if n := e.count(t, `SELECT count(*) FROM memory.sessions`); n != sessions {
+		t.Errorf("%d sessions after the schema was fixed, want the %d there before the withdrawal", n, sessions)
+	}
+	if n := e.count(t, `SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $1 AND erased_at IS NOT NULL`, string(er.UID)); n != 0 {
+		t.Errorf("%d ledger rows of the withdrawn request say erased", n)
+	}
+}
+
 // assertSignedReceipt checks the receipt with the public key the manager
 // published, and that an altered history fails the check.
 func assertSignedReceipt(t *testing.T, er *lethev1.ErasureRequest) {

@@ -67,7 +67,7 @@ const ReasonFinishingBeforeRelease = "FinishingBeforeRelease"
 // whose MemoryStore is gone cannot finish and is released.
 func (r *ErasureRequestReconciler) finishesFirst(ctx context.Context, er *lethev1.ErasureRequest) bool {
 	if !controllerutil.ContainsFinalizer(er, Finalizer) || erasure.Terminal(er) || er.Status.Phase == lethev1.PhaseBackupsRotated ||
-		meta.FindStatusCondition(er.Status.Conditions, lethev1.ConditionDeleted) == nil {
+		!erasure.DeletionClaimed(er) {
 		return false
 	}
 	store := &lethev1.MemoryStore{}

@@ -196,6 +196,15 @@ func Terminal(er *lethev1.ErasureRequest) bool { return terminal(er.Status.Condi
 // ("none" when every step is done).
 func FirstPending(er *lethev1.ErasureRequest) string { return firstPending(er.Status.Conditions) }
 
+// DeletionClaimed reports whether the request's deletion was claimed: its
+// Deleted condition is True or carries a reason only a claim leads to. A
+// Deleted condition written before the claim (the store not ready, the
+// database unreachable) is not one.
+func DeletionClaimed(er *lethev1.ErasureRequest) bool {
+	c := meta.FindStatusCondition(er.Status.Conditions, lethev1.ConditionDeleted)
+	return c != nil && (c.Status == metav1.ConditionTrue || claimedReasons[c.Reason])
+}
+
 // Deadline is one calendar month after the request (GDPR Art. 12(3)).
 func Deadline(requested time.Time) time.Time { return deadline(requested) }
 
