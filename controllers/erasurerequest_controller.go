@@ -316,7 +316,8 @@ func (r *ErasureRequestReconciler) completed(ctx context.Context, sc *erasure.Sc
 		// Only what the API server holds goes into the database: a pass
 		// whose status write is lost would leave a history there that the
 		// request's next one does not extend. The pass mirrors it once its
-		// status write holds (finishPass).
+		// status write holds (finishPass); a request being deleted, before
+		// its finalizer goes (finalize).
 		return false, nil
 	}
 	if err := r.mirrorProof(ctx, sc, er); err != nil {

@@ -79,9 +79,10 @@ func (r *ErasureRequestReconciler) mirrorProof(ctx context.Context, sc *erasure.
 		return err
 	}
 	// Mirrored already by this process, and, when signed, its inclusion
-	// in the status: a pass whose status write was lost left it out, and
-	// the next one records it again.
-	if n, ok := r.mirrored.Load(er.UID); ok && n.(int) == len(er.Status.History) && (key == nil || er.Status.Receipt.Log != nil) {
+	// in the status covers the whole history: a pass whose status write
+	// was lost left it out or left an older one, and the next one records
+	// it again.
+	if n, ok := r.mirrored.Load(er.UID); ok && n.(int) == len(er.Status.History) && (key == nil || logCoversHistory(er)) {
 		return nil
 	}
 	anon := er.DeepCopy()
@@ -103,6 +104,14 @@ func (r *ErasureRequestReconciler) mirrorProof(ctx context.Context, sc *erasure.
 	}
 	r.mirrored.Store(er.UID, len(er.Status.History))
 	return nil
+}
+
+// logCoversHistory reports whether the status holds the receipt's
+// inclusion in the store's log for the whole history: after a re-erasure
+// appends an entry, the inclusion written before it covers one entry less.
+func logCoversHistory(er *lethev1.ErasureRequest) bool {
+	l := er.Status.Receipt.Log
+	return l != nil && int(l.HistoryLength) == len(er.Status.History)
 }
 
 // logInclusion signs the store's receipt log checkpoint at its current

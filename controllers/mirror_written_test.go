@@ -143,3 +143,27 @@ func TestAFailedMirrorAfterTheWriteIsRetriedSoon(t *testing.T) {
 		t.Fatal("no event says the proof is not mirrored")
 	}
 }
+
+// A signed receipt's inclusion written for a shorter history (before a
+// re-erasure appended an entry, its status write lost) is recorded again,
+// though this process mirrored the longer history already.
+func TestLogInclusionMustCoverTheWholeHistory(t *testing.T) {
+	er := &lethev1.ErasureRequest{}
+	er.Status.History = make([]lethev1.HistoryEntry, 6)
+	er.Status.Receipt = &lethev1.Receipt{}
+	cases := []struct {
+		name string
+		log  *lethev1.LogInclusion
+		want bool
+	}{
+		{"none", nil, false},
+		{"before the last entry", &lethev1.LogInclusion{HistoryLength: 5}, false},
+		{"the whole history", &lethev1.LogInclusion{HistoryLength: 6}, true},
+	}
+	for _, tc := range cases {
+		er.Status.Receipt.Log = tc.log
+		if got := logCoversHistory(er); got != tc.want {
+			t.Errorf("%s: logCoversHistory = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -117,8 +117,8 @@ func (d *Deletion) Run(ctx context.Context, s *Scope) Outcome {
 }
 
 // claim writes the intent to delete before anything is deleted. A cancel
-// seen by the uncached read cancels instead, unless the deletion had
-// already started; a conflict starts the pass again.
+// the request asks for (Claims.CancelRequested) cancels instead, unless the
+// deletion had already started; a conflict starts the pass again.
 func (d *Deletion) claim(ctx context.Context, s *Scope) (Outcome, bool) {
 	cancelRequested, err := s.Claims.CancelRequested(ctx)
 	if err != nil {

@@ -143,9 +143,9 @@ type Replicas interface {
 }
 
 // Claims writes the claim on the request before its deletion starts: the
-// intent to delete, written with optimistic concurrency on a version that
-// shows the request not cancelled, so that a concurrent cancel makes the
-// claim fail rather than lose.
+// intent to delete, written with optimistic concurrency on the version
+// whose cancel (none, or one too late to apply) the pass acted on, so that
+// a concurrent cancel makes the claim fail rather than lose.
 type Claims interface {
 	// CancelRequested reports whether the request asks to cancel, as of the
 	// version the claim would be written on: the pass's own when that one
