@@ -90,6 +90,7 @@ type managerFlags struct {
 	probeTimeout           time.Duration
 	redactionSample        int
 	pgMaxConns             int
+	vacuumGap              time.Duration
 	reverify               time.Duration
 	minGrace               time.Duration
 	planTTL                time.Duration
@@ -151,6 +152,7 @@ func bindManagerFlags(fs *flag.FlagSet, f *managerFlags) {
 	fs.DurationVar(&f.probeTimeout, "probe-timeout", 10*time.Second, "bound on each connectivity or audit check")
 	fs.IntVar(&f.redactionSample, "redaction-sample-rows", 200, "values of each redacted column a store audit samples for unredacted secrets and personal data (0: check the triggers only)")
 	fs.IntVar(&f.pgMaxConns, "postgres-max-conns", 4, "connections per MemoryStore database pool")
+	fs.DurationVar(&f.vacuumGap, "vacuum-gap", 5*time.Second, "least time between the end of a store's post-deletion vacuum and the start of its next; the deletions finishing meanwhile share that next one (each vacuum reads the tables' indexes whole)")
 	fs.DurationVar(&f.reverify, "reverify-interval", time.Hour, "how often a completed ErasureRequest is checked for resurrected sessions")
 	fs.DurationVar(&f.minGrace, "min-grace-period", lethev1.DefaultMinGracePeriod,
 		"the shortest spec.gracePeriod a request that is not immediate may have; a shorter one stalls the request before anything is touched")
@@ -194,7 +196,7 @@ func serve(f managerFlags, receiptKey types.NamespacedName) int {
 		log.Error(err, "create discovery client")
 		return 1
 	}
-	pools := &postgres.Pools{Options: postgres.Options{MaxConns: int32(f.pgMaxConns), ApplicationName: "lethe-manager", Vector: true}}
+	pools := &postgres.Pools{Options: postgres.Options{MaxConns: int32(f.pgMaxConns), ApplicationName: "lethe-manager", Vector: true, VacuumGap: f.vacuumGap}}
 	defer pools.Close()
 	graphs := &graph.Clients{}
 	defer graphs.Close()
@@ -385,6 +387,7 @@ func validateFlags(f managerFlags) error {
 		{f.backupRecheck < time.Second, "--backup-recheck-interval must be at least 1s, got %s", []any{f.backupRecheck}},
 		{f.probeBudget < 0 || f.probeBudget > 10000, "--residue-probe-budget must be between 0 and 10000, got %d", []any{f.probeBudget}},
 		{f.pgMaxConns < 1 || f.pgMaxConns > 100, "--postgres-max-conns must be between 1 and 100, got %d", []any{f.pgMaxConns}},
+		{f.vacuumGap < 0 || f.vacuumGap > 10*time.Minute, "--vacuum-gap must be between 0 and 10m, got %s", []any{f.vacuumGap}},
 	}
 	var errs []error
 	for _, c := range checks {

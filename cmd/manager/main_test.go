@@ -89,6 +89,7 @@ func TestManagerFlagsAreValidated(t *testing.T) {
 		"--store-recheck-interval":    func(f *managerFlags) { f.storeRecheck = time.Second },
 		"--probe-timeout":             func(f *managerFlags) { f.probeTimeout = 0 },
 		"--postgres-max-conns":        func(f *managerFlags) { f.pgMaxConns = 0 },
+		"--vacuum-gap":                func(f *managerFlags) { f.vacuumGap = -time.Second },
 		"--reverify-interval":         func(f *managerFlags) { f.reverify = time.Second },
 		"--min-grace-period":          func(f *managerFlags) { f.minGrace = 0 },
 		"--record-key-secret":         func(f *managerFlags) { f.recordKey = "no-slash" },

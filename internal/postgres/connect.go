@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -33,6 +34,9 @@ type Options struct {
 	Vector bool
 	// ApplicationName shows up in pg_stat_activity.
 	ApplicationName string
+	// VacuumGap is the least time between the end of a store's
+	// post-deletion vacuum and the start of its next (vacuumQueue); 0: none.
+	VacuumGap time.Duration
 }
 
 // ErrInvalidDSN is a DSN pgx cannot parse (a configuration mistake).

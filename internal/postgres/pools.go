@@ -25,7 +25,7 @@ type Pools struct {
 // Memo is the audit memo shared by the Erasers of the schema of the pool
 // under key (see AuditMemo); it is dropped with the pool's key.
 func (p *Pools) Memo(key, schema string) *AuditMemo {
-	m, _ := p.memos.LoadOrStore(key+"\x00"+schema, &AuditMemo{})
+	m, _ := p.memos.LoadOrStore(key+"\x00"+schema, &AuditMemo{vacuums: vacuumQueue{gap: p.Options.VacuumGap}})
 	return m.(*AuditMemo)
 }
 

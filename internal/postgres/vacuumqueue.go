@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/erasure"
@@ -18,11 +21,20 @@ import (
 //
 // The contract callers rely on: run returns the result of a vacuum that
 // started after run was called.
+//
+// gap spaces the vacuums of a busy store: the next one starts no sooner
+// than gap after the last one ended, and every deletion finishing in
+// between joins it. Each vacuum reads every index of the tables whole
+// (INDEX_CLEANUP ON), so back to back they cost a CPU for as long as
+// deletions come; a first vacuum after a quiet gap starts at once.
 type vacuumQueue struct {
 	mu      sync.Mutex
 	running bool
 	pending []*vacuumRun
 	started int64 // vacuums started, for tests and benchmarks
+	gap     time.Duration
+	clock   clock.Clock // nil: the wall clock
+	ended   time.Time   // when the last vacuum ended
 }
 
 // vacuumRun is one vacuum and those waiting for it.
@@ -78,12 +90,27 @@ func (q *vacuumQueue) join(ctx context.Context, pool DB, mode lethev1.VacuumMode
 	return r
 }
 
-// startLocked starts the first pending vacuum, then the next one when it
-// ends, until none is pending; q.mu is held.
+// startLocked starts the first pending vacuum once gap has passed since
+// the last one ended (it stays pending, open to joiners, until then), then
+// the next one when it ends, until none is pending; q.mu is held.
 func (q *vacuumQueue) startLocked(ctx context.Context) {
+	q.running = true
+	if wait := q.gap - q.now().Sub(q.ended); wait > 0 {
+		go func() {
+			<-q.clk().After(wait)
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			q.runLocked(ctx)
+		}()
+		return
+	}
+	q.runLocked(ctx)
+}
+
+// runLocked runs the first pending vacuum; q.mu is held.
+func (q *vacuumQueue) runLocked(ctx context.Context) {
 	r := q.pending[0]
 	q.pending = q.pending[1:]
-	q.running = true
 	q.started++
 	go func() {
 		// A panic would otherwise take the manager down and leave the
@@ -96,6 +123,7 @@ func (q *vacuumQueue) startLocked(ctx context.Context) {
 			q.mu.Lock()
 			defer q.mu.Unlock()
 			q.running = false
+			q.ended = q.now()
 			if len(q.pending) > 0 {
 				q.startLocked(ctx)
 			}
@@ -103,6 +131,15 @@ func (q *vacuumQueue) startLocked(ctx context.Context) {
 		r.res, r.err = r.vacuum(ctx, r.mode)
 	}()
 }
+
+func (q *vacuumQueue) clk() clock.Clock {
+	if q.clock == nil {
+		return clock.RealClock{}
+	}
+	return q.clock
+}
+
+func (q *vacuumQueue) now() time.Time { return q.clk().Now() }
 
 // Started is how many vacuums the queue has started.
 func (q *vacuumQueue) Started() int64 {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/erasure"
@@ -63,5 +66,42 @@ func TestJoinReturnsAtOnceAndEndsWithTheNextVacuum(t *testing.T) {
 	<-joined.done
 	if q.Started() != 3 {
 		t.Fatalf("%d vacuums started, want 3", q.Started())
+	}
+}
+
+// With a gap, the vacuum after one that just ended waits for it, and every
+// deletion finishing meanwhile joins that same vacuum; a first vacuum
+// starts at once.
+func TestVacuumsOfABusyStoreAreSpacedByTheGap(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
+	q := vacuumQueue{gap: 10 * time.Second, clock: clk}
+	release := make(chan struct{})
+	vacuum := func(context.Context, lethev1.VacuumMode) (erasure.VacuumResult, error) {
+		<-release
+		return erasure.VacuumResult{}, nil
+	}
+	first := q.join(ctx, nil, lethev1.VacuumLazy, vacuum)
+	release <- struct{}{} // the first starts without waiting for the clock
+	<-first.done
+
+	next := q.join(ctx, nil, lethev1.VacuumLazy, vacuum)
+	for deadline := time.Now().Add(10 * time.Second); !clk.HasWaiters(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the vacuum after the first does not wait for the gap (%d started)", q.Started())
+		}
+	}
+	clk.Step(9 * time.Second)
+	if joined := q.join(ctx, nil, lethev1.VacuumLazy, vacuum); joined != next {
+		t.Fatal("a deletion finishing during the gap did not join the vacuum waiting for it")
+	}
+	if n := q.Started(); n != 1 {
+		t.Fatalf("%d vacuums started 9 s after the first ended, want 1 (the gap is 10 s)", n)
+	}
+	clk.Step(time.Second)
+	release <- struct{}{}
+	<-next.done
+	if n := q.Started(); n != 2 || next.waiters != 2 {
+		t.Fatalf("%d vacuums started, %d deletions on the second; want 2 and 2", n, next.waiters)
 	}
 }
