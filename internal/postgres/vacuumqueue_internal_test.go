@@ -69,9 +69,10 @@ func TestJoinReturnsAtOnceAndEndsWithTheNextVacuum(t *testing.T) {
 	}
 }
 
-// With a gap, the vacuum after one that just ended waits for it, and every
-// deletion finishing meanwhile joins that same vacuum; a first vacuum
-// starts at once.
+// With a gap, the vacuum after one that just ended waits for it, counted
+// from that end, not its start; every deletion finishing meanwhile joins
+// that same vacuum, and one finishing once it started joins the next. A
+// first vacuum starts at once.
 func TestVacuumsOfABusyStoreAreSpacedByTheGap(t *testing.T) {
 	ctx := context.Background()
 	clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
@@ -81,16 +82,30 @@ func TestVacuumsOfABusyStoreAreSpacedByTheGap(t *testing.T) {
 		<-release
 		return erasure.VacuumResult{}, nil
 	}
-	first := q.join(ctx, nil, lethev1.VacuumLazy, vacuum)
-	release <- struct{}{} // the first starts without waiting for the clock
-	<-first.done
-
-	next := q.join(ctx, nil, lethev1.VacuumLazy, vacuum)
-	for deadline := time.Now().Add(10 * time.Second); !clk.HasWaiters(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the vacuum after the first does not wait for the gap (%d started)", q.Started())
+	until := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s (%d vacuums started)", what, q.Started())
+			}
 		}
 	}
+	end := func(r *vacuumRun) {
+		t.Helper()
+		select {
+		case release <- struct{}{}:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the vacuum never ran (%d started)", q.Started())
+		}
+		<-r.done
+	}
+	first := q.join(ctx, nil, lethev1.VacuumLazy, vacuum)
+	until("the first vacuum did not start at once", func() bool { return q.Started() == 1 })
+	clk.Step(20 * time.Second) // a long vacuum: the gap counts from its end
+	end(first)
+
+	next := q.join(ctx, nil, lethev1.VacuumLazy, vacuum)
+	until("the vacuum after the first does not wait for the gap", clk.HasWaiters)
 	clk.Step(9 * time.Second)
 	if joined := q.join(ctx, nil, lethev1.VacuumLazy, vacuum); joined != next {
 		t.Fatal("a deletion finishing during the gap did not join the vacuum waiting for it")
@@ -99,9 +114,12 @@ func TestVacuumsOfABusyStoreAreSpacedByTheGap(t *testing.T) {
 		t.Fatalf("%d vacuums started 9 s after the first ended, want 1 (the gap is 10 s)", n)
 	}
 	clk.Step(time.Second)
-	release <- struct{}{}
-	<-next.done
-	if n := q.Started(); n != 2 || next.waiters != 2 {
-		t.Fatalf("%d vacuums started, %d deletions on the second; want 2 and 2", n, next.waiters)
+	until("the second vacuum did not start once the gap was over", func() bool { return q.Started() == 2 })
+	if later := q.join(ctx, nil, lethev1.VacuumLazy, vacuum); later == next {
+		t.Fatal("a deletion finishing after the vacuum started joined it")
+	}
+	end(next)
+	if next.waiters != 2 {
+		t.Fatalf("%d deletions on the second vacuum, want 2", next.waiters)
 	}
 }
