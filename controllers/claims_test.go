@@ -26,7 +26,9 @@ type claimsFixture struct {
 	reads *int
 }
 
-func newClaimsFixture(t *testing.T) claimsFixture {
+// fakeServerWith is a fake API server (status subresource on) holding an
+// immediate request ns/r, shaped by edit.
+func fakeServerWith(t *testing.T, edit func(*lethev1.ErasureRequest)) client.WithWatch {
 	t.Helper()
 	s := runtime.NewScheme()
 	if err := lethev1.AddToScheme(s); err != nil {
@@ -34,7 +36,15 @@ func newClaimsFixture(t *testing.T) claimsFixture {
 	}
 	er := &lethev1.ErasureRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r"},
 		Spec: lethev1.ErasureRequestSpec{StoreRef: lethev1.StoreReference{Name: "store"}, SessionIDs: []lethev1.SessionID{"s-1"}, Immediate: true}}
-	c := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&lethev1.ErasureRequest{}).WithObjects(er).Build()
+	if edit != nil {
+		edit(er)
+	}
+	return fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&lethev1.ErasureRequest{}).WithObjects(er).Build()
+}
+
+func newClaimsFixture(t *testing.T) claimsFixture {
+	t.Helper()
+	c := fakeServerWith(t, nil)
 	reads := 0
 	reader := interceptor.NewClient(c, interceptor.Funcs{
 		Get: func(ctx context.Context, cl client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {

@@ -537,13 +537,7 @@ func TestDeletingARequestDuringTheGracePeriodLiftsTheTombstone(t *testing.T) {
 	if err := k8s.Delete(context.Background(), er); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, func() error {
-		err := k8s.Get(context.Background(), client.ObjectKeyFromObject(er), &lethev1.ErasureRequest{})
-		if err == nil {
-			return fmt.Errorf("request still exists")
-		}
-		return client.IgnoreNotFound(err)
-	})
+	waitRequestGone(t, er)
 	if n := e.count(t, `SELECT count(*) FROM memory.sessions WHERE tombstoned_at IS NOT NULL`); n != 0 {
 		t.Errorf("%d sessions still tombstoned after the request was deleted", n)
 	}
@@ -559,28 +553,12 @@ func TestDeletingARequestDuringTheGracePeriodLiftsTheTombstone(t *testing.T) {
 func TestDeletingARequestBeforeItsClaimWithdrawsIt(t *testing.T) {
 	ctx := context.Background()
 	e := newMemoryEnv(t, "withdraw-unclaimed")
-	if _, err := e.conn.Exec(ctx, `CREATE TABLE memory.session_notes (
-		id bigint PRIMARY KEY, session_id uuid NOT NULL REFERENCES memory.sessions (id), note text);
-		GRANT SELECT ON memory.session_notes TO lethe_operator`); err != nil {
-		t.Fatal(err)
-	}
-	waitCondition(t, e.store, lethev1.MemoryStoreSchemaCompliant, metav1.ConditionFalse, lethev1.ReasonViolationsFound)
-	er := e.request(t, "typo", func(er *lethev1.ErasureRequest) {
-		er.Spec.Immediate, er.Spec.Reason = false, ""
-		er.Spec.GracePeriod = &metav1.Duration{Duration: time.Millisecond}
-	})
-	waitStepReason(t, er, lethev1.ConditionDeleted, lethev1.ReasonStoreNotReady)
+	er := e.requestWaitingForACompliantSchema(t, "typo")
 	sessions := e.count(t, `SELECT count(*) FROM memory.sessions`)
 	if err := k8s.Delete(ctx, er); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, func() error {
-		err := k8s.Get(ctx, client.ObjectKeyFromObject(er), &lethev1.ErasureRequest{})
-		if err == nil {
-			return fmt.Errorf("request still exists")
-		}
-		return client.IgnoreNotFound(err)
-	})
+	waitRequestGone(t, er)
 	if n := e.count(t, `SELECT count(*) FROM memory.sessions WHERE tombstoned_at IS NOT NULL`); n != 0 {
 		t.Errorf("%d sessions still tombstoned after the unclaimed request was deleted", n)
 	}
@@ -599,6 +577,18 @@ func TestDeletingARequestBeforeItsClaimWithdrawsIt(t *testing.T) {
 	if n := e.count(t, `SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $1 AND erased_at IS NOT NULL`, string(er.UID)); n != 0 {
 		t.Errorf("%d ledger rows of the withdrawn request say erased", n)
 	}
+}
+
+// waitRequestGone waits until er's object is gone (its finalizer released).
+func waitRequestGone(t *testing.T, er *lethev1.ErasureRequest) {
+	t.Helper()
+	eventually(t, 30*time.Second, func() error {
+		err := k8s.Get(context.Background(), client.ObjectKeyFromObject(er), &lethev1.ErasureRequest{})
+		if err == nil {
+			return fmt.Errorf("request still exists")
+		}
+		return client.IgnoreNotFound(err)
+	})
 }
 
 // assertSignedReceipt checks the receipt with the public key the manager

@@ -8,12 +8,10 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
@@ -33,15 +31,11 @@ type mirrorFixture struct {
 
 func newMirrorFixture(t *testing.T, mirrorErr error) mirrorFixture {
 	t.Helper()
-	s := runtime.NewScheme()
-	if err := lethev1.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	er := &lethev1.ErasureRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r"},
-		Spec: lethev1.ErasureRequestSpec{StoreRef: lethev1.StoreReference{Name: "store"}, SessionIDs: []lethev1.SessionID{"s-1"}, Immediate: true}}
-	er.Status.History = []lethev1.HistoryEntry{{Phase: lethev1.PhaseTombstoned, Time: metav1.NewTime(time.Unix(1_800_000_000, 0))}}
+	base := fakeServerWith(t, func(er *lethev1.ErasureRequest) {
+		er.Status.History = []lethev1.HistoryEntry{{Phase: lethev1.PhaseTombstoned, Time: metav1.NewTime(time.Unix(1_800_000_000, 0))}}
+	})
+	key := client.ObjectKey{Namespace: "ns", Name: "r"}
 	var log []string
-	base := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&lethev1.ErasureRequest{}).WithObjects(er).Build()
 	c := interceptor.NewClient(base, interceptor.Funcs{
 		SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 			err := cl.SubResource(sub).Patch(ctx, obj, patch, opts...)
@@ -54,13 +48,13 @@ func newMirrorFixture(t *testing.T, mirrorErr error) mirrorFixture {
 	recorder := events.NewFakeRecorder(10)
 	r := &ErasureRequestReconciler{Client: c, APIReader: c, Clock: clock.RealClock{}, Recorder: recorder}
 	seen := &lethev1.ErasureRequest{}
-	if err := c.Get(context.Background(), client.ObjectKeyFromObject(er), seen); err != nil {
+	if err := c.Get(context.Background(), key, seen); err != nil {
 		t.Fatal(err)
 	}
 	ledger := &erasure.LedgerFns{MirrorProofFn: func(ctx context.Context, pr erasure.Proof) (int64, error) {
 		// What is mirrored must be what the API server holds.
 		held := &lethev1.ErasureRequest{}
-		if err := base.Get(ctx, client.ObjectKeyFromObject(er), held); err != nil {
+		if err := base.Get(ctx, key, held); err != nil {
 			return 0, err
 		}
 		if held.Status.Receipt == nil || len(held.Status.History) != len(pr.History) {

@@ -18,17 +18,7 @@ import (
 func TestOverdueTombstonesShowInTheGauge(t *testing.T) {
 	ctx := context.Background()
 	e := newMemoryEnv(t, "overdue")
-	if _, err := e.conn.Exec(ctx, `CREATE TABLE memory.session_notes (
-		id bigint PRIMARY KEY, session_id uuid NOT NULL REFERENCES memory.sessions (id), note text);
-		GRANT SELECT ON memory.session_notes TO lethe_operator`); err != nil {
-		t.Fatal(err)
-	}
-	waitCondition(t, e.store, lethev1.MemoryStoreSchemaCompliant, metav1.ConditionFalse, lethev1.ReasonViolationsFound)
-	er := e.request(t, "forget", func(er *lethev1.ErasureRequest) {
-		er.Spec.Immediate, er.Spec.Reason = false, ""
-		er.Spec.GracePeriod = &metav1.Duration{Duration: time.Millisecond}
-	})
-	waitStepReason(t, er, lethev1.ConditionDeleted, lethev1.ReasonStoreNotReady)
+	er := e.requestWaitingForACompliantSchema(t, "forget")
 	eventually(t, 30*time.Second, func() error {
 		if v := gaugeValue(t, "lethe_tombstone_overdue_seconds", "namespace", e.ns); v <= 0 {
 			return fmt.Errorf("lethe_tombstone_overdue_seconds = %v, want > 0 while the deletion cannot run", v)
@@ -52,4 +42,24 @@ func TestOverdueTombstonesShowInTheGauge(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// requestWaitingForACompliantSchema makes e's store non-compliant (a table
+// holding session rows without a cascading key), then applies a request
+// with a 1 ms grace period and waits until its deletion, never claimed,
+// waits with StoreNotReady. DROP TABLE memory.session_notes fixes it.
+func (e *memoryEnv) requestWaitingForACompliantSchema(t *testing.T, name string) *lethev1.ErasureRequest {
+	t.Helper()
+	if _, err := e.conn.Exec(context.Background(), `CREATE TABLE memory.session_notes (
+		id bigint PRIMARY KEY, session_id uuid NOT NULL REFERENCES memory.sessions (id), note text);
+		GRANT SELECT ON memory.session_notes TO lethe_operator`); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, e.store, lethev1.MemoryStoreSchemaCompliant, metav1.ConditionFalse, lethev1.ReasonViolationsFound)
+	er := e.request(t, name, func(er *lethev1.ErasureRequest) {
+		er.Spec.Immediate, er.Spec.Reason = false, ""
+		er.Spec.GracePeriod = &metav1.Duration{Duration: time.Millisecond}
+	})
+	waitStepReason(t, er, lethev1.ConditionDeleted, lethev1.ReasonStoreNotReady)
+	return er
 }
