@@ -54,15 +54,30 @@ func (c crashingConnector) Ports(ctx context.Context, store *lethev1.MemoryStore
 	}
 	c.lost.forget(store.Namespace) // a new pass: the last one's crash is over
 	p, err := c.inner.Ports(ctx, store)
-	if err != nil || crashHook.Load() == nil {
+	if err != nil {
 		return p, err
 	}
+	if crashHook.Load() != nil {
+		c.crashing(&p, store.Namespace)
+	}
+	if w, ok := mirrorWatches.Load(store.Namespace); ok {
+		held, err := receiptHeld(ctx, store.Namespace)
+		if err != nil {
+			return erasure.Ports{}, err
+		}
+		p.Ledger = watchedLedger{Ledger: p.Ledger, w: w.(*mirrorWatch), passHadReceipt: held}
+	}
+	return p, nil
+}
+
+// crashing decorates p's ledger and graph to crash where the hook says.
+func (c crashingConnector) crashing(p *erasure.Ports, ns string) {
 	crash := func(point string) bool {
 		h := crashHook.Load()
-		if h == nil || !(*h)(store.Namespace, point) {
+		if h == nil || !(*h)(ns, point) {
 			return false
 		}
-		c.lost.mark(store.Namespace)
+		c.lost.mark(ns)
 		return true
 	}
 	if e, ok := p.Ledger.(*postgres.Eraser); ok {
@@ -71,7 +86,59 @@ func (c crashingConnector) Ports(ctx context.Context, store *lethev1.MemoryStore
 	if p.Graph != nil {
 		p.Graph = crashingGraph{Graph: p.Graph, crash: crash}
 	}
-	return p, nil
+}
+
+// mirrorWatches holds the namespaces whose first mirrored proof is
+// watched, each with its *mirrorWatch.
+var mirrorWatches sync.Map
+
+// mirrorWatch records whether the pass that first mirrored a proof of its
+// namespace began with a receipt already in the API server (a pass after
+// the completing one) or without (the completing pass itself).
+type mirrorWatch struct {
+	mu             sync.Mutex
+	mirrored       bool
+	passHadReceipt bool
+}
+
+func (w *mirrorWatch) first() (mirrored, passHadReceipt bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.mirrored, w.passHadReceipt
+}
+
+// receiptHeld reports whether a request of ns has a receipt in the API
+// server, read uncached at the start of a pass.
+func receiptHeld(ctx context.Context, ns string) (bool, error) {
+	ers := &lethev1.ErasureRequestList{}
+	if err := k8s.List(ctx, ers, client.InNamespace(ns)); err != nil {
+		return false, err
+	}
+	for _, er := range ers.Items {
+		if er.Status.Receipt != nil {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// watchedLedger records its pass's first mirror in w.
+type watchedLedger struct {
+	erasure.Ledger
+	w              *mirrorWatch
+	passHadReceipt bool
+}
+
+func (l watchedLedger) MirrorProof(ctx context.Context, p erasure.Proof) (int64, error) {
+	idx, err := l.Ledger.MirrorProof(ctx, p)
+	if err == nil {
+		l.w.mu.Lock()
+		if !l.w.mirrored {
+			l.w.mirrored, l.w.passHadReceipt = true, l.passHadReceipt
+		}
+		l.w.mu.Unlock()
+	}
+	return idx, err
 }
 
 // crashingLedger crashes around and inside the ledger's transactions.

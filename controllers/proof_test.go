@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -93,4 +94,28 @@ func TestALostLogInclusionIsRecordedAgain(t *testing.T) {
 	er := e.request(t, "forget", nil)
 	waitPhase(t, er, lethev1.PhaseBackupsRotated)
 	assertSignedReceipt(t, er)
+}
+
+// The pass that completes a request mirrors its proof right after its
+// status write holds, not a later pass: in production the next pass is the
+// hourly recheck, and the proof would wait that long for the database.
+func TestTheCompletingPassMirrorsTheProof(t *testing.T) {
+	e := newMemoryEnv(t, "mirror-pass")
+	w := &mirrorWatch{}
+	mirrorWatches.Store(e.ns, w)
+	t.Cleanup(func() { mirrorWatches.Delete(e.ns) })
+	er := e.request(t, "forget", nil)
+	waitPhase(t, er, lethev1.PhaseBackupsRotated)
+	eventually(t, 30*time.Second, func() error {
+		if mirrored, _ := w.first(); !mirrored {
+			return errors.New("the proof is not mirrored yet")
+		}
+		return nil
+	})
+	if _, later := w.first(); later {
+		t.Fatal("the proof was first mirrored by a pass that began with the receipt in the API server, not by the pass that completed the request")
+	}
+	if n := e.count(t, `SELECT count(*) FROM lethe.erasure_proofs WHERE request_uid = $1`, string(er.UID)); n != 1 {
+		t.Fatalf("%d proofs of the request in the database, want 1", n)
+	}
 }
