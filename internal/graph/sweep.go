@@ -271,8 +271,8 @@ func (g *Graph) countProvenanceless(ctx context.Context, l layout, chunk int) (n
 		return nodes, rels, nil
 	}
 	for c := range slices.Chunk(ends.list, chunk) {
-		n, err := g.count(ctx, "UNWIND $keys AS k MATCH (e:`"+LabelEntity+"` {key: k}) OPTIONAL MATCH (e)-[q]-() WHERE "+withProvenance+
-			" WITH e, count(q) AS attesting WHERE attesting = 0 RETURN count(e)", map[string]any{"keys": c})
+		n, err := g.count(ctx, "UNWIND $keys AS k MATCH (e:`"+LabelEntity+"` {key: k}) "+anyRelationship(withProvenance, "attesting")+
+			"WITH e, attesting WHERE attesting = 0 RETURN count(e)", map[string]any{"keys": c})
 		if err != nil {
 			return 0, 0, err
 		}
