@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/FalkorDB/falkordb-go/v2"
 	"github.com/redis/go-redis/v9"
@@ -34,6 +35,9 @@ type Client struct {
 	host string // host:port, naming the server's graphs for pruneLock
 	// indexed remembers the provenance indexes known to exist.
 	indexed sync.Map
+	// subqueriesChecked: the server was seen to run a CALL subquery once
+	// per row (checkSubqueries).
+	subqueriesChecked atomic.Bool
 }
 
 // Open parses a falkor://[user:pass@]host:port URL (redis:// is accepted too)

@@ -7,3 +7,11 @@ import "github.com/redis/go-redis/v9"
 func WrapConn(c *Client, wrap func(redis.UniversalClient) redis.UniversalClient) {
 	c.db.Conn = wrap(c.db.Conn)
 }
+
+// SetSubqueryCheck replaces the subquery check's query (a server that ran
+// subqueries once for all rows answers 1); the returned function restores it.
+func SetSubqueryCheck(q string) (restore func()) {
+	old := subqueryCheck
+	subqueryCheck = q
+	return func() { subqueryCheck = old }
+}

@@ -156,9 +156,9 @@ func TestPruneRepeatsThePipelineUntilEveryQueryIsDone(t *testing.T) {
 	}
 }
 
-// Count reads everything in one query: each relationship type, each
-// session label and the entities only the sessions attest (once per
-// pattern that reaches them, as it always counted).
+// Count finds each relationship type, each session label and the
+// entities only the sessions attest (once per pattern that reaches them,
+// as it always counted), and a zero for each when nothing is left.
 func TestCountFindsEachTypeAndLabelOfTheSessions(t *testing.T) {
 	ctx := testCtx(t)
 	g := freshGraph(t)
@@ -187,5 +187,36 @@ func TestCountFindsEachTypeAndLabelOfTheSessions(t *testing.T) {
 	zeros := map[string]int64{"Entity": 0, "Fact": 0, "Session": 0}
 	if !maps.Equal(none.Nodes, zeros) || none.Total() != 0 || len(none.Relationships) != 3 {
 		t.Fatalf("for a session with nothing, found %v / %v, want zeros for every label and type", none.Nodes, none.Relationships)
+	}
+}
+
+// A server that runs a CALL subquery once over all its input rows (FalkorDB
+// before 4.6.4) would let each attestation check see one entity: the
+// prune refuses it, before deleting anything, and the count too.
+func TestAServerRunningSubqueriesOnceForAllRowsIsRefused(t *testing.T) {
+	ctx := testCtx(t)
+	g := freshGraph(t)
+	if err := fixture.WriteGraph(ctx, g, []fixture.GraphFact{
+		{ID: 1, SessionID: sessA, Entities: []string{"Xena", "Yves"}},
+		{ID: 2, SessionID: sessB, Entities: []string{"Yves"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	before := elementsOf(t, ctx, g)
+	restore := graph.SetSubqueryCheck("UNWIND [1, 2] AS x WITH x LIMIT 1 RETURN count(x)")
+	defer restore()
+	if _, err := g.Prune(ctx, []string{sessA}, 10); err == nil || !strings.Contains(err.Error(), "once over all its input rows") {
+		t.Fatalf("prune on a server running subqueries once for all rows: %v, want it refused", err)
+	}
+	if _, err := g.Count(ctx, []string{sessA}); err == nil {
+		t.Fatal("count on a server running subqueries once for all rows: no error, want it refused")
+	}
+	if after := elementsOf(t, ctx, g); !maps.Equal(before, after) {
+		t.Fatalf("the refused prune changed the graph: %v, was %v", after, before)
+	}
+	restore()
+	removed, err := g.Prune(ctx, []string{sessA}, 10)
+	if err != nil || removed.Nodes["Entity"] != 1 {
+		t.Fatalf("prune once the server passes the check: removed %v, %v; want Xena removed", removed.Nodes, err)
 	}
 }

@@ -2,6 +2,7 @@ package graph
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -44,11 +45,13 @@ func (g *Graph) readLayout(ctx context.Context) (layout, error) {
 	var l layout
 	var labels []string
 	var building int64
-	// One round trip: the names, and whether an index is under construction.
+	// One round trip: the names, whether an index is under construction,
+	// and, until the server passed it once, the subquery check.
 	err := g.readAll(ctx, nil,
 		read{"CALL db.labels() YIELD label RETURN label", names(&labels)},
 		read{"CALL db.relationshipTypes() YIELD relationshipType RETURN relationshipType", names(&l.relTypes)},
-		read{indexesUnderConstruction, func(res *falkordb.QueryResult) (err error) { building, err = scalar(res); return err }})
+		read{indexesUnderConstruction, func(res *falkordb.QueryResult) (err error) { building, err = scalar(res); return err }},
+		g.checkSubqueries())
 	if err != nil {
 		if strings.Contains(err.Error(), "empty key") {
 			// No graph under this key (yet): nothing derived, nothing to do.
@@ -74,6 +77,37 @@ func (g *Graph) readLayout(ctx context.Context) (layout, error) {
 		return l, err
 	}
 	return l, g.waitForIndexes(ctx)
+}
+
+// subqueryCheck runs a CALL subquery shaped like anyRelationship's (an
+// aggregation over a LIMIT) on two rows: each row must get its own
+// subquery, giving 2. FalkorDB before 4.6.4 ran such a subquery once over
+// all its input rows (its issue 938), so the LIMIT cut the whole stream to
+// one row: every attestation check would have seen one entity and the
+// prune would have left the others behind, reporting nothing left.
+var subqueryCheck = "UNWIND [1, 2] AS x CALL { WITH x UNWIND [x, x] AS y WITH y LIMIT 1 RETURN count(y) AS n } RETURN toInteger(sum(n))"
+
+// errSubqueries refuses a server that runs a CALL subquery once for all rows.
+var errSubqueries = errors.New("this FalkorDB runs a CALL {} subquery once over all its input rows, not once per row (fixed in FalkorDB 4.6.4): " +
+	"Lethe's prune would leave entities behind; upgrade FalkorDB")
+
+// checkSubqueries is the read that checks, once per client, that the
+// server runs a CALL subquery per row; none once it did.
+func (g *Graph) checkSubqueries() read {
+	if g.c.subqueriesChecked.Load() {
+		return read{}
+	}
+	return read{subqueryCheck, func(res *falkordb.QueryResult) error {
+		n, err := scalar(res)
+		if err != nil {
+			return err
+		}
+		if n != 2 {
+			return errSubqueries
+		}
+		g.c.subqueriesChecked.Store(true)
+		return nil
+	}}
 }
 
 const indexesUnderConstruction = "CALL db.indexes() YIELD status WHERE status <> 'OPERATIONAL' RETURN count(status)"
