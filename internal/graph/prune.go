@@ -267,8 +267,8 @@ func leftEntityDeletes(touched, lone []any, removed Counts) []del {
 	// relationships last finds it with none left here (FalkorDB runs writes
 	// one at a time). The history checker found such orphans.
 	left := func(keys, cond string) del {
-		return del{"UNWIND " + keys + " AS k MATCH (e:`" + LabelEntity + "` {key: k}) " + anyRelationship(cond, "rels") +
-			"WITH e, rels WHERE rels = 0 WITH e LIMIT $n DELETE e RETURN count(e)", func(nodes, rels int64) {
+		return del{"UNWIND " + keys + " AS k MATCH (e:`" + LabelEntity + "` {key: k}) " + anyRelationship(cond, "held") +
+			"WITH e, held WHERE held = 0 WITH e LIMIT $n DELETE e RETURN count(e)", func(nodes, rels int64) {
 			removed.Nodes[LabelEntity] += nodes
 			removed.Relationships[AttachedKey] += rels
 		}}
