@@ -320,6 +320,9 @@ func (r *ErasureRequestReconciler) completed(ctx context.Context, sc *erasure.Sc
 		// its finalizer goes (finalize).
 		return false, nil
 	}
+	if r.mirroredBefore(ctx, sc, er) {
+		return false, nil
+	}
 	if err := r.mirrorProof(ctx, sc, er); err != nil {
 		r.mirrorFailed(ctx, er, err)
 		return true, nil

@@ -106,6 +106,43 @@ func (r *ErasureRequestReconciler) mirrorProof(ctx context.Context, sc *erasure.
 	return nil
 }
 
+// mirroredBefore reports whether the database already holds the proof of
+// a request this process has not mirrored: after a restart, every
+// completed request gets a pass, and writing each proof again would
+// re-verify its chain in lethe.record_proof and, when signed, read the
+// whole receipt log and sign a checkpoint, for every request at once. The
+// proof counts as held when the database has this history and evidence
+// and, when signed, the leaf the status's inclusion names (the inclusion
+// covering the whole history). A proof the database lost (a restore) or
+// holds otherwise is written again by mirrorProof, as before. An error
+// counts as not held: mirrorProof then reports what fails.
+func (r *ErasureRequestReconciler) mirroredBefore(ctx context.Context, sc *erasure.Scope, er *lethev1.ErasureRequest) bool {
+	if er.Status.Receipt == nil {
+		return false
+	}
+	if n, ok := r.mirrored.Load(er.UID); ok && n.(int) == len(er.Status.History) {
+		return false // mirrorProof's own check decides
+	}
+	key, err := r.signingKey(ctx)
+	if err != nil {
+		return false
+	}
+	index := int64(-1)
+	switch {
+	case logCoversHistory(er):
+		index = er.Status.Receipt.Log.Index
+	case key != nil:
+		return false // the status needs its inclusion: mirrorProof writes it
+	}
+	p := erasure.Proof{UID: string(er.UID), History: er.Status.History, Format: er.Status.EvidenceFormat, Document: evidence.MirroredOf(er)}
+	held, err := sc.Ledger.ProofMirrored(ctx, p, index)
+	if err != nil || !held {
+		return false
+	}
+	r.mirrored.Store(er.UID, len(er.Status.History))
+	return true
+}
+
 // logCoversHistory reports whether the status holds the receipt's
 // inclusion in the store's log for the whole history: after a re-erasure
 // appends an entry, the inclusion written before it covers one entry less.

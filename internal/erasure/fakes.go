@@ -33,6 +33,7 @@ type LedgerFns struct {
 	PositionFn         func(ctx context.Context) (string, error)
 	VacuumFn           func(ctx context.Context, mode lethev1.VacuumMode) (VacuumResult, error)
 	MirrorProofFn      func(ctx context.Context, p Proof) (int64, error)
+	ProofMirroredFn    func(ctx context.Context, p Proof, index int64) (bool, error)
 	ReceiptLogFn       func(ctx context.Context) ([][32]byte, error)
 	WriteCheckpointFn  func(ctx context.Context, size int64, checkpoint string) error
 	HeldByFn           func(ctx context.Context, uid string) (int64, error)
@@ -146,6 +147,13 @@ func (f *LedgerFns) MirrorProof(ctx context.Context, p Proof) (int64, error) {
 		return 0, nil
 	}
 	return f.MirrorProofFn(ctx, p)
+}
+
+func (f *LedgerFns) ProofMirrored(ctx context.Context, p Proof, index int64) (bool, error) {
+	if f.ProofMirroredFn == nil {
+		return false, nil
+	}
+	return f.ProofMirroredFn(ctx, p, index)
 }
 
 func (f *LedgerFns) ReceiptLog(ctx context.Context) ([][32]byte, error) {

@@ -89,6 +89,12 @@ type Ledger interface {
 	// changed. It returns the index of the proof's leaf in the store's
 	// receipt log (-1: a stale, shorter history that has none).
 	MirrorProof(ctx context.Context, p Proof) (int64, error)
+	// ProofMirrored reports whether the database holds p as MirrorProof
+	// would leave it, so that writing it again would change nothing: the
+	// same evidence format, history (its length and head) and document,
+	// and the history's leaf in the receipt log, at index when index >= 0.
+	// It writes nothing and checks no signature.
+	ProofMirrored(ctx context.Context, p Proof, index int64) (bool, error)
 	// ReceiptLog returns the leaf hashes of the store's receipt log, by index.
 	ReceiptLog(ctx context.Context) ([][32]byte, error)
 	// WriteCheckpoint records the signed checkpoint of the log at size

@@ -33,6 +33,33 @@ func (e *Eraser) MirrorProof(ctx context.Context, p erasure.Proof) (int64, error
 	return idx, nil
 }
 
+// proofMirroredSQL is true when lethe.record_proof would find the proof
+// recorded as given and change nothing: same format, history length and
+// head (the head's digest covers every entry before it), same document,
+// and the history's leaf in the receipt log ($6 < 0: at any index).
+const proofMirroredSQL = `SELECT EXISTS (SELECT 1 FROM lethe.erasure_proofs p
+	WHERE p.request_uid = $1 AND p.evidence_format = $2 AND p.history_count = $3
+	  AND p.history -> ($3 - 1) ->> 'digest' = $4 AND p.document = $5::jsonb
+	  AND EXISTS (SELECT 1 FROM lethe.receipt_log l WHERE l.request_uid = $1 AND l.history_length = $3 AND ($6 < 0 OR l.idx = $6)))`
+
+// ProofMirrored reports whether the database holds the proof as
+// MirrorProof would leave it (erasure.Ledger).
+func (e *Eraser) ProofMirrored(ctx context.Context, p erasure.Proof, index int64) (bool, error) {
+	if len(p.History) == 0 {
+		return false, nil
+	}
+	doc, err := json.Marshal(p.Document)
+	if err != nil {
+		return false, err
+	}
+	var held bool
+	head := p.History[len(p.History)-1].Digest
+	if err := e.Pool.QueryRow(ctx, proofMirroredSQL, p.UID, p.Format, len(p.History), head, string(doc), index).Scan(&held); err != nil {
+		return false, fmt.Errorf("read whether the proof is mirrored: %w", err)
+	}
+	return held, nil
+}
+
 // ReceiptLog returns the leaf hashes of the store's receipt log (erasure.Ledger).
 func (e *Eraser) ReceiptLog(ctx context.Context) ([][32]byte, error) {
 	rows, err := e.Pool.Query(ctx, `SELECT leaf_hash FROM lethe.receipt_log ORDER BY idx`)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/erasure"
 	"github.com/lethe-dev/lethe/internal/evidence"
+	"github.com/lethe-dev/lethe/internal/postgres"
 	"github.com/lethe-dev/lethe/internal/receiptlog"
 	"github.com/lethe-dev/lethe/internal/testenv"
 )
@@ -145,5 +147,86 @@ func TestRecordProofChecksTheChainAndLogsIt(t *testing.T) {
 		if _, err := conn.Exec(ctx, stmt); err == nil || !strings.Contains(err.Error(), "permission denied") {
 			t.Errorf("%s: got %v, want permission denied", stmt[:30], err)
 		}
+	}
+}
+
+// ProofMirrored is true exactly when MirrorProof would change nothing: the
+// database holds this history, this evidence and the history's leaf (at
+// the index asked). A proof a restore took back, a longer history, other
+// evidence or another leaf index is not held, and is written again.
+func TestProofMirroredHoldsOnlyWhatARepeatWouldLeaveUnchanged(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	mdsn, err := testenv.ManagerDSN(ctx, dsn, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := eraser(t, mdsn, "t1")
+	key := signingKey(t)
+	long := proofOf(t, "uid-m", 3, key)
+	short := long
+	short.History, short.Digest = long.History[:2], long.History[1].Digest
+	held := func(e *postgres.Eraser, p erasure.Proof, index int64) bool {
+		t.Helper()
+		ok, err := e.ProofMirrored(ctx, p, index)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if held(e, short, -1) {
+		t.Fatal("a proof never mirrored is held")
+	}
+	// Another request's proof, mirrored first, takes leaf 0.
+	if _, err := e.MirrorProof(ctx, proofOf(t, "uid-other", 1, key)); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "memory.dump")
+	if err := pg.Dump(strings.TrimPrefix(mustParse(t, dsn).Path, "/"), file); err != nil {
+		t.Fatal(err)
+	}
+	idx, err := e.MirrorProof(ctx, short)
+	if err != nil || idx != 1 {
+		t.Fatalf("mirror: leaf %d, %v; want leaf 1", idx, err)
+	}
+	if !held(e, short, -1) || !held(e, short, idx) {
+		t.Fatal("the proof just mirrored is not held")
+	}
+	if held(e, short, 0) {
+		t.Fatal("held at leaf 0, another request's leaf")
+	}
+	if held(e, long, -1) {
+		t.Fatal("a longer history is held before it was mirrored")
+	}
+	other := short
+	other.Document = map[string]any{"format": evidence.Format, "edited": true}
+	if held(e, other, idx) {
+		t.Fatal("other evidence for the same history is held")
+	}
+	if _, err := e.MirrorProof(ctx, long); err != nil {
+		t.Fatal(err)
+	}
+	if held(e, short, idx) || !held(e, long, 2) {
+		t.Fatal("after the longer history: the shorter one is held, or the longer one is not at leaf 2")
+	}
+
+	// A restore from the dump taken before the mirror takes the proof back.
+	restored, err := pg.NewDatabase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.Restore(ctx, restored, file); err != nil {
+		t.Fatal(err)
+	}
+	rdsn, err := testenv.ManagerDSN(ctx, pg.DSN(restored), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := eraser(t, rdsn, "t1")
+	if held(r, short, -1) || held(r, long, -1) {
+		t.Fatal("the restored database holds a proof mirrored after its dump")
+	}
+	if idx, err := r.MirrorProof(ctx, long); err != nil || idx != 1 || !held(r, long, 1) {
+		t.Fatalf("mirrored again after the restore: leaf %d, %v; want leaf 1, held", idx, err)
 	}
 }
