@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lethe-dev/lethe/internal/erasure"
+	"github.com/lethe-dev/lethe/internal/evidence"
+	"github.com/lethe-dev/lethe/internal/receiptlog"
 )
 
 // recordProofSQL writes the proof through lethe.record_proof (00012), which
@@ -34,27 +36,33 @@ func (e *Eraser) MirrorProof(ctx context.Context, p erasure.Proof) (int64, error
 }
 
 // proofMirroredSQL is true when lethe.record_proof would find the proof
-// recorded as given and change nothing: same format, history length and
-// head (the head's digest covers every entry before it), same document,
-// and the history's leaf in the receipt log ($6 < 0: at any index).
+// recorded as given and change nothing: same format, the same history
+// (every entry, as jsonb) and document, and the history's leaf in the
+// receipt log with this request's leaf hash ($6 < 0: at any index).
 const proofMirroredSQL = `SELECT EXISTS (SELECT 1 FROM lethe.erasure_proofs p
 	WHERE p.request_uid = $1 AND p.evidence_format = $2 AND p.history_count = $3
-	  AND p.history -> ($3 - 1) ->> 'digest' = $4 AND p.document = $5::jsonb
-	  AND EXISTS (SELECT 1 FROM lethe.receipt_log l WHERE l.request_uid = $1 AND l.history_length = $3 AND ($6 < 0 OR l.idx = $6)))`
+	  AND p.history = $4::jsonb AND p.document = $5::jsonb
+	  AND EXISTS (SELECT 1 FROM lethe.receipt_log l WHERE l.request_uid = $1 AND l.history_length = $3
+		AND l.leaf_hash = $7 AND ($6 < 0 OR l.idx = $6)))`
 
 // ProofMirrored reports whether the database holds the proof as
 // MirrorProof would leave it (erasure.Ledger).
 func (e *Eraser) ProofMirrored(ctx context.Context, p erasure.Proof, index int64) (bool, error) {
-	if len(p.History) == 0 {
+	n := len(p.History)
+	if n == 0 {
 		return false, nil
+	}
+	history, err := json.Marshal(p.History)
+	if err != nil {
+		return false, err
 	}
 	doc, err := json.Marshal(p.Document)
 	if err != nil {
 		return false, err
 	}
+	leaf := receiptlog.LeafHash(evidence.LogLeaf(p.UID, p.History[n-1].Digest, n))
 	var held bool
-	head := p.History[len(p.History)-1].Digest
-	if err := e.Pool.QueryRow(ctx, proofMirroredSQL, p.UID, p.Format, len(p.History), head, string(doc), index).Scan(&held); err != nil {
+	if err := e.Pool.QueryRow(ctx, proofMirroredSQL, p.UID, p.Format, n, string(history), string(doc), index, leaf[:]).Scan(&held); err != nil {
 		return false, fmt.Errorf("read whether the proof is mirrored: %w", err)
 	}
 	return held, nil

@@ -209,6 +209,42 @@ func TestProofMirroredHoldsOnlyWhatARepeatWouldLeaveUnchanged(t *testing.T) {
 	if held(e, short, idx) || !held(e, long, 2) {
 		t.Fatal("after the longer history: the shorter one is held, or the longer one is not at leaf 2")
 	}
+	// Edits in the database, with its owner's rights, are not held: an
+	// earlier entry (its head digest unchanged) and the leaf's hash.
+	owner, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = owner.Close(ctx) }()
+	for _, edit := range []struct{ name, do, undo string }{
+		{"an earlier entry",
+			`UPDATE lethe.erasure_proofs SET history = jsonb_set(history, '{0,event}', '"Edited"') WHERE request_uid = 'uid-m'`,
+			`UPDATE lethe.erasure_proofs SET history = jsonb_set(history, '{0,event}', to_jsonb($1::text)) WHERE request_uid = 'uid-m'`},
+		{"the leaf's hash",
+			`UPDATE lethe.receipt_log SET leaf_hash = sha256(leaf_hash) WHERE request_uid = 'uid-m' AND history_length = 3`,
+			`UPDATE lethe.receipt_log SET leaf_hash = $1 WHERE request_uid = 'uid-m' AND history_length = 3`},
+	} {
+		var leaf []byte
+		if err := owner.QueryRow(ctx, `SELECT leaf_hash FROM lethe.receipt_log WHERE request_uid = 'uid-m' AND history_length = 3`).Scan(&leaf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := owner.Exec(ctx, edit.do); err != nil {
+			t.Fatal(err)
+		}
+		if held(e, long, 2) {
+			t.Fatalf("held with %s edited in the database", edit.name)
+		}
+		var back any = long.History[0].Event
+		if strings.Contains(edit.undo, "leaf_hash") {
+			back = leaf
+		}
+		if _, err := owner.Exec(ctx, edit.undo, back); err != nil {
+			t.Fatal(err)
+		}
+		if !held(e, long, 2) {
+			t.Fatalf("not held once %s is put back", edit.name)
+		}
+	}
 
 	// A restore from the dump taken before the mirror takes the proof back.
 	restored, err := pg.NewDatabase(ctx)
