@@ -320,10 +320,7 @@ func (r *ErasureRequestReconciler) completed(ctx context.Context, sc *erasure.Sc
 		// its finalizer goes (finalize).
 		return false, nil
 	}
-	if r.mirroredBefore(ctx, sc, er) {
-		return false, nil
-	}
-	if err := r.mirrorProof(ctx, sc, er); err != nil {
+	if err := r.mirrorUnlessHeld(ctx, sc, er); err != nil {
 		r.mirrorFailed(ctx, er, err)
 		return true, nil
 	}

@@ -172,9 +172,5 @@ func (r *ErasureRequestReconciler) mirrorBeforeRelease(ctx context.Context, er *
 	if err != nil {
 		return fmt.Errorf("mirror the proof before the request goes: %w", err)
 	}
-	sc := &erasure.Scope{Request: er, Store: store, Ports: ports}
-	if r.mirroredBefore(ctx, sc, er) {
-		return nil
-	}
-	return r.mirrorProof(ctx, sc, er)
+	return r.mirrorUnlessHeld(ctx, &erasure.Scope{Request: er, Store: store, Ports: ports}, er)
 }

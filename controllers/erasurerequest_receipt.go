@@ -106,6 +106,17 @@ func (r *ErasureRequestReconciler) mirrorProof(ctx context.Context, sc *erasure.
 	return nil
 }
 
+// mirrorUnlessHeld mirrors the proof of a request whose status the API
+// server already holds, unless the database holds it as it is
+// (mirroredBefore). The completing pass's own, new proof goes straight to
+// mirrorProof.
+func (r *ErasureRequestReconciler) mirrorUnlessHeld(ctx context.Context, sc *erasure.Scope, er *lethev1.ErasureRequest) error {
+	if r.mirroredBefore(ctx, sc, er) {
+		return nil
+	}
+	return r.mirrorProof(ctx, sc, er)
+}
+
 // mirroredBefore reports whether the database already holds the proof of
 // a request this process has not mirrored: after a restart, every
 // completed request gets a pass, and writing each proof again would

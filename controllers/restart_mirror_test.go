@@ -8,20 +8,12 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/controllers"
 	"github.com/lethe-dev/lethe/internal/connector"
 	"github.com/lethe-dev/lethe/internal/erasure"
-	"github.com/lethe-dev/lethe/internal/graph"
-	"github.com/lethe-dev/lethe/internal/postgres"
 )
 
 // A manager that starts (a restart, an upgrade) gives every completed
@@ -145,38 +137,14 @@ func (l countingLedger) ProofMirrored(ctx context.Context, p erasure.Proof, inde
 // process, the suite's signing key. It runs beside the suite's manager.
 func startRestartedManager(t *testing.T, ns string, calls *proofCalls) (stop func()) {
 	t.Helper()
-	cacheOpts := controllers.CacheOptions(true)
-	cacheOpts.DefaultNamespaces = map[string]cache.Config{ns: {}}
-	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
-		Scheme:     suiteScheme(),
-		Cache:      cacheOpts,
-		Metrics:    metricsserver.Options{BindAddress: "0"},
-		Client:     client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pools := &postgres.Pools{Options: postgres.Options{Vector: true}}
-	conn := &connector.Connector{Secrets: mgr.GetAPIReader(), Pools: pools, Graphs: &graph.Clients{}}
-	if err := (&controllers.ErasureRequestReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), SecretReader: mgr.GetAPIReader(),
-		Recorder:  mgr.GetEventRecorder("lethe-restarted"),
-		Clock:     operatorClock,
-		Connector: countingConnector{Connector: conn, calls: calls},
-		BatchSize: 2, ReverifyInterval: time.Second, RetryAfter: 300 * time.Millisecond,
-		ReceiptKeySecret: receiptKeySecret, KeyCacheTTL: time.Second,
-	}).SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	return func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("restarted manager: %v", err)
+	return startNamespacedRequestManager(t, ns, func(mgr ctrl.Manager, conn *connector.Connector) *controllers.ErasureRequestReconciler {
+		return &controllers.ErasureRequestReconciler{
+			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), SecretReader: mgr.GetAPIReader(),
+			Recorder:  mgr.GetEventRecorder("lethe-restarted"),
+			Clock:     operatorClock,
+			Connector: countingConnector{Connector: conn, calls: calls},
+			BatchSize: 2, ReverifyInterval: time.Second, RetryAfter: 300 * time.Millisecond,
+			ReceiptKeySecret: receiptKeySecret, KeyCacheTTL: time.Second,
 		}
-		pools.Close()
-	}
+	})
 }

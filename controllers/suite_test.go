@@ -25,6 +25,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -414,4 +415,41 @@ func managerDSN(t *testing.T, dsn string, create bool) string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// startNamespacedRequestManager starts a request controller beside the
+// suite's manager, built by build with its own pools, watching ns only:
+// started with every request earlier tests left (each re-verified on
+// start), its queue would be busy for seconds while the suite's manager
+// did the test's work alone. stop ends it and closes its pools.
+func startNamespacedRequestManager(t *testing.T, ns string, build func(ctrl.Manager, *connector.Connector) *controllers.ErasureRequestReconciler) (stop func()) {
+	t.Helper()
+	cacheOpts := controllers.CacheOptions(true)
+	cacheOpts.DefaultNamespaces = map[string]cache.Config{ns: {}}
+	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
+		Scheme:     suiteScheme(),
+		Cache:      cacheOpts,
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Client:     client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pools := &postgres.Pools{Options: postgres.Options{Vector: true}}
+	conn := &connector.Connector{Secrets: mgr.GetAPIReader(), Pools: pools, Graphs: &graph.Clients{}}
+	if err := build(mgr, conn).SetupWithManager(mgr); err != nil {
+		pools.Close()
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("second manager: %v", err)
+		}
+		pools.Close()
+	}
 }

@@ -8,23 +8,14 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/controllers"
 	"github.com/lethe-dev/lethe/internal/connector"
 	"github.com/lethe-dev/lethe/internal/fixture"
-	"github.com/lethe-dev/lethe/internal/graph"
-	"github.com/lethe-dev/lethe/internal/postgres"
 )
 
 // A second manager with leader election off runs beside the suite's (as a
@@ -34,45 +25,17 @@ import (
 // entry (R5).
 func TestTwoManagersAtOnceDeleteEachSessionOnce(t *testing.T) {
 	e := newMemoryEnv(t, "two-managers")
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = lethev1.AddToScheme(scheme)
-	// The second manager watches this test's namespace only: starting with
-	// every request earlier tests left (each re-verified on start), its queue
-	// would be busy for seconds while the suite's manager, idle, did all the
-	// work of this test alone.
-	cacheOpts := controllers.CacheOptions(true)
-	cacheOpts.DefaultNamespaces = map[string]cache.Config{e.ns: {}}
-	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
-		Scheme:     scheme,
-		Cache:      cacheOpts,
-		Metrics:    metricsserver.Options{BindAddress: "0"},
-		Client:     client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	secondPools := &postgres.Pools{Options: postgres.Options{Vector: true}}
-	defer secondPools.Close()
-	seen := &readCounter{Client: mgr.GetClient()}
-	if err := (&controllers.ErasureRequestReconciler{
-		Client: seen, APIReader: mgr.GetAPIReader(), SecretReader: mgr.GetAPIReader(),
-		Recorder:  mgr.GetEventRecorder("lethe-second"),
-		Connector: &connector.Connector{Secrets: mgr.GetAPIReader(), Pools: secondPools, Graphs: &graph.Clients{}},
-		BatchSize: 2, ReverifyInterval: time.Second, RetryAfter: 300 * time.Millisecond,
-	}).SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("second manager: %v", err)
+	var seen *readCounter
+	stop := startNamespacedRequestManager(t, e.ns, func(mgr ctrl.Manager, conn *connector.Connector) *controllers.ErasureRequestReconciler {
+		seen = &readCounter{Client: mgr.GetClient()}
+		return &controllers.ErasureRequestReconciler{
+			Client: seen, APIReader: mgr.GetAPIReader(), SecretReader: mgr.GetAPIReader(),
+			Recorder:  mgr.GetEventRecorder("lethe-second"),
+			Connector: conn,
+			BatchSize: 2, ReverifyInterval: time.Second, RetryAfter: 300 * time.Millisecond,
 		}
-	}()
+	})
+	defer stop()
 	// The requests are created only once the second manager reconciles: a
 	// request on a store that does not exist shows when it does. Otherwise
 	// the suite's manager, already running, can finish every request before
