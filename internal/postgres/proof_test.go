@@ -36,6 +36,18 @@ func proofOf(t *testing.T, uid string, n int, key *evidence.Key) erasure.Proof {
 		Format: evidence.Format, Document: map[string]any{"format": evidence.Format}}
 }
 
+// managerEraser is an Eraser of tenant t1 on a new migrated database, as
+// the manager's role; it returns the database's owner DSN and the role's.
+func managerEraser(t *testing.T) (dsn, mdsn string, e *postgres.Eraser) {
+	t.Helper()
+	dsn = migratedDB(t)
+	mdsn, err := testenv.ManagerDSN(context.Background(), dsn, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dsn, mdsn, eraser(t, mdsn, "t1")
+}
+
 func signingKey(t *testing.T) *evidence.Key {
 	t.Helper()
 	k, err := evidence.GenerateKey()
@@ -51,12 +63,7 @@ func signingKey(t *testing.T) *evidence.Key {
 // extend the recorded one, or a receipt over no entry is refused.
 func TestRecordProofChecksTheChainAndLogsIt(t *testing.T) {
 	ctx := context.Background()
-	dsn := migratedDB(t)
-	mdsn, err := testenv.ManagerDSN(ctx, dsn, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := eraser(t, mdsn, "t1")
+	_, mdsn, e := managerEraser(t)
 	key := signingKey(t)
 	long := proofOf(t, "uid-p", 3, key)
 	p := long
@@ -156,12 +163,7 @@ func TestRecordProofChecksTheChainAndLogsIt(t *testing.T) {
 // evidence or another leaf index is not held, and is written again.
 func TestProofMirroredHoldsOnlyWhatARepeatWouldLeaveUnchanged(t *testing.T) {
 	ctx := context.Background()
-	dsn := migratedDB(t)
-	mdsn, err := testenv.ManagerDSN(ctx, dsn, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := eraser(t, mdsn, "t1")
+	dsn, _, e := managerEraser(t)
 	key := signingKey(t)
 	long := proofOf(t, "uid-m", 3, key)
 	short := long
