@@ -169,7 +169,7 @@ func (r *ErasureRequestReconciler) logInclusion(ctx context.Context, sc *erasure
 	// it was written to its request, so before this read of the log; read
 	// the other way round, a pass completing meanwhile would hold a larger
 	// checkpoint than this pass's log and look like removed receipts.
-	held, err := r.heldCheckpoints(ctx, sc.Store)
+	held, err := heldCheckpoints(ctx, r.Client, sc.Store)
 	if err != nil {
 		return err
 	}
@@ -195,15 +195,15 @@ func (r *ErasureRequestReconciler) logInclusion(ctx context.Context, sc *erasure
 
 // ReasonReceiptLogInconsistent: the store's receipt log lost or changed
 // receipts that a checkpoint held by one of its requests covers.
-const ReasonReceiptLogInconsistent = "ReceiptLogInconsistent"
+const ReasonReceiptLogInconsistent = lethev1.ReasonReceiptLogInconsistent
 
 // heldCheckpoints are the receipt log checkpoints the store's requests
 // carry (the cluster's copy, out of the database's reach). The list is
 // read from the cache without copying it (thousands of requests per
 // completion); nothing in it is changed.
-func (r *ErasureRequestReconciler) heldCheckpoints(ctx context.Context, store *lethev1.MemoryStore) ([][]byte, error) {
+func heldCheckpoints(ctx context.Context, c client.Reader, store *lethev1.MemoryStore) ([][]byte, error) {
 	list := &lethev1.ErasureRequestList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(store.Namespace), client.UnsafeDisableDeepCopy); err != nil {
+	if err := c.List(ctx, list, client.InNamespace(store.Namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	var held [][]byte

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -73,6 +74,15 @@ type MemoryStoreReconciler struct {
 	// SweepMaxOrphanFraction refuses a sweep that would remove more than
 	// this fraction of the graph's sessions or facts (0 or 1: no limit).
 	SweepMaxOrphanFraction float64
+	// ReceiptKeySet is the ConfigMap the receipt keys are published in (the
+	// --receipt-key-secret's namespace and name); empty: receipts are not
+	// signed and no receipt log is checked. APIReader reads it.
+	ReceiptKeySet types.NamespacedName
+	APIReader     client.Reader
+
+	keys publishedKeys
+	// logWitnesses holds each store's *evidence.Witness (by its name).
+	logWitnesses sync.Map
 }
 
 // +kubebuilder:rbac:groups=erasure.lethe.dev,resources=memorystores,verbs=get;list;watch
@@ -100,8 +110,10 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	before := store.DeepCopy()
 	wasReady := meta.IsStatusConditionTrue(store.Status.Conditions, lethev1.MemoryStoreReady)
 	wasIntact := !meta.IsStatusConditionFalse(store.Status.Conditions, lethev1.MemoryStoreErasuresIntact)
+	wasConsistent := !meta.IsStatusConditionFalse(store.Status.Conditions, lethev1.MemoryStoreReceiptLogConsistent)
 	r.setStatus(store, facts)
 	r.reportRestore(store, facts, wasIntact)
+	r.reportReceiptLog(store, facts.receiptLog, wasConsistent)
 	requeue := auditRetry(facts, r.sweepIfDue(ctx, store, facts), r.NotReadyRetry)
 
 	if !equality.Semantic.DeepEqual(before.Status, store.Status) {
@@ -180,6 +192,7 @@ func (r *MemoryStoreReconciler) reportReadiness(ctx context.Context, store *leth
 // observe runs every external check of the store.
 func (r *MemoryStoreReconciler) observe(ctx context.Context, store *lethev1.MemoryStore) storeFacts {
 	var f storeFacts
+	f.receiptLog.configured = r.ReceiptKeySet.Name != ""
 	if err := r.Connector.CheckPostgres(ctx, store, r.ProbeTimeout); err != nil {
 		f.postgres = failureOf(err)
 	} else {
@@ -201,6 +214,13 @@ func (r *MemoryStoreReconciler) observe(ctx context.Context, store *lethev1.Memo
 		rctx, rcancel := context.WithTimeout(ctx, r.ProbeTimeout)
 		f.redaction, f.redactionErr = r.Connector.AuditRedaction(rctx, store, r.RedactionSample)
 		rcancel()
+		lctx, lcancel := context.WithTimeout(ctx, r.ProbeTimeout)
+		f.receiptLog = r.checkReceiptLog(lctx, store)
+		lcancel()
+		if f.receiptLog.err != nil {
+			// The condition says only that the check failed; the cause is here.
+			ctrl.LoggerFrom(ctx).Error(f.receiptLog.err, "check the store's receipt log against the checkpoints its requests hold")
+		}
 		if err := r.reapTombstones(ctx, store, f.schema != nil && f.schema.Compliant()); err != nil {
 			// Retried on the next audit; the tombstones keep hiding the sessions meanwhile.
 			ctrl.LoggerFrom(ctx).Error(err, "reap tombstones whose request is gone")
@@ -247,6 +267,7 @@ func failureOf(err error) *failure {
 // elements without provenance, which would otherwise be reported for good.
 func (r *MemoryStoreReconciler) forget(key types.NamespacedName) {
 	r.Connector.Forget(key)
+	r.logWitnesses.Delete(key)
 	labels := prometheus.Labels{"namespace": key.Namespace, "store": key.Name}
 	metrics.GraphProvenanceless.DeletePartialMatch(labels)
 	metrics.TombstonedSessions.Delete(labels)

@@ -45,6 +45,8 @@ type storeFacts struct {
 	// graphNamesErr is set when that sync failed.
 	graphNames    int64
 	graphNamesErr error
+	// receiptLog is the check of the store's receipt log.
+	receiptLog receiptLogFacts
 }
 
 // failure is a reason and a stable message (no timestamps, no counts that change).
@@ -57,7 +59,7 @@ func fail(reason, format string, args ...any) *failure {
 	return &failure{reason: reason, message: fmt.Sprintf(format, args...)}
 }
 
-// storeConditions turns facts into the five MemoryStore conditions.
+// storeConditions turns facts into the MemoryStore conditions.
 func storeConditions(f storeFacts, generation int64) []metav1.Condition {
 	cond := func(t string, ok bool, reason, msg string) metav1.Condition {
 		s := metav1.ConditionFalse
@@ -122,7 +124,7 @@ func storeConditions(f storeFacts, generation int64) []metav1.Condition {
 	} else {
 		out = append(out, cond(lethev1.MemoryStoreReady, false, lethev1.ReasonNotReady, "not ready: "+strings.Join(notReady, ", ")))
 	}
-	return append(out, erasuresCondition(f, cond), redactionCondition(f, cond))
+	return append(out, erasuresCondition(f, cond), redactionCondition(f, cond), receiptLogCondition(f, cond))
 }
 
 // redactionCondition is RedactionCompliant: the redacted columns have

@@ -99,6 +99,33 @@ func TestStoreConditions(t *testing.T) {
 			facts: storeFacts{postgres: fail(lethev1.ReasonConnectionFailed, "primary: refused")},
 			want:  map[string]want{lethev1.MemoryStoreRedactionCompliant: {"Unknown", lethev1.ReasonPostgresNotReady}},
 		},
+		"an inconsistent receipt log is reported, and leaves the store Ready": {
+			facts: storeFacts{schema: compliant, receiptLog: receiptLogFacts{configured: true, held: 2, inconsistent: errors.New("receipts were removed")}},
+			want: map[string]want{
+				lethev1.MemoryStoreReady:                {"True", lethev1.ReasonAllReady},
+				lethev1.MemoryStoreReceiptLogConsistent: {"False", lethev1.ReasonReceiptLogInconsistent},
+			},
+		},
+		"a receipt log that extends the held checkpoints": {
+			facts: storeFacts{schema: compliant, receiptLog: receiptLogFacts{configured: true, held: 2}},
+			want:  map[string]want{lethev1.MemoryStoreReceiptLogConsistent: {"True", lethev1.ReasonLogExtendsCheckpoints}},
+		},
+		"no checkpoint held yet": {
+			facts: storeFacts{schema: compliant, receiptLog: receiptLogFacts{configured: true}},
+			want:  map[string]want{lethev1.MemoryStoreReceiptLogConsistent: {"True", lethev1.ReasonNoCheckpointsHeld}},
+		},
+		"no signing key: no receipt log to check": {
+			facts: storeFacts{schema: compliant},
+			want:  map[string]want{lethev1.MemoryStoreReceiptLogConsistent: {"True", lethev1.ReasonNotConfigured}},
+		},
+		"a receipt log check that failed is Unknown": {
+			facts: storeFacts{schema: compliant, receiptLog: receiptLogFacts{configured: true, held: 1, err: errors.New("timeout")}},
+			want:  map[string]want{lethev1.MemoryStoreReceiptLogConsistent: {"Unknown", lethev1.ReasonReceiptLogCheckFailed}},
+		},
+		"postgres down makes the receipt log unknown": {
+			facts: storeFacts{postgres: fail(lethev1.ReasonConnectionFailed, "primary: refused"), receiptLog: receiptLogFacts{configured: true}},
+			want:  map[string]want{lethev1.MemoryStoreReceiptLogConsistent: {"Unknown", lethev1.ReasonPostgresNotReady}},
+		},
 		"an erasure check that failed is Unknown": {
 			facts: storeFacts{schema: compliant, erasuresErr: errors.New("timeout")},
 			want: map[string]want{
@@ -115,8 +142,8 @@ func TestStoreConditions(t *testing.T) {
 				}
 				got[c.Type] = c
 			}
-			if len(got) != 7 {
-				t.Fatalf("want 7 conditions, got %d", len(got))
+			if len(got) != 8 {
+				t.Fatalf("want 8 conditions, got %d", len(got))
 			}
 			for typ, w := range tc.want {
 				if c := got[typ]; string(c.Status) != w.status || c.Reason != w.reason {

@@ -159,6 +159,8 @@ func startManager(cfg *rest.Config, pools *postgres.Pools, another bool, opts ..
 		// The tests' graphs are small: a sweep refusing to remove more than
 		// half of one is exercised in internal/graph.
 		SweepMaxOrphanFraction: 0.9,
+		ReceiptKeySet:          receiptKeySecret,
+		APIReader:              mgr.GetAPIReader(),
 	}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}

@@ -27,6 +27,13 @@ const (
 	// message, never a value). Not part of Ready: it concerns what is
 	// stored, not what Lethe can erase.
 	MemoryStoreRedactionCompliant = "RedactionCompliant"
+	// MemoryStoreReceiptLogConsistent: the store's receipt log (in its
+	// database) extends every signed checkpoint its requests hold (in the
+	// cluster, out of the database's reach): no receipt a checkpoint covers
+	// was removed or changed. Checked by every audit, not only when a
+	// request completes. Not part of Ready: erasure goes on; Lethe signs no
+	// checkpoint of a log that fails it.
+	MemoryStoreReceiptLogConsistent = "ReceiptLogConsistent"
 )
 
 // MemoryStore condition reasons.
@@ -53,6 +60,11 @@ const (
 	ReasonRedactionTriggerMissing = "RedactionTriggerMissing"
 	ReasonUnredactedValuesFound   = "UnredactedValuesFound"
 	ReasonRedactionCheckFailed    = "RedactionCheckFailed"
+	// ReceiptLogConsistent reasons (and NotConfigured, PostgresNotReady).
+	ReasonLogExtendsCheckpoints  = "LogExtendsCheckpoints"
+	ReasonNoCheckpointsHeld      = "NoCheckpointsHeld"
+	ReasonReceiptLogInconsistent = "ReceiptLogInconsistent"
+	ReasonReceiptLogCheckFailed  = "ReceiptLogCheckFailed"
 )
 
 // Schema violation rules, named after the decision record's validation queries.

@@ -300,6 +300,9 @@ func addControllers(mgr ctrl.Manager, f managerFlags, receiptKey types.Namespace
 		ProbeTimeout:           f.probeTimeout,
 		RedactionSample:        f.redactionSample,
 		SweepMaxOrphanFraction: float64(f.sweepMaxOrphanPercent) / 100,
+		// The key set is published in the ConfigMap of the Secret's name.
+		ReceiptKeySet: receiptKey,
+		APIReader:     mgr.GetAPIReader(),
 	}).SetupWithManager(mgr); err != nil {
 		return &setupFailure{"set up the MemoryStore controller", err}
 	}

@@ -86,11 +86,7 @@ func Include(leaves [][32]byte, index int64, uid, head string, length int, origi
 	if want := receiptlog.LeafHash(LogLeaf(uid, head, length)); tlog.Hash(leaves[index]) != want {
 		return nil, fmt.Errorf("leaf %d of the receipt log is not this request's receipt", index)
 	}
-	hashes := make([]tlog.Hash, len(leaves))
-	for i, l := range leaves {
-		hashes[i] = tlog.Hash(l)
-	}
-	tree, err := receiptlog.NewTree(hashes)
+	tree, err := treeOf(leaves)
 	if err != nil {
 		return nil, err
 	}
@@ -111,6 +107,33 @@ func Include(leaves [][32]byte, index int64, uid, head string, length int, origi
 	}
 	return &lethev1.LogInclusion{Index: index, HistoryLength: int32(length), Checkpoint: string(note),
 		InclusionProof: receiptlog.EncodeHashes(proof)}, nil
+}
+
+// CheckLog checks that the log of leaves extends every checkpoint in held
+// signed by a key of ks (those the store's live requests carry), as
+// Include does before it signs, without signing anything: a store's audit
+// runs it so that a log changed or shortened behind Lethe's back is
+// reported without waiting for the next completion. w, when not nil,
+// remembers the checkpoints already checked (see Witness).
+func CheckLog(leaves [][32]byte, origin string, ks KeySet, held [][]byte, w *Witness) error {
+	tree, err := treeOf(leaves)
+	if err != nil {
+		return err
+	}
+	pubs, err := ks.publicKeys()
+	if err != nil {
+		return err
+	}
+	return w.consistent(tree, origin, pubs, held)
+}
+
+// treeOf is the Merkle tree of a log's leaf hashes.
+func treeOf(leaves [][32]byte) (*receiptlog.Tree, error) {
+	hashes := make([]tlog.Hash, len(leaves))
+	for i, l := range leaves {
+		hashes[i] = tlog.Hash(l)
+	}
+	return receiptlog.NewTree(hashes)
 }
 
 // extends checks that tree extends the checkpoint old.

@@ -23,7 +23,7 @@ func TestAWitnessAcceptsWhatTheFullCheckAccepts(t *testing.T) {
 	}
 	for seed := uint64(1); seed <= 20; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 7))
-		w := &evidence.Witness{}
+		w, audit := &evidence.Witness{}, &evidence.Witness{}
 		var log [][32]byte
 		var held [][]byte
 		next := 0
@@ -61,6 +61,15 @@ func TestAWitnessAcceptsWhatTheFullCheckAccepts(t *testing.T) {
 			if (errFull == nil) != (errW == nil) {
 				t.Fatalf("seed %d step %d: full check %v, with the witness %v", seed, step, errFull, errW)
 			}
+			// A store's audit checks the same log without signing: it must
+			// refuse exactly what Include refuses, with or without its own
+			// Witness.
+			if err := evidence.CheckLog(leaves, origin, ks, held, nil); (err == nil) != (errFull == nil) {
+				t.Fatalf("seed %d step %d: Include %v, CheckLog %v", seed, step, errFull, err)
+			}
+			if err := evidence.CheckLog(leaves, origin, ks, held, audit); (err == nil) != (errFull == nil) {
+				t.Fatalf("seed %d step %d: Include %v, CheckLog with a witness %v", seed, step, errFull, err)
+			}
 			if errW != nil {
 				refused++
 				continue
@@ -74,5 +83,43 @@ func TestAWitnessAcceptsWhatTheFullCheckAccepts(t *testing.T) {
 		if accepted == 0 || refused == 0 {
 			t.Fatalf("seed %d: %d accepted, %d refused: the sequence does not exercise both", seed, accepted, refused)
 		}
+	}
+}
+
+// CheckLog skips a held checkpoint no key of the key set opens (another
+// store's, or a key published later) and refuses a log shortened below,
+// or changed within, one it opens.
+func TestCheckLogHoldsTheLogToTheCheckpointsItCanOpen(t *testing.T) {
+	key, other := newKey(t), newKey(t)
+	ks := keySet(t, key)
+	origin := receiptlog.Origin("store-uid")
+	var log [][32]byte
+	for n := range 4 {
+		log = append(log, [32]byte(receiptlog.LeafHash(evidence.LogLeaf(fmt.Sprint("uid-", n), "head", 1))))
+	}
+	signed := func(k *evidence.Key, ks evidence.KeySet) []byte {
+		incl, err := evidence.Include(log, 3, "uid-3", "head", 1, origin, k, ks, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []byte(incl.Checkpoint)
+	}
+	held := [][]byte{signed(key, ks)}
+	if err := evidence.CheckLog(log, origin, ks, held, nil); err != nil {
+		t.Fatalf("the log its checkpoint was signed over: %v", err)
+	}
+	if err := evidence.CheckLog(append(log, log[0]), origin, ks, held, nil); err != nil {
+		t.Fatalf("the log grown by a receipt: %v", err)
+	}
+	if err := evidence.CheckLog(log[:3], origin, ks, held, nil); err == nil {
+		t.Error("a log shortened below a held checkpoint passed")
+	}
+	changed := append([][32]byte(nil), log...)
+	changed[1] = changed[2]
+	if err := evidence.CheckLog(changed, origin, ks, held, nil); err == nil {
+		t.Error("a log with a receipt changed under a held checkpoint passed")
+	}
+	if err := evidence.CheckLog(log[:3], origin, ks, [][]byte{signed(other, keySet(t, other))}, nil); err != nil {
+		t.Errorf("a checkpoint no published key opens was held against the log: %v", err)
 	}
 }
