@@ -113,7 +113,7 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	wasConsistent := !meta.IsStatusConditionFalse(store.Status.Conditions, lethev1.MemoryStoreReceiptLogConsistent)
 	r.setStatus(store, facts)
 	r.reportRestore(store, facts, wasIntact)
-	r.reportReceiptLog(store, facts.receiptLog, wasConsistent)
+	r.reportReceiptLog(ctx, store, facts.receiptLog, wasConsistent)
 	requeue := auditRetry(facts, r.sweepIfDue(ctx, store, facts), r.NotReadyRetry)
 
 	if !equality.Semantic.DeepEqual(before.Status, store.Status) {

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/evidence"
@@ -23,8 +24,10 @@ import (
 type receiptLogFacts struct {
 	// configured: receipts are signed (a key set is published).
 	configured bool
-	// held is how many checkpoints the store's requests hold.
-	held int
+	// held is how many checkpoints the store's requests hold; checked how
+	// many of them a published key opens for this store's log (the rest
+	// could not be held against it).
+	held, checked int
 	// inconsistent is set when the log does not extend one of them.
 	inconsistent error
 	// err is set when the check could not run.
@@ -54,11 +57,6 @@ func (r *MemoryStoreReconciler) checkReceiptLog(ctx context.Context, store *leth
 	if f.held = len(held); f.held == 0 {
 		return f
 	}
-	ks, err := r.keySet(ctx)
-	if err != nil {
-		f.err = err
-		return f
-	}
 	ledger, err := r.Connector.Ledger(ctx, store)
 	if err != nil {
 		f.err = err
@@ -70,7 +68,20 @@ func (r *MemoryStoreReconciler) checkReceiptLog(ctx context.Context, store *leth
 		return f
 	}
 	w, _ := r.logWitnesses.LoadOrStore(types.NamespacedName{Namespace: store.Namespace, Name: store.Name}, &evidence.Witness{})
-	f.inconsistent = evidence.CheckLog(leaves, receiptlog.Origin(string(store.UID)), ks, held, w.(*evidence.Witness))
+	origin := receiptlog.Origin(string(store.UID))
+	for _, fresh := range []bool{false, true} {
+		ks, err := r.keySet(ctx, fresh)
+		if err != nil {
+			f.err = err
+			return f
+		}
+		f.checked, f.inconsistent = evidence.CheckLog(leaves, origin, ks, held, w.(*evidence.Witness))
+		// A checkpoint no cached key opens may be a key published since:
+		// read the key set once more before calling it unverified.
+		if f.inconsistent != nil || f.checked == f.held {
+			break
+		}
+	}
 	return f
 }
 
@@ -83,12 +94,13 @@ type publishedKeys struct {
 	until time.Time
 }
 
-// keySet is the receipt key set published in the ConfigMap ReceiptKeySet.
-func (r *MemoryStoreReconciler) keySet(ctx context.Context) (evidence.KeySet, error) {
+// keySet is the receipt key set published in the ConfigMap ReceiptKeySet,
+// read again when fresh or when the cached one is older than keyTTL.
+func (r *MemoryStoreReconciler) keySet(ctx context.Context, fresh bool) (evidence.KeySet, error) {
 	r.keys.mu.Lock()
 	defer r.keys.mu.Unlock()
 	// Wall time, not the injected clock: this is freshness, not evidence.
-	if time.Now().Before(r.keys.until) {
+	if !fresh && time.Now().Before(r.keys.until) {
 		return r.keys.set, nil
 	}
 	cm := &corev1.ConfigMap{}
@@ -107,12 +119,18 @@ func (r *MemoryStoreReconciler) keySet(ctx context.Context) (evidence.KeySet, er
 }
 
 // reportReceiptLog records a Warning on the store when its receipt log
-// turns inconsistent (once per change, as the condition does).
-func (r *MemoryStoreReconciler) reportReceiptLog(store *lethev1.MemoryStore, f receiptLogFacts, wasConsistent bool) {
-	if f.inconsistent != nil && wasConsistent {
+// turns inconsistent (once per change, as the condition does), with what
+// failed: sizes and the log's name, which the condition leaves out (they
+// change from one audit to the next).
+func (r *MemoryStoreReconciler) reportReceiptLog(ctx context.Context, store *lethev1.MemoryStore, f receiptLogFacts, wasConsistent bool) {
+	if f.inconsistent == nil {
+		return
+	}
+	if wasConsistent {
 		r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, lethev1.ReasonReceiptLogInconsistent, "Audit",
 			"the store's receipt log does not extend a checkpoint its requests hold (receipts removed or changed: a restore?); Lethe signs no checkpoint of it: %v", f.inconsistent)
 	}
+	ctrl.LoggerFrom(ctx).Info("the store's receipt log does not extend a checkpoint its requests hold", "cause", f.inconsistent.Error())
 }
 
 // receiptLogCondition is ReceiptLogConsistent. Its messages hold no count
@@ -134,12 +152,15 @@ func receiptLogCondition(f storeFacts, cond func(string, bool, string, string) m
 		return unknown(lethev1.ReasonReceiptLogCheckFailed, "the receipt log check could not run; it is retried on the next audit")
 	case l.inconsistent != nil:
 		return cond(lethev1.MemoryStoreReceiptLogConsistent, false, lethev1.ReasonReceiptLogInconsistent,
-			"the receipt log does not extend a checkpoint the store's requests hold: "+l.inconsistent.Error())
+			"the receipt log does not extend a checkpoint the store's requests hold: receipts it covers were removed or changed (a restore?); the Warning event says which sizes")
 	case l.held == 0:
 		return cond(lethev1.MemoryStoreReceiptLogConsistent, true, lethev1.ReasonNoCheckpointsHeld,
 			"no request of the store holds a checkpoint of its receipt log yet")
+	case l.checked < l.held:
+		return unknown(lethev1.ReasonCheckpointsUnverified,
+			"a checkpoint the store's requests hold opens with no published key for this store's log (a store recreated under its name, a key removed from the key set, an edited status): it cannot be held against the log")
 	default:
 		return cond(lethev1.MemoryStoreReceiptLogConsistent, true, lethev1.ReasonLogExtendsCheckpoints,
-			"the receipt log extends every checkpoint the store's requests hold that a published key opens")
+			"the receipt log extends every checkpoint the store's requests hold")
 	}
 }

@@ -107,8 +107,12 @@ func TestStoreConditions(t *testing.T) {
 			},
 		},
 		"a receipt log that extends the held checkpoints": {
-			facts: storeFacts{schema: compliant, receiptLog: receiptLogFacts{configured: true, held: 2}},
+			facts: storeFacts{schema: compliant, receiptLog: receiptLogFacts{configured: true, held: 2, checked: 2}},
 			want:  map[string]want{lethev1.MemoryStoreReceiptLogConsistent: {"True", lethev1.ReasonLogExtendsCheckpoints}},
+		},
+		"a held checkpoint no published key opens is not counted as extended": {
+			facts: storeFacts{schema: compliant, receiptLog: receiptLogFacts{configured: true, held: 2, checked: 1}},
+			want:  map[string]want{lethev1.MemoryStoreReceiptLogConsistent: {"Unknown", lethev1.ReasonCheckpointsUnverified}},
 		},
 		"no checkpoint held yet": {
 			facts: storeFacts{schema: compliant, receiptLog: receiptLogFacts{configured: true}},

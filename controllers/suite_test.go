@@ -152,7 +152,7 @@ func startManager(cfg *rest.Config, pools *postgres.Pools, another bool, opts ..
 		Connector:       conn,
 		Reverify:        reverify,
 		Velero:          detector,
-		RecheckInterval: 2 * time.Second,
+		RecheckInterval: storeRecheckForTests,
 		NotReadyRetry:   500 * time.Millisecond,
 		ProbeTimeout:    3 * time.Second,
 		RedactionSample: 200,
@@ -388,6 +388,9 @@ func connectVector(t *testing.T, dsn string) *pgx.Conn {
 	}
 	return conn
 }
+
+// storeRecheckForTests is the suite's MemoryStore audit interval.
+const storeRecheckForTests = 2 * time.Second
 
 var receiptKeySecret = types.NamespacedName{Namespace: "lethe-system", Name: "lethe-receipt-key"}
 

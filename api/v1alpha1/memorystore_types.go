@@ -65,6 +65,7 @@ const (
 	ReasonNoCheckpointsHeld      = "NoCheckpointsHeld"
 	ReasonReceiptLogInconsistent = "ReceiptLogInconsistent"
 	ReasonReceiptLogCheckFailed  = "ReceiptLogCheckFailed"
+	ReasonCheckpointsUnverified  = "CheckpointsUnverified"
 )
 
 // Schema violation rules, named after the decision record's validation queries.

@@ -94,7 +94,7 @@ func Include(leaves [][32]byte, index int64, uid, head string, length int, origi
 	if err != nil {
 		return nil, err
 	}
-	if err := w.consistent(tree, origin, append(pubs, key.pub), held); err != nil {
+	if _, err := w.consistent(tree, origin, append(pubs, key.pub), held); err != nil {
 		return nil, err
 	}
 	note, err := receiptlog.SignCheckpoint(origin, tree.Size(), tree.Root(), key.priv)
@@ -113,16 +113,19 @@ func Include(leaves [][32]byte, index int64, uid, head string, length int, origi
 // signed by a key of ks (those the store's live requests carry), as
 // Include does before it signs, without signing anything: a store's audit
 // runs it so that a log changed or shortened behind Lethe's back is
-// reported without waiting for the next completion. w, when not nil,
+// reported without waiting for the next completion. It returns how many
+// notes of held it checked: a note no key of ks opens for this origin
+// (another store's, a key not published, an edited note) is skipped, and
+// the caller must not count it as held by the log. w, when not nil,
 // remembers the checkpoints already checked (see Witness).
-func CheckLog(leaves [][32]byte, origin string, ks KeySet, held [][]byte, w *Witness) error {
+func CheckLog(leaves [][32]byte, origin string, ks KeySet, held [][]byte, w *Witness) (checked int, err error) {
 	tree, err := treeOf(leaves)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	pubs, err := ks.publicKeys()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	return w.consistent(tree, origin, pubs, held)
 }

@@ -31,11 +31,12 @@ type Witness struct {
 
 // consistent checks the tree against the checkpoints in held signed by one
 // of pubs; notes that open with none of them (another store's, another
-// key's) are not this log's to hold and are skipped.
-func (w *Witness) consistent(tree *receiptlog.Tree, origin string, pubs []ed25519.PublicKey, held [][]byte) error {
+// key's) are not this log's to hold and are skipped. It returns how many
+// notes of held it checked (opened now or checked before).
+func (w *Witness) consistent(tree *receiptlog.Tree, origin string, pubs []ed25519.PublicKey, held [][]byte) (int, error) {
 	if w == nil {
-		_, err := checkAll(tree, origin, pubs, held)
-		return err
+		opened, err := checkAll(tree, origin, pubs, held)
+		return countIn(held, opened), err
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -50,12 +51,12 @@ func (w *Witness) consistent(tree *receiptlog.Tree, origin string, pubs []ed2551
 			continue
 		}
 		if size > tree.Size() {
-			return removed(origin, tree.Size(), size)
+			return 0, removed(origin, tree.Size(), size)
 		}
 	}
 	opened, err := checkAll(tree, origin, pubs, unseen)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for h, size := range opened {
 		w.checked[h] = size
@@ -63,7 +64,18 @@ func (w *Witness) consistent(tree *receiptlog.Tree, origin string, pubs []ed2551
 	if w.anchor == nil || tree.Size() >= w.anchor.Size() {
 		w.anchor = tree
 	}
-	return nil
+	return len(held) - len(unseen) + countIn(unseen, opened), nil
+}
+
+// countIn counts the notes of held that opened has.
+func countIn(held [][]byte, opened map[[32]byte]int64) int {
+	n := 0
+	for _, note := range held {
+		if _, ok := opened[sha256.Sum256(note)]; ok {
+			n++
+		}
+	}
+	return n
 }
 
 // agrees says whether tree and the anchor are one log: one extends the other.

@@ -64,11 +64,14 @@ func TestAWitnessAcceptsWhatTheFullCheckAccepts(t *testing.T) {
 			// A store's audit checks the same log without signing: it must
 			// refuse exactly what Include refuses, with or without its own
 			// Witness.
-			if err := evidence.CheckLog(leaves, origin, ks, held, nil); (err == nil) != (errFull == nil) {
-				t.Fatalf("seed %d step %d: Include %v, CheckLog %v", seed, step, errFull, err)
-			}
-			if err := evidence.CheckLog(leaves, origin, ks, held, audit); (err == nil) != (errFull == nil) {
-				t.Fatalf("seed %d step %d: Include %v, CheckLog with a witness %v", seed, step, errFull, err)
+			for _, aw := range []*evidence.Witness{nil, audit} {
+				n, err := evidence.CheckLog(leaves, origin, ks, held, aw)
+				if (err == nil) != (errFull == nil) {
+					t.Fatalf("seed %d step %d: Include %v, CheckLog (witness %t) %v", seed, step, errFull, aw != nil, err)
+				}
+				if err == nil && n != len(held) {
+					t.Fatalf("seed %d step %d: CheckLog (witness %t) checked %d of %d held checkpoints, all signed by the key", seed, step, aw != nil, n, len(held))
+				}
 			}
 			if errW != nil {
 				refused++
@@ -105,21 +108,25 @@ func TestCheckLogHoldsTheLogToTheCheckpointsItCanOpen(t *testing.T) {
 		return []byte(incl.Checkpoint)
 	}
 	held := [][]byte{signed(key, ks)}
-	if err := evidence.CheckLog(log, origin, ks, held, nil); err != nil {
-		t.Fatalf("the log its checkpoint was signed over: %v", err)
+	check := func(log [][32]byte, held [][]byte) (int, error) {
+		return evidence.CheckLog(log, origin, ks, held, nil)
 	}
-	if err := evidence.CheckLog(append(log, log[0]), origin, ks, held, nil); err != nil {
-		t.Fatalf("the log grown by a receipt: %v", err)
+	if n, err := check(log, held); err != nil || n != 1 {
+		t.Fatalf("the log its checkpoint was signed over: %d checked, %v", n, err)
 	}
-	if err := evidence.CheckLog(log[:3], origin, ks, held, nil); err == nil {
+	if n, err := check(append(log, log[0]), held); err != nil || n != 1 {
+		t.Fatalf("the log grown by a receipt: %d checked, %v", n, err)
+	}
+	if _, err := check(log[:3], held); err == nil {
 		t.Error("a log shortened below a held checkpoint passed")
 	}
 	changed := append([][32]byte(nil), log...)
 	changed[1] = changed[2]
-	if err := evidence.CheckLog(changed, origin, ks, held, nil); err == nil {
+	if _, err := check(changed, held); err == nil {
 		t.Error("a log with a receipt changed under a held checkpoint passed")
 	}
-	if err := evidence.CheckLog(log[:3], origin, ks, [][]byte{signed(other, keySet(t, other))}, nil); err != nil {
-		t.Errorf("a checkpoint no published key opens was held against the log: %v", err)
+	// Skipped, and said so: the caller must not count it as held by the log.
+	if n, err := check(log[:3], [][]byte{signed(other, keySet(t, other))}); err != nil || n != 0 {
+		t.Errorf("a checkpoint no published key opens: %d checked, %v; want 0 and no error", n, err)
 	}
 }
