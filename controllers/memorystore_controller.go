@@ -196,35 +196,7 @@ func (r *MemoryStoreReconciler) observe(ctx context.Context, store *lethev1.Memo
 	if err := r.Connector.CheckPostgres(ctx, store, r.ProbeTimeout); err != nil {
 		f.postgres = failureOf(err)
 	} else {
-		actx, cancel := context.WithTimeout(ctx, r.ProbeTimeout)
-		rep, err := r.Connector.AuditSchema(actx, store)
-		cancel()
-		if err != nil {
-			f.schemaErr = err
-		} else {
-			f.schema = &rep
-		}
-		ectx, ecancel := context.WithTimeout(ctx, r.ProbeTimeout)
-		f.restores, f.affected, f.erasuresErr = r.checkErasures(ectx, store)
-		ecancel()
-		if f.erasuresErr != nil {
-			// The condition says only that the check failed; the cause is here.
-			ctrl.LoggerFrom(ctx).Error(f.erasuresErr, "check the erasures of the store's requests")
-		}
-		rctx, rcancel := context.WithTimeout(ctx, r.ProbeTimeout)
-		f.redaction, f.redactionErr = r.Connector.AuditRedaction(rctx, store, r.RedactionSample)
-		rcancel()
-		lctx, lcancel := context.WithTimeout(ctx, r.ProbeTimeout)
-		f.receiptLog = r.checkReceiptLog(lctx, store)
-		lcancel()
-		if f.receiptLog.err != nil {
-			// The condition says only that the check failed; the cause is here.
-			ctrl.LoggerFrom(ctx).Error(f.receiptLog.err, "check the store's receipt log against the checkpoints its requests hold")
-		}
-		if err := r.reapTombstones(ctx, store, f.schema != nil && f.schema.Compliant()); err != nil {
-			// Retried on the next audit; the tombstones keep hiding the sessions meanwhile.
-			ctrl.LoggerFrom(ctx).Error(err, "reap tombstones whose request is gone")
-		}
+		r.observeDatabase(ctx, store, &f)
 	}
 	if store.Spec.FalkorDB != nil {
 		f.graphConfigured = true
@@ -251,6 +223,40 @@ func (r *MemoryStoreReconciler) observe(ctx context.Context, store *lethev1.Memo
 		f.veleroInstalled = installed
 	}
 	return f
+}
+
+// observeDatabase runs the checks of the store's database, once it answers:
+// the schema, erasures, redaction and receipt log audits, and the reaper.
+func (r *MemoryStoreReconciler) observeDatabase(ctx context.Context, store *lethev1.MemoryStore, f *storeFacts) {
+	actx, cancel := context.WithTimeout(ctx, r.ProbeTimeout)
+	rep, err := r.Connector.AuditSchema(actx, store)
+	cancel()
+	if err != nil {
+		f.schemaErr = err
+	} else {
+		f.schema = &rep
+	}
+	ectx, ecancel := context.WithTimeout(ctx, r.ProbeTimeout)
+	f.restores, f.affected, f.erasuresErr = r.checkErasures(ectx, store)
+	ecancel()
+	if f.erasuresErr != nil {
+		// The condition says only that the check failed; the cause is here.
+		ctrl.LoggerFrom(ctx).Error(f.erasuresErr, "check the erasures of the store's requests")
+	}
+	rctx, rcancel := context.WithTimeout(ctx, r.ProbeTimeout)
+	f.redaction, f.redactionErr = r.Connector.AuditRedaction(rctx, store, r.RedactionSample)
+	rcancel()
+	lctx, lcancel := context.WithTimeout(ctx, r.ProbeTimeout)
+	f.receiptLog = r.checkReceiptLog(lctx, store)
+	lcancel()
+	if f.receiptLog.err != nil {
+		// The condition says only that the check failed; the cause is here.
+		ctrl.LoggerFrom(ctx).Error(f.receiptLog.err, "check the store's receipt log against the checkpoints its requests hold")
+	}
+	if err := r.reapTombstones(ctx, store, f.schema != nil && f.schema.Compliant()); err != nil {
+		// Retried on the next audit; the tombstones keep hiding the sessions meanwhile.
+		ctrl.LoggerFrom(ctx).Error(err, "reap tombstones whose request is gone")
+	}
 }
 
 // failureOf is the condition reason and message of a failed check: a
