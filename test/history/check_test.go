@@ -35,6 +35,7 @@ func check(rec runRecord) []string {
 	c.phasesStay()
 	c.leftovers()
 	c.reingestions()
+	c.receiptLog()
 	if rec.Restore != nil {
 		c.restored()
 	}

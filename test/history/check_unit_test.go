@@ -9,6 +9,7 @@ import (
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/evidence"
+	"github.com/lethe-dev/lethe/internal/receiptlog"
 )
 
 // cleanRecord is a synthetic, valid history: request "a" (immediate)
@@ -80,6 +81,7 @@ func cleanRecord() runRecord {
 		GraphAfter:  map[string]int{"Session " + s1: 1, "MENTIONS " + s1 + " 2 2>ada": 1, "Entity ada  Ada": 1},
 		RowsBefore:  map[string]int64{s0: 9, s1: 9, p.Foreign: 9},
 		RowsAfter:   map[string]int64{s0: 0, s1: 9, p.Foreign: 9},
+		ReceiptLog:  &receiptLogObs{Origin: receiptlog.Origin("store-uid")},
 	}
 }
 
@@ -91,6 +93,7 @@ func TestCheckerFindsPlantedViolations(t *testing.T) {
 	if v := check(cleanRecord()); len(v) != 0 {
 		t.Fatalf("a valid history was reported: %v", v)
 	}
+	ks, log := signedReceiptLog(t)
 	for _, tc := range []struct {
 		name  string
 		plant func(*runRecord)
@@ -172,6 +175,18 @@ func TestCheckerFindsPlantedViolations(t *testing.T) {
 		{"a delete request the store does not allow", func(r *runRecord) {
 			r.Plan.DeleteOnImmediate = false
 		}, "deleteOnImmediate is off"},
+		{"a receipt log shortened below a held checkpoint", func(r *runRecord) {
+			r.KeySet, r.ReceiptLog = ks, &receiptLogObs{Leaves: log.Leaves[:1], Origin: log.Origin, Held: log.Held}
+		}, "does not extend a checkpoint the run's requests hold"},
+		{"a held checkpoint no published key opens", func(r *runRecord) {
+			r.ReceiptLog = log
+		}, "1 of the 1 checkpoints the run's requests hold open with no published key"},
+		{"the store's audit says the log is inconsistent", func(r *runRecord) {
+			r.ReceiptLog.Condition = &metav1.Condition{Status: metav1.ConditionFalse, Reason: lethev1.ReasonReceiptLogInconsistent}
+		}, "ReceiptLogConsistent False"},
+		{"no receipt log recorded", func(r *runRecord) {
+			r.ReceiptLog = nil
+		}, "no receipt log was recorded"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := cleanRecord()
@@ -181,5 +196,50 @@ func TestCheckerFindsPlantedViolations(t *testing.T) {
 				t.Errorf("want a violation containing %q, got %q", tc.want, v)
 			}
 		})
+	}
+}
+
+// signedReceiptLog is a log of two receipts and the checkpoint of both,
+// signed by the key of ks, as a request would hold it.
+func signedReceiptLog(t *testing.T) (evidence.KeySet, *receiptLogObs) {
+	t.Helper()
+	key, err := evidence.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks, _, err := evidence.KeySet{}.WithCurrent(key, time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &receiptLogObs{Origin: receiptlog.Origin("store-uid")}
+	for _, uid := range []string{"uid-a", "uid-b"} {
+		o.Leaves = append(o.Leaves, [32]byte(receiptlog.LeafHash(evidence.LogLeaf(uid, "sha256:0", 1))))
+	}
+	incl, err := evidence.Include(o.Leaves, 1, "uid-b", "sha256:0", 1, o.Origin, key, ks, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Held = [][]byte{[]byte(incl.Checkpoint)}
+	return ks, o
+}
+
+// The receipt log check passes a log that extends the held checkpoint,
+// and leaves a restore's round alone: a restore takes receipts back by
+// design.
+func TestReceiptLogCheckPassesAnExtendedLogAndSkipsARestore(t *testing.T) {
+	ks, log := signedReceiptLog(t)
+	grown := *log
+	grown.Leaves = append(grown.Leaves, grown.Leaves[0])
+	c := &checker{rec: runRecord{KeySet: ks, ReceiptLog: &grown}}
+	c.receiptLog()
+	if len(c.v) != 0 {
+		t.Fatalf("a log that extends the held checkpoint was reported: %v", c.v)
+	}
+	shortened := *log
+	shortened.Leaves = shortened.Leaves[:1]
+	c = &checker{rec: runRecord{KeySet: ks, ReceiptLog: &shortened, Restore: &restoreRecord{}}}
+	c.receiptLog()
+	if len(c.v) != 0 {
+		t.Fatalf("a restore's round was held to the log: %v", c.v)
 	}
 }

@@ -82,6 +82,8 @@ type runRecord struct {
 	Reingestions []reingestion
 	// Restore is set when the round restored the database.
 	Restore *restoreRecord
+	// ReceiptLog is the round's receipt log as the run's checkpoints see it.
+	ReceiptLog *receiptLogObs
 }
 
 // restoreRecord is what a run's round recorded around its restore.
