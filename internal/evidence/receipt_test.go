@@ -18,7 +18,7 @@ import (
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
-func newKey(t *testing.T) *evidence.Key {
+func newKey(t testing.TB) *evidence.Key {
 	t.Helper()
 	k, err := evidence.GenerateKey()
 	if err != nil {
@@ -27,7 +27,7 @@ func newKey(t *testing.T) *evidence.Key {
 	return k
 }
 
-func keySet(t *testing.T, keys ...*evidence.Key) evidence.KeySet {
+func keySet(t testing.TB, keys ...*evidence.Key) evidence.KeySet {
 	t.Helper()
 	ks := evidence.KeySet{}
 	for i, k := range keys {
