@@ -84,23 +84,33 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 	}
 	textBudget := min(probeBudget, erasure.TextProbeBudget)
 	b := 0
-	// stale: a batch that erased nothing ran after the last position read.
-	// It may have marked sessions another request erased (markGoneSQL),
-	// moving the ledger's erased_at past that position.
+	// stale: a batch ran after the last position read (none yet). One that
+	// erased nothing may have marked sessions another request erased
+	// (markGoneSQL), moving the ledger's erased_at past that position.
 	stale := false
+	last := (len(ids) - 1) / batchSize
 	for chunk := range slices.Chunk(ids, batchSize) {
 		res, sample, err := e.deleteBatch(ctx, req.UID, b, chunk,
 			sampleBudget{embeddings: probeBudget - len(out.Probe), texts: textBudget - len(out.Texts)})
 		if err != nil {
 			return out, fmt.Errorf("batch %d: %w", b, err)
 		}
-		if len(sample.erased) > 0 {
+		switch {
+		case len(sample.erased) == 0:
+			stale = true
+		case b < last:
+			// The position and the request's latest erased_at are read
+			// after the last batch only: reading them here would read
+			// every ledger row of the request once per batch.
+			if err := e.redate(ctx, req.UID, sample.erased); err != nil {
+				return out, fmt.Errorf("batch %d: %w", b, err)
+			}
+			stale = true
+		default:
 			if out.CommitLSN, out.ErasedAt, err = e.afterCommit(ctx, req.UID, sample.erased); err != nil {
 				return out, fmt.Errorf("batch %d: %w", b, err)
 			}
 			stale = false
-		} else {
-			stale = true
 		}
 		out.Batches = append(out.Batches, res)
 		out.Probe = append(out.Probe, sample.embeddings...)
@@ -116,9 +126,8 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 	if out.CommitLSN != "" && !stale {
 		return out, nil
 	}
-	// The batches since the last position read erased nothing (done
-	// before, or marking sessions already gone): the position now is past
-	// their commits.
+	// The last batch erased nothing (done before, or marking sessions
+	// already gone): the position now is past every batch's commit.
 	var err error
 	out.CommitLSN, out.ErasedAt, err = e.positionErased(ctx, req.UID)
 	return out, err
@@ -148,6 +157,19 @@ const afterCommitSQL = `WITH u AS (UPDATE lethe.erasure_ledger SET erased_at = g
 	WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) AND erased_at IS NOT NULL RETURNING erased_at)
 	SELECT pg_current_wal_lsn()::text, greatest((SELECT max(erased_at) FROM u), (SELECT max(erased_at) FROM lethe.erasure_ledger
 		WHERE request_uid = $1 AND scope = 'session' AND erased_at IS NOT NULL))`
+
+// redateSQL is afterCommitSQL's update alone, for a batch that is not the
+// request's last.
+const redateSQL = `UPDATE lethe.erasure_ledger SET erased_at = greatest(erased_at, clock_timestamp())
+	WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) AND erased_at IS NOT NULL`
+
+// redate dates the sessions a batch erased by the end of its commit.
+func (e *Eraser) redate(ctx context.Context, uid string, erased []string) error {
+	if _, err := e.Pool.Exec(ctx, redateSQL, uid, erased); err != nil {
+		return fmt.Errorf("date the deletion by its commit: %w", err)
+	}
+	return nil
+}
 
 // afterCommit dates the sessions a batch erased by the end of its commit
 // and returns the WAL position after it, with the request's latest
