@@ -84,9 +84,8 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 	}
 	textBudget := min(probeBudget, erasure.TextProbeBudget)
 	b := 0
-	// stale: a batch ran after the last position read (none yet). One that
-	// erased nothing may have marked sessions another request erased
-	// (markGoneSQL), moving the ledger's erased_at past that position.
+	// stale: out's position was read before the last batch's commit, or
+	// not at all (dateBatch).
 	stale := false
 	last := (len(ids) - 1) / batchSize
 	for chunk := range slices.Chunk(ids, batchSize) {
@@ -95,22 +94,8 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 		if err != nil {
 			return out, fmt.Errorf("batch %d: %w", b, err)
 		}
-		switch {
-		case len(sample.erased) == 0:
-			stale = true
-		case b < last:
-			// The position and the request's latest erased_at are read
-			// after the last batch only: reading them here would read
-			// every ledger row of the request once per batch.
-			if err := e.redate(ctx, req.UID, sample.erased); err != nil {
-				return out, fmt.Errorf("batch %d: %w", b, err)
-			}
-			stale = true
-		default:
-			if out.CommitLSN, out.ErasedAt, err = e.afterCommit(ctx, req.UID, sample.erased); err != nil {
-				return out, fmt.Errorf("batch %d: %w", b, err)
-			}
-			stale = false
+		if stale, err = e.dateBatch(ctx, req.UID, sample.erased, b == last, &out); err != nil {
+			return out, fmt.Errorf("batch %d: %w", b, err)
 		}
 		out.Batches = append(out.Batches, res)
 		out.Probe = append(out.Probe, sample.embeddings...)
@@ -157,6 +142,24 @@ const afterCommitSQL = `WITH u AS (UPDATE lethe.erasure_ledger SET erased_at = g
 	WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) AND erased_at IS NOT NULL RETURNING erased_at)
 	SELECT pg_current_wal_lsn()::text, greatest((SELECT max(erased_at) FROM u), (SELECT max(erased_at) FROM lethe.erasure_ledger
 		WHERE request_uid = $1 AND scope = 'session' AND erased_at IS NOT NULL))`
+
+// dateBatch dates the sessions a batch erased by the end of its commit.
+// After the last batch it also reads into out the position and the
+// request's latest erased_at (afterCommit); reading them after every batch
+// would read every ledger row of the request once per batch. It reports
+// whether out's position is now stale: not read after this batch's commit.
+// A batch that erased nothing may still have marked sessions another
+// request erased (markGoneSQL), moving the ledger's erased_at.
+func (e *Eraser) dateBatch(ctx context.Context, uid string, erased []string, last bool, out *erasure.DeleteResult) (stale bool, err error) {
+	switch {
+	case len(erased) == 0:
+		return true, nil
+	case !last:
+		return true, e.redate(ctx, uid, erased)
+	}
+	out.CommitLSN, out.ErasedAt, err = e.afterCommit(ctx, uid, erased)
+	return false, err
+}
 
 // redateSQL is afterCommitSQL's update alone, for a batch that is not the
 // request's last.
