@@ -84,9 +84,6 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 	}
 	textBudget := min(probeBudget, erasure.TextProbeBudget)
 	b := 0
-	// stale: out's position was read before the last batch's commit, or
-	// not at all (dateBatch).
-	stale := false
 	last := (len(ids) - 1) / batchSize
 	for chunk := range slices.Chunk(ids, batchSize) {
 		res, sample, err := e.deleteBatch(ctx, req.UID, b, chunk,
@@ -94,7 +91,7 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 		if err != nil {
 			return out, fmt.Errorf("batch %d: %w", b, err)
 		}
-		if stale, err = e.dateBatch(ctx, req.UID, sample.erased, b == last, &out); err != nil {
+		if err := e.dateBatch(ctx, req.UID, sample.erased, b == last, &out); err != nil {
 			return out, fmt.Errorf("batch %d: %w", b, err)
 		}
 		out.Batches = append(out.Batches, res)
@@ -108,11 +105,12 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 		}
 		b++
 	}
-	if out.CommitLSN != "" && !stale {
+	if out.CommitLSN != "" {
 		return out, nil
 	}
 	// The last batch erased nothing (done before, or marking sessions
-	// already gone): the position now is past every batch's commit.
+	// already gone; it may have moved the ledger's erased_at: markGoneSQL):
+	// the position now is past every batch's commit.
 	var err error
 	out.CommitLSN, out.ErasedAt, err = e.positionErased(ctx, req.UID)
 	return out, err
@@ -137,28 +135,30 @@ func (e *Eraser) positionErased(ctx context.Context, uid string) (string, time.T
 // standby after the batch's last statement, and a backup that started
 // meanwhile still read the sessions. Later is the safe direction. It
 // returns the WAL position, past the batch's commit, for the replica wait,
-// and the request's latest erased_at as positionErasedSQL does.
+// and the request's latest erased_at as positionErasedSQL does, but for
+// its own update, which commits after the position: a ledger-only change
+// to sessions whose deletion committed before the position, so a replica
+// that replayed to it serves none of their rows.
 const afterCommitSQL = `WITH u AS (UPDATE lethe.erasure_ledger SET erased_at = greatest(erased_at, clock_timestamp())
 	WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) AND erased_at IS NOT NULL RETURNING erased_at)
 	SELECT pg_current_wal_lsn()::text, greatest((SELECT max(erased_at) FROM u), (SELECT max(erased_at) FROM lethe.erasure_ledger
 		WHERE request_uid = $1 AND scope = 'session' AND erased_at IS NOT NULL))`
 
 // dateBatch dates the sessions a batch erased by the end of its commit.
-// After the last batch it also reads into out the position and the
-// request's latest erased_at (afterCommit); reading them after every batch
-// would read every ledger row of the request once per batch. It reports
-// whether out's position is now stale: not read after this batch's commit.
-// A batch that erased nothing may still have marked sessions another
-// request erased (markGoneSQL), moving the ledger's erased_at.
-func (e *Eraser) dateBatch(ctx context.Context, uid string, erased []string, last bool, out *erasure.DeleteResult) (stale bool, err error) {
+// After the last batch, if it erased any, it also reads into out the
+// position and the request's latest erased_at (afterCommit); reading them
+// after every batch would read every ledger row of the request once per
+// batch.
+func (e *Eraser) dateBatch(ctx context.Context, uid string, erased []string, last bool, out *erasure.DeleteResult) error {
 	switch {
 	case len(erased) == 0:
-		return true, nil
+		return nil
 	case !last:
-		return true, e.redate(ctx, uid, erased)
+		return e.redate(ctx, uid, erased)
 	}
+	var err error
 	out.CommitLSN, out.ErasedAt, err = e.afterCommit(ctx, uid, erased)
-	return false, err
+	return err
 }
 
 // redateSQL is afterCommitSQL's update alone, for a batch that is not the
