@@ -152,7 +152,7 @@ func bindManagerFlags(fs *flag.FlagSet, f *managerFlags) {
 	fs.DurationVar(&f.probeTimeout, "probe-timeout", 10*time.Second, "bound on each connectivity or audit check")
 	fs.IntVar(&f.redactionSample, "redaction-sample-rows", 200, "values of each redacted column a store audit samples for unredacted secrets and personal data (0: check the triggers only)")
 	fs.IntVar(&f.pgMaxConns, "postgres-max-conns", 4, "connections per MemoryStore database pool")
-	fs.DurationVar(&f.vacuumGap, "vacuum-gap", 5*time.Second, "least time between the end of a store's post-deletion vacuum and the start of its next; the deletions finishing meanwhile share that next one (each vacuum reads the tables' indexes whole)")
+	fs.DurationVar(&f.vacuumGap, "vacuum-gap", 5*time.Second, "least time between the end of a store's post-deletion vacuum that vacuumed a table and the start of its next; the deletions finishing meanwhile share that next one (each vacuum reads the tables' indexes whole)")
 	fs.DurationVar(&f.reverify, "reverify-interval", time.Hour, "how often a completed ErasureRequest is checked for resurrected sessions")
 	fs.DurationVar(&f.minGrace, "min-grace-period", lethev1.DefaultMinGracePeriod,
 		"the shortest spec.gracePeriod a request that is not immediate may have; a shorter one stalls the request before anything is touched")

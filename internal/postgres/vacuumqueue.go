@@ -23,10 +23,13 @@ import (
 // started after run was called.
 //
 // gap spaces the vacuums of a busy store: the next one starts no sooner
-// than gap after the last one ended, and every deletion finishing in
-// between joins it. Each vacuum reads every index of the tables whole
-// (INDEX_CLEANUP ON), so back to back they cost a CPU for as long as
-// deletions come; a first vacuum after a quiet gap starts at once.
+// than gap after the last one that vacuumed a table ended, and every
+// deletion finishing in between joins it. Each vacuum reads every index of
+// the tables whole (INDEX_CLEANUP ON), so back to back they cost a CPU for
+// as long as deletions come; a first vacuum after a quiet gap starts at
+// once, and so does one after a vacuum that vacuumed nothing (the role may
+// vacuum none of the tables): it read no index, and waiting for it would
+// only delay the deletions.
 type vacuumQueue struct {
 	mu      sync.Mutex
 	running bool
@@ -34,7 +37,7 @@ type vacuumQueue struct {
 	started int64 // vacuums started, for tests and benchmarks
 	gap     time.Duration
 	clock   clock.Clock // nil: the wall clock
-	ended   time.Time   // when the last vacuum ended
+	ended   time.Time   // when the last vacuum that vacuumed a table (or failed) ended
 }
 
 // vacuumRun is one vacuum and those waiting for it.
@@ -123,7 +126,9 @@ func (q *vacuumQueue) runLocked(ctx context.Context) {
 			q.mu.Lock()
 			defer q.mu.Unlock()
 			q.running = false
-			q.ended = q.now()
+			if r.err != nil || r.res.Vacuumed > 0 {
+				q.ended = q.now()
+			}
 			if len(q.pending) > 0 {
 				q.startLocked(ctx)
 			}

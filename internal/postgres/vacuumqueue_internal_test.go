@@ -80,7 +80,7 @@ func TestVacuumsOfABusyStoreAreSpacedByTheGap(t *testing.T) {
 	release := make(chan struct{})
 	vacuum := func(context.Context, lethev1.VacuumMode) (erasure.VacuumResult, error) {
 		<-release
-		return erasure.VacuumResult{}, nil
+		return erasure.VacuumResult{Vacuumed: 4}, nil
 	}
 	until := func(what string, cond func() bool) {
 		t.Helper()
@@ -122,4 +122,54 @@ func TestVacuumsOfABusyStoreAreSpacedByTheGap(t *testing.T) {
 	if next.waiters != 2 {
 		t.Fatalf("%d deletions on the second vacuum, want 2", next.waiters)
 	}
+}
+
+// A vacuum that vacuumed no table (the role may vacuum none of them) read
+// no index: the next vacuum does not wait for the gap after it. One that
+// vacuumed a table, or failed, is still followed by the gap.
+func TestNoGapAfterAVacuumThatVacuumedNothing(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
+	q := vacuumQueue{gap: 10 * time.Second, clock: clk}
+	result := make(chan erasure.VacuumResult)
+	vacuum := func(context.Context, lethev1.VacuumMode) (erasure.VacuumResult, error) {
+		return <-result, nil
+	}
+	end := func(r *vacuumRun, res erasure.VacuumResult) {
+		t.Helper()
+		select {
+		case result <- res:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the vacuum never ran (%d started)", q.Started())
+		}
+		<-r.done
+	}
+	started := func(want int64) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); q.Started() != want; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d vacuums started, want %d", q.Started(), want)
+			}
+		}
+	}
+	nothing := erasure.VacuumResult{NotPermitted: 6}
+	first := q.join(ctx, nil, lethev1.VacuumLazy, vacuum)
+	started(1)
+	end(first, nothing)
+	// No step of the clock: the next vacuum must start at once.
+	second := q.join(ctx, nil, lethev1.VacuumLazy, vacuum)
+	started(2)
+	end(second, erasure.VacuumResult{Vacuumed: 1, NotPermitted: 5})
+	third := q.join(ctx, nil, lethev1.VacuumLazy, vacuum)
+	for deadline := time.Now().Add(10 * time.Second); !clk.HasWaiters(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the vacuum after one that vacuumed a table does not wait for the gap (%d started)", q.Started())
+		}
+	}
+	if q.Started() != 2 {
+		t.Fatalf("%d vacuums started right after one that vacuumed a table, want 2", q.Started())
+	}
+	clk.Step(10 * time.Second)
+	started(3)
+	end(third, nothing)
 }
