@@ -139,8 +139,7 @@ func (e *Eraser) positionErased(ctx context.Context, uid string) (string, time.T
 // its own update, which commits after the position: a ledger-only change
 // to sessions whose deletion committed before the position, so a replica
 // that replayed to it serves none of their rows.
-const afterCommitSQL = `WITH u AS (UPDATE lethe.erasure_ledger SET erased_at = greatest(erased_at, clock_timestamp())
-	WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) AND erased_at IS NOT NULL RETURNING erased_at)
+const afterCommitSQL = `WITH u AS (` + redateSQL + ` RETURNING erased_at)
 	SELECT pg_current_wal_lsn()::text, greatest((SELECT max(erased_at) FROM u), (SELECT max(erased_at) FROM lethe.erasure_ledger
 		WHERE request_uid = $1 AND scope = 'session' AND erased_at IS NOT NULL))`
 
@@ -161,8 +160,8 @@ func (e *Eraser) dateBatch(ctx context.Context, uid string, erased []string, las
 	return err
 }
 
-// redateSQL is afterCommitSQL's update alone, for a batch that is not the
-// request's last.
+// redateSQL moves the erased_at of the sessions $2 of the request $1 to
+// now: afterCommitSQL's update, alone for a batch that is not the last.
 const redateSQL = `UPDATE lethe.erasure_ledger SET erased_at = greatest(erased_at, clock_timestamp())
 	WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) AND erased_at IS NOT NULL`
 
