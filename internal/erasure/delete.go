@@ -168,7 +168,7 @@ func (d *Deletion) evidence(ctx context.Context, s *Scope, res DeleteResult, pro
 	if deletedAt.IsZero() {
 		deletedAt = s.Clock.Now()
 	}
-	checks, err := s.Ledger.Verify(ctx, FoundRequest(s.Request))
+	checks, err := s.Ledger.Verify(ctx, FoundRequest(s.Request), res.ContentKeys)
 	if err != nil {
 		return lethev1.StepEvidence{}, work, target, err
 	}

@@ -32,10 +32,14 @@ var (
 )
 
 const (
-	cancelRequestedCall     = "Claims.CancelRequested()"
-	claimCall               = "Claims.Claim(Deleted=False/Deleting)"
-	deleteCall              = "Ledger.Delete({req-uid [s1 s2 s3] grace=168h0m0s}, 50, 8)"
-	verifyCall              = "Ledger.Verify({req-uid [s1 s2 s3] grace=0s})"
+	cancelRequestedCall = "Claims.CancelRequested()"
+	claimCall           = "Claims.Claim(Deleted=False/Deleting)"
+	deleteCall          = "Ledger.Delete({req-uid [s1 s2 s3] grace=168h0m0s}, 50, 8)"
+	verifyCall          = "Ledger.Verify({req-uid [s1 s2 s3] grace=0s}, 3 content keys)"
+	// verifyNoKeysCall is a verification without content keys: repeated
+	// by a pass that finds the deletion parked, or after a deletion that
+	// erased nothing in its pass. The keys are not kept across passes.
+	verifyNoKeysCall        = "Ledger.Verify({req-uid [s1 s2 s3] grace=0s}, no content keys)"
 	probeCall               = "Ledger.ProbeResidue([[0.1 0.2] [0.3 0.4]], 1e-06)"
 	textProbeCall           = "Ledger.ProbeTextResidue([[text] [text]])"
 	replicaCall             = "Replicas.CaughtUp(0/3000060)"
@@ -64,7 +68,7 @@ func deleteResult() DeleteResult {
 		{Batch: 1, Skipped: true},
 		{Batch: 2, Sessions: 1, Rows: []Count{{Table: "memory.sessions", Rows: 1}, {Table: "memory.messages", Rows: 10}},
 			ContentIndexEntries: 1, DeletedAt: deletedAt},
-	}, Probe: sample, Texts: texts, TextRows: 45, CommitLSN: "0/3000060"}
+	}, Probe: sample, Texts: texts, TextRows: 45, CommitLSN: "0/3000060", ContentKeys: ContentKeys{"sha-1", "sha-2", "sha-3"}}
 }
 
 // deletionFakes is a deletion that claims, deletes, verifies clean, finds
@@ -75,7 +79,7 @@ func deletionFakes(mods ...func(*fakes)) fakes {
 			ClaimFn: func(context.Context, metav1.Condition) (bool, error) { return true, nil }},
 		ledger: LedgerFns{
 			DeleteFn:    func(context.Context, Request, int, int) (DeleteResult, error) { return deleteResult(), nil },
-			VerifyFn:    func(context.Context, Request) ([]Verification, error) { return clean, nil },
+			VerifyFn:    func(context.Context, Request, ContentKeys) ([]Verification, error) { return clean, nil },
 			ReceiptsFn:  func(context.Context, string, string) (map[int]StepReceipt, error) { return deletedReceipts(), nil },
 			DeletedAtFn: func(context.Context, string) (time.Time, error) { return deletedAt, nil },
 			VacuumFn: func(context.Context, lethev1.VacuumMode) (VacuumResult, error) {
@@ -252,7 +256,7 @@ func TestDeletionRun(t *testing.T) {
 				status: after(atDeletion(), withCond(configCond)), calls: append(claims, deleteCall)}},
 		"VerifyError": {reason: "A verification that could not run is an error, not a success.",
 			er: atDeletion(), fakes: deletionFakes(func(f *fakes) {
-				f.ledger.VerifyFn = func(context.Context, Request) ([]Verification, error) { return nil, errPort }
+				f.ledger.VerifyFn = func(context.Context, Request, ContentKeys) ([]Verification, error) { return nil, errPort }
 			}),
 			want: stepWant{out: Outcome{Kind: Errored, Condition: verifyFailed}, err: errPort,
 				status: after(atDeletion(), withCond(verifyFailed)), calls: append(claims, deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall)}},
@@ -302,7 +306,7 @@ func TestDeletionRun(t *testing.T) {
 // rowsLeft is a verification that finds rows of the erased sessions the
 // ledger still holds: the deletion's guard refused them.
 func rowsLeft(f *fakes) {
-	f.ledger.VerifyFn = func(context.Context, Request) ([]Verification, error) {
+	f.ledger.VerifyFn = func(context.Context, Request, ContentKeys) ([]Verification, error) {
 		return []Verification{{Check: "sessions of the request"}, {Check: "rows in memory.messages", Found: 4}}, nil
 	}
 	f.ledger.GraceFn = func(context.Context, string) (GraceState, error) { return GraceState{LedgerRows: 3, NotErased: 1}, nil }
@@ -463,7 +467,7 @@ func TestDeletionKeepsProbeSample(t *testing.T) {
 		t.Fatalf("second pass: kind %d, want Done", second.out.Kind)
 	}
 	// The first pass claimed the deletion (ReplicaLagging comes after the claim): the second does not claim again.
-	if diff := cmp.Diff([]string{deleteCall, deletedReceiptsCall, deletedAtCall, verifyCall, textProbeCall, probeCall, replicaCall, vacuumCall}, second.calls); diff != "" {
+	if diff := cmp.Diff([]string{deleteCall, deletedReceiptsCall, deletedAtCall, verifyNoKeysCall, textProbeCall, probeCall, replicaCall, vacuumCall}, second.calls); diff != "" {
 		t.Errorf("second pass: ProbeResidue must receive the first pass's sample: -want, +got:\n%s", diff)
 	}
 	if _, kept := d.probes.Load(uid); !kept {
@@ -593,7 +597,7 @@ func TestDeletionTextProbeWithoutSample(t *testing.T) {
 func TestDeletionRemovesResidue(t *testing.T) {
 	derivedLeft := func(removed BatchResult, verifications *int) func(*fakes) {
 		return func(f *fakes) {
-			f.ledger.VerifyFn = func(context.Context, Request) ([]Verification, error) {
+			f.ledger.VerifyFn = func(context.Context, Request, ContentKeys) ([]Verification, error) {
 				*verifications++
 				if *verifications == 1 || removed.Skipped {
 					return []Verification{{Check: "sessions of the request"}, {Check: CheckPrefixDerived + "memory_derived.derivations", Found: 1}}, nil

@@ -87,7 +87,7 @@ func TestDeletionWaitsForItsVacuumOffThePass(t *testing.T) {
 	if diff := cmp.Diff(want, again.out, cmpopts.IgnoreFields(Outcome{}, "Wake"), persistedSet); diff != "" {
 		t.Errorf("pass after a refused write: -want (the same outcome), +got:\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{verifyCall}, again.calls); diff != "" || v.starts != 1 {
+	if diff := cmp.Diff([]string{verifyNoKeysCall}, again.calls); diff != "" || v.starts != 1 {
 		t.Errorf("pass after a refused write: calls -want, +got:\n%s%d vacuum(s) started: want one", diff, v.starts)
 	}
 	again.out.Persisted()
@@ -138,7 +138,7 @@ func TestDeletionForgottenWhileParked(t *testing.T) {
 
 // verifiesOnly is a ledger whose only port is Verify, answering checks.
 func verifiesOnly(checks []Verification) fakes {
-	return fakes{ledger: LedgerFns{VerifyFn: func(context.Context, Request) ([]Verification, error) { return checks, nil }}}
+	return fakes{ledger: LedgerFns{VerifyFn: func(context.Context, Request, ContentKeys) ([]Verification, error) { return checks, nil }}}
 }
 
 // TestDeletionParkedAndRefusedVerifiesBeforeCompletingAgain: the pass
@@ -152,9 +152,9 @@ func verifiesOnly(checks []Verification) fakes {
 func TestDeletionParkedAndRefusedVerifiesBeforeCompletingAgain(t *testing.T) {
 	claimed := reached(2, withStatusCondition(lethev1.ConditionDeleted, false, lethev1.ReasonDeleting))
 	back := []Verification{{Check: "sessions of the request", Found: 1}, {Check: "rows in memory.messages", Found: 12}}
-	verifies := func(answers ...[]Verification) func(context.Context, Request) ([]Verification, error) {
+	verifies := func(answers ...[]Verification) func(context.Context, Request, ContentKeys) ([]Verification, error) {
 		n := 0
-		return func(context.Context, Request) ([]Verification, error) {
+		return func(context.Context, Request, ContentKeys) ([]Verification, error) {
 			a := answers[min(n, len(answers)-1)]
 			n++
 			return a, nil
@@ -175,7 +175,7 @@ func TestDeletionParkedAndRefusedVerifiesBeforeCompletingAgain(t *testing.T) {
 
 	t.Run("verification fails", func(t *testing.T) {
 		d, _, er := parkedAndHandedOut(t)
-		broken := fakes{ledger: LedgerFns{VerifyFn: func(context.Context, Request) ([]Verification, error) {
+		broken := fakes{ledger: LedgerFns{VerifyFn: func(context.Context, Request, ContentKeys) ([]Verification, error) {
 			return nil, errors.New("connection reset")
 		}}}
 		if out := runFakes(t, d.Run, er, broken).out; out.Kind == Done || out.Condition == nil || out.Condition.OK {
@@ -193,7 +193,7 @@ func TestDeletionParkedAndRefusedVerifiesBeforeCompletingAgain(t *testing.T) {
 			out.Milestone == nil || out.Milestone.Event != lethev1.ReasonResurrected || out.Warning == nil || out.Persisted != nil {
 			t.Fatalf("pass that found rows back and erased them again: %+v: want Waiting, Deleted still False (Deleting), a Resurrected entry and warning", out)
 		}
-		if diff := cmp.Diff([]string{verifyCall, reeraseCall}, healed.calls); diff != "" {
+		if diff := cmp.Diff([]string{verifyNoKeysCall, reeraseCall}, healed.calls); diff != "" {
 			t.Errorf("calls: -want, +got:\n%s", diff)
 		}
 		// The parked evidence predates the rows' return: the next pass
@@ -232,7 +232,7 @@ func TestDeletionParkedAndRefusedVerifiesBeforeCompletingAgain(t *testing.T) {
 		if again.out.Kind != Done {
 			t.Fatalf("pass that found rows back: %+v: want the deletion run again to Done", again.out)
 		}
-		if len(again.calls) < 3 || again.calls[0] != verifyCall || again.calls[1] != reeraseCall || again.calls[2] != deleteCall || v.starts != 2 {
+		if len(again.calls) < 3 || again.calls[0] != verifyNoKeysCall || again.calls[1] != reeraseCall || again.calls[2] != deleteCall || v.starts != 2 {
 			t.Errorf("pass that found rows back: calls %v, %d vacuum(s) started: want verify, re-erase, then delete again, a second vacuum", again.calls, v.starts)
 		}
 	})

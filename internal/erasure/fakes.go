@@ -25,7 +25,7 @@ type LedgerFns struct {
 	GraceFn            func(ctx context.Context, uid string) (GraceState, error)
 	CancelFn           func(ctx context.Context, uid string) (Cancellation, error)
 	DeleteFn           func(ctx context.Context, req Request, batchSize, probeBudget int) (DeleteResult, error)
-	VerifyFn           func(ctx context.Context, req Request) ([]Verification, error)
+	VerifyFn           func(ctx context.Context, req Request, keys ContentKeys) ([]Verification, error)
 	ProbeResidueFn     func(ctx context.Context, probe []Embedding, maxDistance float64) ([]Residue, error)
 	ProbeTextResidueFn func(ctx context.Context, sample []TextSample) (TextProbe, error)
 	ReeraseFn          func(ctx context.Context, req Request) (BatchResult, error)
@@ -81,11 +81,11 @@ func (f *LedgerFns) Delete(ctx context.Context, req Request, batchSize, probeBud
 	return f.DeleteFn(ctx, req, batchSize, probeBudget)
 }
 
-func (f *LedgerFns) Verify(ctx context.Context, req Request) ([]Verification, error) {
+func (f *LedgerFns) Verify(ctx context.Context, req Request, keys ContentKeys) ([]Verification, error) {
 	if f.VerifyFn == nil {
 		return nil, ErrNotFaked
 	}
-	return f.VerifyFn(ctx, req)
+	return f.VerifyFn(ctx, req, keys)
 }
 
 func (f *LedgerFns) ProbeResidue(ctx context.Context, probe []Embedding, maxDistance float64) ([]Residue, error) {

@@ -273,6 +273,11 @@ func render(v any) string {
 	switch x := v.(type) {
 	case Request:
 		return fmt.Sprintf("{%s %v grace=%s}", x.UID, x.SessionIDs, x.Grace)
+	case ContentKeys:
+		if x == nil {
+			return "no content keys"
+		}
+		return fmt.Sprintf("%d content keys", len(x))
 	case metav1.Condition:
 		return fmt.Sprintf("%s=%s/%s", x.Type, x.Status, x.Reason)
 	case BackupScope:

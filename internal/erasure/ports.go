@@ -46,7 +46,9 @@ type Ledger interface {
 	Delete(ctx context.Context, req Request, batchSize, probeBudget int) (DeleteResult, error)
 	// Verify looks for anything left of the sessions req names (the ones
 	// the request found), whether or not the ledger says they were erased.
-	Verify(ctx context.Context, req Request) ([]Verification, error)
+	// keys, the content hashes the deletion read (nil: none), change how
+	// it looks, never what it finds (ContentKeys).
+	Verify(ctx context.Context, req Request, keys ContentKeys) ([]Verification, error)
 	// ProbeResidue looks for near-identical copies of the probe embeddings
 	// in every vector column outside the cascade, in every schema (a copy
 	// may sit anywhere; only counts per column come back).

@@ -104,7 +104,7 @@ func TestDeletionWaitsForTheReplicasAtItsOwnPosition(t *testing.T) {
 			return r, nil
 		}
 		f.ledger.DeletedAtFn = func(context.Context, string) (time.Time, error) { return erasedAt, nil }
-		f.ledger.VerifyFn = func(context.Context, Request) ([]Verification, error) {
+		f.ledger.VerifyFn = func(context.Context, Request, ContentKeys) ([]Verification, error) {
 			if residue {
 				residue = false
 				return append(clean, Verification{Check: CheckPrefixDerived + "memory_derived.profiles", Found: 1}), nil

@@ -130,7 +130,24 @@ type DeleteResult struct {
 	// anyone), read no later than CommitLSN: an erasure committed after
 	// that position is not in it. Zero when none is erased.
 	ErasedAt time.Time
+	// ContentKeys are the content hashes of the sessions this call erased,
+	// for Verify.
+	ContentKeys ContentKeys
 }
+
+// ContentKeys are the application's content hashes (never the content) of
+// erased sessions, as the deletion read them inside its transactions, kept
+// in memory only. Verify looks the content indexes up by them when, keyed,
+// they cover every content row the request holds in the ledger; otherwise
+// (nil, or sessions erased before a manager restart, or content that left
+// the sessions after their tombstone) it hashes every entry of each content
+// index. Either way it counts the same entries.
+type ContentKeys []string
+
+// MaxContentKeys bounds the ContentKeys a deletion keeps (about 4 MiB of
+// SHA-256 hex): past it, it keeps none and Verify hashes the content
+// indexes, a cost that a deletion of that size dwarfs.
+const MaxContentKeys = 50_000
 
 // Verification is one "nothing left" check.
 type Verification struct {

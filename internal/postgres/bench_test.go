@@ -157,7 +157,7 @@ func BenchmarkP1DeleteOneSession(b *testing.B) {
 			ways[(i+k)%len(ways)]()
 		}
 		t2 := time.Now()
-		if _, err := e.Verify(ctx, sampled[i]); err != nil {
+		if _, err := e.Verify(ctx, sampled[i], res.ContentKeys); err != nil {
 			b.Fatal(err)
 		}
 		verify += time.Since(t2)

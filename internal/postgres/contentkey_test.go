@@ -245,7 +245,7 @@ func TestErasureLeavesAnotherTenantsIdenticalText(t *testing.T) {
 	wantSees("after the deletion", map[string]map[string]bool{
 		"shared": {"t2": true, "": true, "t1": false},
 	})
-	checks, err := e.Verify(ctx, req)
+	checks, err := verifyBothWays(ctx, e, req, res.ContentKeys)
 	if err != nil {
 		t.Fatal(err)
 	}

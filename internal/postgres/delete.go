@@ -66,7 +66,8 @@ const positionErasedSQL = `SELECT pg_current_wal_lsn()::text, (SELECT max(erased
 // for (request, Deleted, batch), its digest that of the batch's result. A
 // repeat skips the batches already done. It keeps at most probeBudget of
 // the erased embeddings and min(probeBudget, TextProbeBudget) passages of
-// their text, in memory only, for the residue probes.
+// their text, in memory only, for the residue probes, and the content
+// hashes of what it erased (erasure.ContentKeys), for Verify.
 func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, probeBudget int) (erasure.DeleteResult, error) {
 	var out erasure.DeleteResult
 	if batchSize < 1 {
@@ -83,6 +84,7 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 		e.analyzeLedgerIfWithoutStatistics(ctx)
 	}
 	textBudget := min(probeBudget, erasure.TextProbeBudget)
+	out.ContentKeys = erasure.ContentKeys{}
 	b := 0
 	last := (len(ids) - 1) / batchSize
 	for chunk := range slices.Chunk(ids, batchSize) {
@@ -97,6 +99,7 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 		out.Batches = append(out.Batches, res)
 		out.Probe = append(out.Probe, sample.embeddings...)
 		out.TextRows += sample.textRows
+		out.ContentKeys = keepContentKeys(out.ContentKeys, sample.contentKeys)
 		for _, t := range sample.texts {
 			// The same passage twice (a text said twice) is probed once.
 			if !slices.Contains(out.Texts, t) {
@@ -114,6 +117,15 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 	var err error
 	out.CommitLSN, out.ErasedAt, err = e.positionErased(ctx, req.UID)
 	return out, err
+}
+
+// keepContentKeys adds a batch's content hashes to those kept, within
+// erasure.MaxContentKeys; past it, none are kept (nil) from then on.
+func keepContentKeys(kept erasure.ContentKeys, batch []string) erasure.ContentKeys {
+	if kept == nil || len(kept)+len(batch) > erasure.MaxContentKeys {
+		return nil
+	}
+	return append(kept, batch...)
 }
 
 // positionErased reads the WAL position now and the request's latest
@@ -224,8 +236,11 @@ type batchSample struct {
 	// erased are the sessions the batch erased (not sampled: its result).
 	erased     []string
 	embeddings []erasure.Embedding
-	texts      []erasure.TextSample
-	textRows   int64
+	// contentKeys are the content hashes of the sessions, read by the
+	// first content index's delete (nil without a content index).
+	contentKeys []string
+	texts       []erasure.TextSample
+	textRows    int64
 }
 
 // deleteBatch erases one batch, the short way when the catalog is the one
@@ -386,7 +401,7 @@ func queueErase(p *pipeline, l Layout, uid string, sessions []string, tenant *st
 		})
 	}
 	queueTextSample(p, l, sessions, budget.texts, sample)
-	queueContentDeletes(p, l, sessions, tenant, res)
+	queueContentDeletes(p, l, sessions, tenant, res, sample)
 	queueDerivedDeletes(p, l, sessions, res)
 	queueSessionDeletes(p, l, sessions)
 	counters.queueMarkErasedAndAfter(p, uid, sessions, checks.epoch, res)
@@ -413,18 +428,27 @@ func sampleEmbeddingsSQL(l Layout) string {
 // ledger rows keep hiding the hashes (lethe.is_erased_content) and are not
 // marked one by one: that cost more than the cascade itself; the receipt
 // counts them.
-func deleteContentSQL(l Layout, idx ContentIndex) string {
-	return removeContentSQL(idx, `WITH h AS MATERIALIZED (`+sessionHashesSQL(l)+`),`, `i.`+idx.Ident()+` IN (SELECT h FROM h)`)
+//
+// With keys, it also returns the hashes it looked for (for Verify, which
+// can then look them up by index: erasure.ContentKeys), at no cost beyond
+// sending them: it reads them anyway.
+func deleteContentSQL(l Layout, idx ContentIndex, keys bool) string {
+	sql := removeContentSQL(idx, `WITH h AS MATERIALIZED (`+sessionHashesSQL(l)+`),`, `i.`+idx.Ident()+` IN (SELECT h FROM h)`)
+	if keys {
+		sql += `, ARRAY(SELECT h FROM h)`
+	}
+	return sql
 }
 
 // removeContentSQL removes from idx the entries key selects (with: the
 // statement's first CTEs, ending in a comma, or "WITH"), tenant $2 as
-// deleteContentSQL says, returning how many it removed or changed.
+// deleteContentSQL says, returning how many it removed or changed as the
+// first column of its last SELECT (which may take more).
 func removeContentSQL(idx ContentIndex, with, key string) string {
 	sql := with + `
 		d AS (DELETE FROM ` + idx.Table.Ident() + ` i WHERE ` + key + onlyTenantLeft(idx) + ` RETURNING 1)`
 	if !idx.TenantList {
-		return sql + ` SELECT count(*) FROM d`
+		return sql + ` SELECT (SELECT count(*) FROM d)`
 	}
 	tenants := pgx.Identifier{idx.TenantColumn}.Sanitize()
 	// Disjoint from d's rows: one statement must not change a row twice.
@@ -443,14 +467,21 @@ func onlyTenantLeft(idx ContentIndex) string {
 	return ` AND ($2::text IS NULL OR ` + idx.Tenants("i") + ` <@ ARRAY[$2::text])`
 }
 
-func queueContentDeletes(p *pipeline, l Layout, eligible []string, tenant *string, res *erasure.BatchResult) {
+// queueContentDeletes queues deleteContentSQL for each content index; the
+// first also reads the content hashes into s.
+func queueContentDeletes(p *pipeline, l Layout, eligible []string, tenant *string, res *erasure.BatchResult, s *batchSample) {
 	if len(l.ContentSources) == 0 {
 		return
 	}
-	for _, idx := range l.ContentIndexes {
-		p.queryRow("delete from "+idx.Table.String(), deleteContentSQL(l, idx), contentArgs(idx, eligible, tenant), func(row pgx.Row) error {
+	for i, idx := range l.ContentIndexes {
+		keys := i == 0
+		p.queryRow("delete from "+idx.Table.String(), deleteContentSQL(l, idx, keys), contentArgs(idx, eligible, tenant), func(row pgx.Row) error {
 			var n int64
-			err := row.Scan(&n)
+			dest := []any{&n}
+			if keys {
+				dest = append(dest, &s.contentKeys)
+			}
+			err := row.Scan(dest...)
 			res.ContentIndexEntries += n
 			return err
 		})

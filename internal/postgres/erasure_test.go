@@ -161,7 +161,7 @@ func eraseEveryLayer(t *testing.T, short bool) {
 		}
 	}
 	// Verified is what the request found (the caller drops what was not found).
-	checks, err := e.Verify(ctx, erasure.Request{UID: req.UID, SessionIDs: plan.Found})
+	checks, err := verifyBothWays(ctx, e, erasure.Request{UID: req.UID, SessionIDs: plan.Found}, res.ContentKeys)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +357,7 @@ func TestEveryStepWorksOnAPoolOfOneConnection(t *testing.T) {
 	if len(res.Batches) != 1 || res.Batches[0].Sessions != 1 {
 		t.Fatalf("delete result: %+v", res.Batches)
 	}
-	if left, err := fresh().Verify(ctx, req); err != nil {
+	if left, err := verifyBothWays(ctx, fresh(), req, res.ContentKeys); err != nil {
 		t.Fatalf("verify: %v", err)
 	} else {
 		for _, v := range left {

@@ -21,3 +21,13 @@ const NotErasedSQL = notErasedSQL
 func NearCopiesSQL(schema, table, column string) string {
 	return nearCopiesSQL(QColumn{Table: Table{Schema: schema, Name: table}, Column: column}, "")
 }
+
+// ReferenceCacheCheckSQL is Verify's content check of the reference
+// schema's embedding cache (tenants listed), for its plan test.
+func ReferenceCacheCheckSQL() string {
+	return leftContentSQL(ContentIndex{QColumn: QColumn{Table: Table{Schema: "memory_derived", Name: "embedding_cache"}, Column: "content_sha256"},
+		TenantColumn: "tenant_ids", TenantList: true})
+}
+
+// KeepContentKeys is keepContentKeys, for its unit test.
+var KeepContentKeys = keepContentKeys

@@ -56,10 +56,11 @@ func TestOperatorRoleCanEraseAndNothingMore(t *testing.T) {
 	if err != nil || len(plan.Found) != 1 {
 		t.Fatalf("tombstone as lethe_operator: %v (plan %+v)", err, plan)
 	}
-	if _, err := e.Delete(ctx, req, 10, 4); err != nil {
+	res, err := e.Delete(ctx, req, 10, 4)
+	if err != nil {
 		t.Fatalf("delete as lethe_operator: %v", err)
 	}
-	checks, err := e.Verify(ctx, req)
+	checks, err := verifyBothWays(ctx, e, req, res.ContentKeys)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -128,15 +128,18 @@ func TestOverlappingRequestsBothEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	var keys erasure.ContentKeys // the second's
 	for _, req := range []erasure.Request{first, second} {
-		if _, err := e.Delete(ctx, req, 10, 0); err != nil {
+		res, err := e.Delete(ctx, req, 10, 0)
+		if err != nil {
 			t.Fatal(err)
 		}
+		keys = res.ContentKeys
 	}
 	if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'session' AND erased_at IS NOT NULL`, second.UID); n != 1 {
 		t.Fatalf("the second request's ledger row is not marked erased (%d)", n)
 	}
-	checks, err := e.Verify(ctx, second)
+	checks, err := verifyBothWays(ctx, e, second, keys)
 	if err != nil {
 		t.Fatal(err)
 	}

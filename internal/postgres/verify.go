@@ -28,7 +28,8 @@ const notErasedSQL = `SELECT count(*) FROM unnest($1::text[]) AS r
 // table, content-index entries of their content, lineage rows, and the
 // sessions the ledger does not record as erased: one statement, so every
 // count is read under one snapshot, in one round trip and no transaction.
-func (e *Eraser) Verify(ctx context.Context, req erasure.Request) ([]erasure.Verification, error) {
+// keys decide how the content indexes are searched (leftContentSQL).
+func (e *Eraser) Verify(ctx context.Context, req erasure.Request, keys erasure.ContentKeys) ([]erasure.Verification, error) {
 	l, err := e.layout(ctx, e.Pool)
 	if err != nil {
 		return nil, err
@@ -40,11 +41,11 @@ func (e *Eraser) Verify(ctx context.Context, req erasure.Request) ([]erasure.Ver
 		out[i].Check = c.name
 		counts[i] = `(` + c.sql + `)`
 	}
-	// $2 is named whatever the checks: a store without a content index
-	// would otherwise leave its type undetermined.
+	// $2 and $3 are named whatever the checks: a store without a content
+	// index would otherwise leave their types undetermined.
 	var found []int64
-	if err := e.Pool.QueryRow(ctx, `SELECT ARRAY[`+strings.Join(counts, ", ")+`]::bigint[], $2::text`,
-		req.SessionIDs, req.UID).Scan(&found, nil); err != nil {
+	if err := e.Pool.QueryRow(ctx, `SELECT ARRAY[`+strings.Join(counts, ", ")+`]::bigint[], $2::text, $3::text[]`,
+		req.SessionIDs, req.UID, []string(keys)).Scan(&found, nil, nil); err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
 	for i := range out {
@@ -62,22 +63,48 @@ func countLineageSQL(lin Lineage) string {
 // hash is one of the request $2's content ledger rows and that the erasure
 // should have removed: any such entry, or, where the table records tenants
 // and the row names one, an entry that still lists that tenant or none.
-// The sessions are gone, and the ledger holds only keyed hashes: each key
-// of the table is hashed once (a scan), and only when the request erased
-// content.
+//
+// The sessions are gone, and the ledger holds only keyed hashes. When the
+// content hashes $3 the deletion read cover every content ledger row of
+// the request (keysCoverLedgerSQL), every entry the count can find has one
+// of them as its key: the entries are looked up by $3, by index. Otherwise
+// (NULL, or some content's hash is missing) every distinct key of the
+// table is hashed in one call, and only when the request erased content.
+// Hashing is what costs, so a table with fewer entries than $3 has them
+// hashed too: the cheaper way, and the same count. CASE runs one branch:
+// the other's subqueries are never executed.
 func leftContentSQL(idx ContentIndex) string {
 	tenant := ""
 	if idx.TenantColumn != "" {
 		tenant = ` AND (l.tenant_id IS NULL OR l.tenant_id = ANY(` + idx.Tenants("i") + `) OR cardinality(` + idx.Tenants("i") + `) = 0)`
 	}
-	return `SELECT count(*) FROM ` + idx.Table.Ident() + ` i
-		WHERE EXISTS (SELECT 1 FROM lethe.erasure_ledger WHERE request_uid = $2 AND scope = 'content')
-		  AND EXISTS (SELECT 1 FROM lethe.erasure_ledger l WHERE l.request_uid = $2 AND l.scope = 'content'
-			AND l.record_id = lethe.content_hash(i.` + idx.Ident() + `)` + tenant + `)`
+	key := `i.` + idx.Ident()
+	left := func(candidates string) string {
+		return `SELECT count(*) FROM ` + idx.Table.Ident() + ` i WHERE ` + candidates + `
+			AND EXISTS (SELECT 1 FROM lethe.erasure_ledger l WHERE l.request_uid = $2 AND l.scope = 'content'
+				AND l.record_id = lethe.content_hash(` + key + `)` + tenant + `)`
+	}
+	byKeys := left(key + ` = ANY($3::text[])`)
+	byScan := left(key + ` IN (SELECT h.sha FROM lethe.content_hashes(ARRAY(SELECT DISTINCT ` + key + ` FROM ` + idx.Table.Ident() + ` i
+			WHERE EXISTS (SELECT 1 FROM lethe.erasure_ledger WHERE request_uid = $2 AND scope = 'content'))) h
+		WHERE h.keyed IN (SELECT record_id FROM lethe.erasure_ledger WHERE request_uid = $2 AND scope = 'content'))`)
+	fewerEntries := `(SELECT count(*) FROM (SELECT FROM ` + idx.Table.Ident() + ` LIMIT cardinality($3::text[])) e) < cardinality($3::text[])`
+	return `SELECT CASE WHEN $3::text[] IS NOT NULL AND NOT ` + fewerEntries + ` AND ` + keysCoverLedgerSQL + `
+		THEN (` + byKeys + `) ELSE (` + byScan + `) END`
 }
 
+// keysCoverLedgerSQL holds when the content hashes $3, keyed,
+// include the record of every content ledger row of the request $2: one
+// call of lethe.content_hashes into a hash table, one read of the
+// request's ledger rows. NOT IN, not an anti join, so that the planner
+// cannot choose a nested loop over both (keyed is never NULL).
+const keysCoverLedgerSQL = `NOT EXISTS (SELECT 1 FROM lethe.erasure_ledger l
+		WHERE l.request_uid = $2 AND l.scope = 'content'
+		  AND l.record_id NOT IN (SELECT h.keyed FROM lethe.content_hashes($3::text[]) h))`
+
 // verifyCheck is one of Verify's counts: its name in the evidence and its
-// statement, of the sessions $1 and the request $2 (text).
+// statement, of the sessions $1, the request $2 (text) and the content
+// hashes $3 the deletion read (text[], NULL: none).
 type verifyCheck struct{ name, sql string }
 
 // leftoverChecks are Verify's checks, in the order they are reported.

@@ -2,11 +2,39 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/lethe-dev/lethe/internal/erasure"
+	"github.com/lethe-dev/lethe/internal/postgres"
 )
+
+// verifyBothWays verifies req with the content keys of its deletion, then
+// with none (every content-index entry hashed), and returns the first
+// result, or an error when the two differ: the keys may change how Verify
+// looks, never what it finds.
+func verifyBothWays(ctx context.Context, e *postgres.Eraser, req erasure.Request, keys erasure.ContentKeys) ([]erasure.Verification, error) {
+	if keys == nil {
+		return nil, fmt.Errorf("no content keys from the deletion: a test of both ways needs them")
+	}
+	keyed, err := e.Verify(ctx, req, keys)
+	if err != nil {
+		return nil, err
+	}
+	scanned, err := e.Verify(ctx, req, nil)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Equal(keyed, scanned) {
+		return nil, fmt.Errorf("verified with the deletion's %d content keys: %v; hashing every content-index entry: %v", len(keys), keyed, scanned)
+	}
+	return keyed, nil
+}
 
 // Verify reports each leftover under its own check: rows written back
 // (bypassing the re-ingestion guard, as a restore of a table would), a
@@ -19,15 +47,17 @@ func TestVerifyCountsWhatIsLeftUnderEachCheck(t *testing.T) {
 	dsn := migratedDB(t)
 	conn := connect(t, dsn)
 	seedTenants(t, conn)
+	padCache(t, conn, 200)
 	e := eraser(t, dsn, "t1")
 	req := erasure.Request{UID: "uid-verify-left", SessionIDs: []string{sessA}}
 	if _, err := e.Tombstone(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Delete(ctx, req, 10, 0); err != nil {
+	res, err := e.Delete(ctx, req, 10, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
-	clean, err := e.Verify(ctx, req)
+	clean, err := verifyBothWays(ctx, e, req, res.ContentKeys)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +77,7 @@ func TestVerifyCountsWhatIsLeftUnderEachCheck(t *testing.T) {
 	mustExec(t, conn, `SET session_replication_role = origin`)
 
 	// sessB was never requested: the ledger does not hold it erased.
-	checks, err := e.Verify(ctx, erasure.Request{UID: req.UID, SessionIDs: []string{sessA, sessB}})
+	checks, err := verifyBothWays(ctx, e, erasure.Request{UID: req.UID, SessionIDs: []string{sessA, sessB}}, res.ContentKeys)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,11 +115,12 @@ func TestVerifyWithoutAContentIndex(t *testing.T) {
 	if _, err := e.Tombstone(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Delete(ctx, req, 10, 0); err != nil {
+	res, err := e.Delete(ctx, req, 10, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
 	mustExec(t, conn, `DELETE FROM lethe.content_indexes`)
-	checks, err := eraser(t, dsn, "t1").Verify(ctx, req)
+	checks, err := verifyBothWays(ctx, eraser(t, dsn, "t1"), req, res.ContentKeys)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,5 +131,139 @@ func TestVerifyWithoutAContentIndex(t *testing.T) {
 		if c.Found != 0 {
 			t.Errorf("%s = %d", c.Check, c.Found)
 		}
+	}
+}
+
+// padCache adds n cache entries of another tenant's content: with more
+// entries than a deletion's keys, Verify looks the cache up by the keys
+// when they cover the ledger (a smaller cache is hashed whole).
+func padCache(t *testing.T, conn *pgx.Conn, n int) {
+	t.Helper()
+	mustExec(t, conn, `INSERT INTO memory_derived.embedding_cache (content_sha256, text, embedding, tenant_ids)
+		SELECT 'other-' || i, 't', array_fill(0.1, ARRAY[384])::vector, ARRAY['t2'] FROM generate_series(1, $1::int) i`, n)
+}
+
+// A session's content that left it between its tombstone and its deletion
+// (a round deleted by its owner, here bypassing the guards) keeps its
+// content ledger row, and the deletion, which reads the sessions' content
+// when it runs, leaves its cache entry. Verify must still count that entry:
+// the deletion's keys do not cover the ledger, so it hashes the cache
+// rather than looking up only by the keys, which would miss it.
+func TestVerifyFindsContentThatLeftTheSessionsAfterTheirTombstone(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	padCache(t, conn, 200)
+	e := eraser(t, dsn, "t1")
+	req := erasure.Request{UID: "uid-verify-moved", SessionIDs: []string{sessA}}
+	if _, err := e.Tombstone(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	const moved = "sha-a-round-0" // seedTenants: A's first round, cached
+	mustExec(t, conn, `SET session_replication_role = replica`)
+	mustExec(t, conn, `DELETE FROM memory.rounds WHERE session_id = $1 AND content_sha256 = $2`, sessA, moved)
+	mustExec(t, conn, `SET session_replication_role = origin`)
+	res, err := e.Delete(ctx, req, 10, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.ContentKeys) == 0 || slices.Contains(res.ContentKeys, moved) {
+		t.Fatalf("the deletion's content keys %v: want A's content without %s", res.ContentKeys, moved)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM memory_derived.embedding_cache WHERE content_sha256 = $1`, moved); n != 1 {
+		t.Fatalf("the moved content's cache entry: %d rows, want the one the deletion could not see", n)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM memory_derived.embedding_cache WHERE content_sha256 = ANY($1::text[])`, []string(res.ContentKeys)); n != 0 {
+		t.Fatalf("%d cache entries under the deletion's own keys: the test needs a leftover only the ledger names", n)
+	}
+	checks, err := verifyBothWays(ctx, e, req, res.ContentKeys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]int64{}
+	for _, c := range checks {
+		found[c.Check] = c.Found
+	}
+	if n := found[erasure.CheckPrefixContent+"memory_derived.embedding_cache"]; n != 1 {
+		t.Errorf("content entries left: %d, want 1 (all: %v)", n, found)
+	}
+}
+
+// With the deletion's keys covering the request's content ledger rows, the
+// content check looks the cache up by index and never runs the branch that
+// hashes every entry; without keys, it runs that branch, with one call of
+// the bulk hash. Checked on a cache of 5,000 other entries, analyzed, and
+// then of 2, fewer than the keys: then hashing the cache is cheaper.
+func TestVerifyLooksTheContentIndexUpByTheDeletionsKeys(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	padCache(t, conn, 5000)
+	mustExec(t, conn, `ANALYZE memory_derived.embedding_cache`)
+	e := eraser(t, dsn, "t1")
+	req := erasure.Request{UID: "uid-verify-plan", SessionIDs: []string{sessA}}
+	if _, err := e.Tombstone(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.Delete(ctx, req, 10, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.ContentKeys) == 0 {
+		t.Fatal("the deletion kept no content keys")
+	}
+	explain := func(keys erasure.ContentKeys) string {
+		t.Helper()
+		rows, err := conn.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT (`+postgres.ReferenceCacheCheckSQL()+`), $1::text[]`,
+			[]string{sessA}, req.UID, []string(keys))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(lines, "\n")
+	}
+	// A cache scan that ran shows its rows; one never run says so.
+	scanRan := regexp.MustCompile(`Seq Scan on embedding_cache i(_\d+)? \(actual rows=[1-9]`)
+	bulkHashed := regexp.MustCompile(`Function Scan on content_hashes h(_\d+)? \(actual rows=[1-9]\d* loops=1\)`)
+	keyed := explain(res.ContentKeys)
+	if scanRan.MatchString(keyed) || !strings.Contains(keyed, "Index Scan using embedding_cache_pkey on embedding_cache i") {
+		t.Errorf("with the deletion's keys, the check reads the whole cache or not by its key:\n%s", keyed)
+	}
+	if !bulkHashed.MatchString(keyed) || !strings.Contains(keyed, "hashed SubPlan") {
+		t.Errorf("with the deletion's keys, the coverage check does not hash them in one call into a hash table:\n%s", keyed)
+	}
+	scanned := explain(nil)
+	if !scanRan.MatchString(scanned) || !bulkHashed.MatchString(scanned) {
+		t.Errorf("without keys, the check does not hash the whole cache in one call:\n%s", scanned)
+	}
+	// A cache with fewer entries than keys is hashed whole: fewer hashes.
+	mustExec(t, conn, `DELETE FROM memory_derived.embedding_cache WHERE content_sha256 NOT IN ('other-1', 'other-2')`)
+	small := explain(res.ContentKeys)
+	if !scanRan.MatchString(small) || !bulkHashed.MatchString(small) || !regexp.MustCompile(`Index Scan using embedding_cache_pkey on embedding_cache i \(never executed\)`).MatchString(small) {
+		t.Errorf("with %d keys and 2 cache entries, the check does not hash the cache instead of the keys:\n%s", len(res.ContentKeys), small)
+	}
+}
+
+// The kept keys stop at erasure.MaxContentKeys: past it none are kept, for
+// the rest of the deletion too.
+func TestContentKeysKeptWithinTheirBound(t *testing.T) {
+	many := make([]string, erasure.MaxContentKeys)
+	kept := postgres.KeepContentKeys(erasure.ContentKeys{}, many[:erasure.MaxContentKeys-1])
+	if kept = postgres.KeepContentKeys(kept, many[:1]); len(kept) != erasure.MaxContentKeys {
+		t.Fatalf("kept %d keys, want all %d", len(kept), erasure.MaxContentKeys)
+	}
+	if kept = postgres.KeepContentKeys(kept, many[:1]); kept != nil {
+		t.Fatalf("one key past the bound: kept %d, want none", len(kept))
+	}
+	if kept = postgres.KeepContentKeys(kept, nil); kept != nil {
+		t.Fatalf("after the bound was passed: kept %d, want none", len(kept))
+	}
+	if kept = postgres.KeepContentKeys(erasure.ContentKeys{}, nil); kept == nil {
+		t.Fatal("a batch without content: the keys became unknown")
 	}
 }
