@@ -54,9 +54,11 @@ const walPositionSQL = `SELECT pg_current_wal_lsn()::text`
 // request $1's sessions in one statement: its snapshot precedes the
 // position, so no erasure that commits after the position counts in the
 // time (what the replica wait keys on must never run ahead of the position
-// it keeps).
-const positionErasedSQL = `SELECT pg_current_wal_lsn()::text, (SELECT max(erased_at) FROM lethe.erasure_ledger
-	WHERE request_uid = $1 AND scope = 'session' AND erased_at IS NOT NULL)`
+// it keeps). It first dates the sessions still provisional (a manager died
+// between their batch's commit and its dating), as afterCommitSQL does.
+const positionErasedSQL = `WITH u AS (` + dateSQL + `erased_at_provisional RETURNING erased_at)
+	SELECT pg_current_wal_lsn()::text, greatest((SELECT max(erased_at) FROM u), (SELECT max(erased_at) FROM lethe.erasure_ledger
+		WHERE request_uid = $1 AND scope = 'session' AND erased_at IS NOT NULL))`
 
 // Delete erases the request's sessions in batches of batchSize, one
 // transaction each. Each transaction re-checks the ledger — not cancelled,
@@ -145,13 +147,16 @@ func (e *Eraser) positionErased(ctx context.Context, uid string) (string, time.T
 // afterCommitSQL moves the erased_at of the sessions $2 of the request $1
 // to now, once their batch committed: a synchronous commit can wait on a
 // standby after the batch's last statement, and a backup that started
-// meanwhile still read the sessions. Later is the safe direction. It
-// returns the WAL position, past the batch's commit, for the replica wait,
-// and the request's latest erased_at as positionErasedSQL does, but for
-// its own update, which commits after the position: a ledger-only change
-// to sessions whose deletion committed before the position, so a replica
-// that replayed to it serves none of their rows.
-const afterCommitSQL = `WITH u AS (` + redateSQL + ` RETURNING erased_at)
+// meanwhile still read the sessions. Later is the safe direction. So it
+// does for the request's sessions still provisional: an earlier batch's
+// dating that a dead manager never ran. It returns the WAL position, past
+// the batch's commit, for the replica wait, and the request's latest
+// erased_at as positionErasedSQL does, but for its own update, which
+// commits after the position: a ledger-only change to sessions whose
+// deletion committed before the position (a provisional row is read only
+// once its batch committed), so a replica that replayed to it serves none
+// of their rows.
+const afterCommitSQL = `WITH u AS (` + dateSQL + `(record_id = ANY($2::text[]) OR erased_at_provisional) RETURNING erased_at)
 	SELECT pg_current_wal_lsn()::text, greatest((SELECT max(erased_at) FROM u), (SELECT max(erased_at) FROM lethe.erasure_ledger
 		WHERE request_uid = $1 AND scope = 'session' AND erased_at IS NOT NULL))`
 
@@ -172,10 +177,14 @@ func (e *Eraser) dateBatch(ctx context.Context, uid string, erased []string, las
 	return err
 }
 
+// dateSQL, completed by a condition, moves the erased_at of the request
+// $1's erased sessions to now, unless later, and makes it final.
+const dateSQL = `UPDATE lethe.erasure_ledger SET erased_at = greatest(erased_at, clock_timestamp()), erased_at_provisional = NULL
+	WHERE request_uid = $1 AND scope = 'session' AND erased_at IS NOT NULL AND `
+
 // redateSQL moves the erased_at of the sessions $2 of the request $1 to
-// now: afterCommitSQL's update, alone for a batch that is not the last.
-const redateSQL = `UPDATE lethe.erasure_ledger SET erased_at = greatest(erased_at, clock_timestamp())
-	WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) AND erased_at IS NOT NULL`
+// now: the dating after the commit of a batch that is not the last.
+const redateSQL = dateSQL + `record_id = ANY($2::text[])`
 
 // redate dates the sessions a batch erased by the end of its commit.
 func (e *Eraser) redate(ctx context.Context, uid string, erased []string) error {
@@ -558,13 +567,15 @@ func (d *deletionCounters) queueGuardAndBefore(p *pipeline, l Layout, uid string
 // lethe.require_batch, is not applied). It runs last in the batch, after
 // the deletes: erased_at is the wall clock then, just before the commit,
 // not the transaction's start — a Backup that started while a long batch
-// ran reads the sessions, and must count as holding them.
+// ran reads the sessions, and must count as holding them. It is
+// provisional until dated after the commit (dateBatch, or the last step of
+// a later pass if the manager dies first).
 func markErasedSQL(checkEpoch bool) string {
 	check := `true`
 	if checkEpoch {
 		check = `lethe.require_batch(` + catalogEpochExpr + ` = $4, true)`
 	}
-	return `WITH u AS (UPDATE lethe.erasure_ledger SET erased_at = clock_timestamp()
+	return `WITH u AS (UPDATE lethe.erasure_ledger SET erased_at = clock_timestamp(), erased_at_provisional = true
 			WHERE request_uid = $1 AND scope = 'session' AND record_id = ANY($2::text[]) RETURNING erased_at)
 		SELECT coalesce(max(erased_at), clock_timestamp()), ` + deletedCountersExpr("$3") + `, ` + check + `
 		FROM u`
