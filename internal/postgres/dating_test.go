@@ -21,7 +21,9 @@ type undatingDB struct{ postgres.DB }
 var errDiedBeforeDating = errors.New("simulated death between the batch's commit and its dating")
 
 // dating reports whether sql is one of the datings after a commit.
-func dating(sql string) bool { return strings.Contains(sql, "SET erased_at = greatest(erased_at, clock_timestamp())") }
+func dating(sql string) bool {
+	return strings.Contains(sql, "SET erased_at = greatest(erased_at, clock_timestamp())")
+}
 
 func (d undatingDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if dating(sql) {
