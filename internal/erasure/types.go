@@ -141,7 +141,9 @@ type DeleteResult struct {
 // they cover every content row the request holds in the ledger; otherwise
 // (nil, or sessions erased before a manager restart, or content that left
 // the sessions after their tombstone) it hashes every entry of each content
-// index. Either way it counts the same entries.
+// index. Either way it counts the same entries. Like the residue samples,
+// they must never reach a log, an error, an event, a metric or the
+// evidence: a list of them is a dictionary of erased content.
 type ContentKeys []string
 
 // MaxContentKeys bounds the ContentKeys a deletion keeps (about 4 MiB of

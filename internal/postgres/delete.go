@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -101,7 +102,7 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 		out.Batches = append(out.Batches, res)
 		out.Probe = append(out.Probe, sample.embeddings...)
 		out.TextRows += sample.textRows
-		out.ContentKeys = keepContentKeys(out.ContentKeys, sample.contentKeys)
+		out.ContentKeys = keepContentKeys(out.ContentKeys, sample.contentKeys, sample.tooManyKeys)
 		for _, t := range sample.texts {
 			// The same passage twice (a text said twice) is probed once.
 			if !slices.Contains(out.Texts, t) {
@@ -122,9 +123,10 @@ func (e *Eraser) Delete(ctx context.Context, req erasure.Request, batchSize, pro
 }
 
 // keepContentKeys adds a batch's content hashes to those kept, within
-// erasure.MaxContentKeys; past it, none are kept (nil) from then on.
-func keepContentKeys(kept erasure.ContentKeys, batch []string) erasure.ContentKeys {
-	if kept == nil || len(kept)+len(batch) > erasure.MaxContentKeys {
+// erasure.MaxContentKeys; past it (or when the batch had too many to read
+// them), none are kept (nil) from then on.
+func keepContentKeys(kept erasure.ContentKeys, batch []string, tooMany bool) erasure.ContentKeys {
+	if kept == nil || tooMany || len(kept)+len(batch) > erasure.MaxContentKeys {
 		return nil
 	}
 	return append(kept, batch...)
@@ -246,8 +248,10 @@ type batchSample struct {
 	erased     []string
 	embeddings []erasure.Embedding
 	// contentKeys are the content hashes of the sessions, read by the
-	// first content index's delete (nil without a content index).
+	// first content index's delete (nil without a content index);
+	// tooManyKeys: more than erasure.MaxContentKeys, not read.
 	contentKeys []string
+	tooManyKeys bool
 	texts       []erasure.TextSample
 	textRows    int64
 }
@@ -440,11 +444,12 @@ func sampleEmbeddingsSQL(l Layout) string {
 //
 // With keys, it also returns the hashes it looked for (for Verify, which
 // can then look them up by index: erasure.ContentKeys), at no cost beyond
-// sending them: it reads them anyway.
+// sending them: it reads them anyway. More than erasure.MaxContentKeys of
+// them are not sent (NULL).
 func deleteContentSQL(l Layout, idx ContentIndex, keys bool) string {
 	sql := removeContentSQL(idx, `WITH h AS MATERIALIZED (`+sessionHashesSQL(l)+`),`, `i.`+idx.Ident()+` IN (SELECT h FROM h)`)
 	if keys {
-		sql += `, ARRAY(SELECT h FROM h)`
+		sql += `, CASE WHEN (SELECT count(*) FROM h) <= ` + strconv.Itoa(erasure.MaxContentKeys) + ` THEN ARRAY(SELECT h FROM h) END`
 	}
 	return sql
 }
@@ -492,6 +497,7 @@ func queueContentDeletes(p *pipeline, l Layout, eligible []string, tenant *strin
 			}
 			err := row.Scan(dest...)
 			res.ContentIndexEntries += n
+			s.tooManyKeys = keys && s.contentKeys == nil
 			return err
 		})
 	}

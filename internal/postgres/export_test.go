@@ -31,3 +31,10 @@ func ReferenceCacheCheckSQL() string {
 
 // KeepContentKeys is keepContentKeys, for its unit test.
 var KeepContentKeys = keepContentKeys
+
+// ContentCheckSQL is Verify's content check of the content index
+// schema.table keyed by column, whose tenant column (if any) holds one
+// tenant per row.
+func ContentCheckSQL(schema, table, column, tenantColumn string) string {
+	return leftContentSQL(ContentIndex{QColumn: QColumn{Table: Table{Schema: schema, Name: table}, Column: column}, TenantColumn: tenantColumn})
+}

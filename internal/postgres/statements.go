@@ -37,8 +37,9 @@ func countRowsSQL(l Layout, t Table) string {
 }
 
 // sessionHashesSQL selects, as column h, the distinct content hashes of the
-// sessions $1 in every content source (there must be one). The plan, the
-// ledger and the deletion read them in the database: they never reach Lethe.
+// sessions $1 in every content source (there must be one). The plan and
+// the ledger read them in the database; the deletion also hands them to
+// Lethe, for Verify only, kept in memory (erasure.ContentKeys).
 func sessionHashesSQL(l Layout) string {
 	sel := make([]string, len(l.ContentSources))
 	for i, src := range l.ContentSources {

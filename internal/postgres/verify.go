@@ -85,12 +85,24 @@ func leftContentSQL(idx ContentIndex) string {
 				AND l.record_id = lethe.content_hash(` + key + `)` + tenant + `)`
 	}
 	byKeys := left(key + ` = ANY($3::text[])`)
-	byScan := left(key + ` IN (SELECT h.sha FROM lethe.content_hashes(ARRAY(SELECT DISTINCT ` + key + ` FROM ` + idx.Table.Ident() + ` i
-			WHERE EXISTS (SELECT 1 FROM lethe.erasure_ledger WHERE request_uid = $2 AND scope = 'content'))) h
+	byScan := left(key + ` IN (SELECT h.sha FROM (` + keyChunksSQL(idx) + `) c, lethe.content_hashes(c.chunk) h
 		WHERE h.keyed IN (SELECT record_id FROM lethe.erasure_ledger WHERE request_uid = $2 AND scope = 'content'))`)
 	fewerEntries := `(SELECT count(*) FROM (SELECT FROM ` + idx.Table.Ident() + ` LIMIT cardinality($3::text[])) e) < cardinality($3::text[])`
 	return `SELECT CASE WHEN $3::text[] IS NOT NULL AND NOT ` + fewerEntries + ` AND ` + keysCoverLedgerSQL + `
 		THEN (` + byKeys + `) ELSE (` + byScan + `) END`
+}
+
+// keyChunksSQL selects, as column chunk, the distinct keys of idx (only
+// when the request $2 erased content) in arrays of about 50,000: one array
+// of every key would hold the whole key column in one value, which
+// PostgreSQL caps at 1 GB. Distinct byte for byte (COLLATE "C"): under a
+// case-insensitive collation, DISTINCT would keep one of two keys that
+// hash differently.
+func keyChunksSQL(idx ContentIndex) string {
+	return `SELECT array_agg(k) AS chunk FROM (
+			SELECT k, count(*) OVER () AS n FROM (SELECT DISTINCT i.` + idx.Ident() + `::text COLLATE "C" AS k FROM ` + idx.Table.Ident() + ` i
+				WHERE EXISTS (SELECT 1 FROM lethe.erasure_ledger WHERE request_uid = $2 AND scope = 'content')) d) c
+		GROUP BY abs(hashtext(k)) % (n / 50000 + 1)`
 }
 
 // keysCoverLedgerSQL holds when the content hashes $3, keyed,

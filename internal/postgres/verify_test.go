@@ -253,17 +253,75 @@ func TestVerifyLooksTheContentIndexUpByTheDeletionsKeys(t *testing.T) {
 // the rest of the deletion too.
 func TestContentKeysKeptWithinTheirBound(t *testing.T) {
 	many := make([]string, erasure.MaxContentKeys)
-	kept := postgres.KeepContentKeys(erasure.ContentKeys{}, many[:erasure.MaxContentKeys-1])
-	if kept = postgres.KeepContentKeys(kept, many[:1]); len(kept) != erasure.MaxContentKeys {
+	kept := postgres.KeepContentKeys(erasure.ContentKeys{}, many[:erasure.MaxContentKeys-1], false)
+	if kept = postgres.KeepContentKeys(kept, many[:1], false); len(kept) != erasure.MaxContentKeys {
 		t.Fatalf("kept %d keys, want all %d", len(kept), erasure.MaxContentKeys)
 	}
-	if kept = postgres.KeepContentKeys(kept, many[:1]); kept != nil {
+	if kept = postgres.KeepContentKeys(kept, many[:1], false); kept != nil {
 		t.Fatalf("one key past the bound: kept %d, want none", len(kept))
 	}
-	if kept = postgres.KeepContentKeys(kept, nil); kept != nil {
+	if kept = postgres.KeepContentKeys(kept, nil, false); kept != nil {
 		t.Fatalf("after the bound was passed: kept %d, want none", len(kept))
 	}
-	if kept = postgres.KeepContentKeys(erasure.ContentKeys{}, nil); kept == nil {
+	if kept = postgres.KeepContentKeys(erasure.ContentKeys{}, nil, false); kept == nil {
 		t.Fatal("a batch without content: the keys became unknown")
+	}
+	if kept = postgres.KeepContentKeys(erasure.ContentKeys{"k"}, nil, true); kept != nil {
+		t.Fatalf("a batch with too many keys to read: kept %d, want none", len(kept))
+	}
+}
+
+// A content index whose key compares case-insensitively (a
+// nondeterministic collation) holds the erased content's key and, first, a
+// key equal to it under that collation but not byte for byte: another
+// content, another hash. Both ways count the erased one: hashing every key
+// must not take the two for one.
+func TestVerifyHashesEveryKeyOfACaseInsensitiveContentIndex(t *testing.T) {
+	ctx := context.Background()
+	conn := connect(t, migratedDB(t))
+	mustExec(t, conn, `CREATE COLLATION memory_derived.nocase (provider = icu, locale = 'und-u-ks-level2', deterministic = false)`)
+	mustExec(t, conn, `CREATE TABLE memory_derived.nocase_cache (content_sha256 text COLLATE memory_derived.nocase NOT NULL, tenant_id text NOT NULL)`)
+	mustExec(t, conn, `INSERT INTO memory_derived.nocase_cache VALUES ('SHA-ERASED', 't1'), ('sha-erased', 't1'), ('sha-other', 't1')`)
+	mustExec(t, conn, `INSERT INTO lethe.erasure_ledger (scope, record_id, request_uid, tenant_id, tombstoned_at, grace_ends_at)
+		VALUES ('content', lethe.content_hash('sha-erased'), 'uid-nocase', 't1', now(), now())`)
+	check := `SELECT (` + postgres.ContentCheckSQL("memory_derived", "nocase_cache", "content_sha256", "tenant_id") + `), $1::text[]`
+	for _, keys := range []erasure.ContentKeys{nil, {"sha-erased"}, {"sha-erased", "x1", "x2", "x3"}} {
+		var n int64
+		if err := conn.QueryRow(ctx, check, []string{}, "uid-nocase", []string(keys)).Scan(&n, nil); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Errorf("with %d keys: %d entries of the erased content, want 1", len(keys), n)
+		}
+	}
+}
+
+// Hashing every key of a large content index goes in arrays of about
+// 50,000 keys, not one array of the whole column (capped at 1 GB): three
+// calls of the bulk hash for 120,001 keys, and the same count.
+func TestVerifyHashesALargeContentIndexInChunks(t *testing.T) {
+	ctx := context.Background()
+	conn := connect(t, migratedDB(t))
+	mustExec(t, conn, `CREATE TABLE memory_derived.big_cache (content_sha256 text NOT NULL)`)
+	mustExec(t, conn, `INSERT INTO memory_derived.big_cache SELECT 'sha-' || i FROM generate_series(1, 120000) i`)
+	mustExec(t, conn, `INSERT INTO memory_derived.big_cache VALUES ('sha-erased')`)
+	mustExec(t, conn, `INSERT INTO lethe.erasure_ledger (scope, record_id, request_uid, tombstoned_at, grace_ends_at)
+		VALUES ('content', lethe.content_hash('sha-erased'), 'uid-big', now(), now())`)
+	check := `SELECT (` + postgres.ContentCheckSQL("memory_derived", "big_cache", "content_sha256", "") + `), $1::text[]`
+	var n int64
+	if err := conn.QueryRow(ctx, check, []string{}, "uid-big", nil).Scan(&n, nil); err != nil || n != 1 {
+		t.Fatalf("entries of the erased content: %d (%v), want 1", n, err)
+	}
+	rows, err := conn.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) `+check, []string{}, "uid-big", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := strings.Join(lines, "\n")
+	if !regexp.MustCompile(`Function Scan on content_hashes h \(actual rows=\d+ loops=3\)`).MatchString(plan) {
+		t.Errorf("120,001 keys are not hashed in three calls:\n%s", plan)
 	}
 }
