@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -113,5 +114,98 @@ func TestADatingLostToADeathIsDoneByTheNextPass(t *testing.T) {
 				t.Errorf("a pass after the dating moved the erasure time from %v to %v", before, again.ErasedAt)
 			}
 		})
+	}
+}
+
+// A re-erasure erases again, in one transaction, sessions a restore
+// brought back: their ledger rows are dated past its commit too, and none
+// stays provisional (no deletion pass follows a re-erasure to sweep them).
+func TestAReerasureIsDatedPastItsCommit(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	e := eraser(t, dsn, "t1")
+	req := erasure.Request{UID: "uid-reerased", SessionIDs: []string{sessA}}
+	if _, err := e.Tombstone(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Delete(ctx, req, 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	resurrect(t, conn, sessA)
+	res, err := e.Reerase(ctx, req)
+	if err != nil || res.Sessions != 1 {
+		t.Fatalf("re-erasure: %+v, %v", res, err)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_ledger l WHERE l.request_uid = $1 AND l.scope = 'session'
+		AND l.xmin::text IN (SELECT r.xmin::text FROM lethe.erasure_receipts r WHERE r.request_uid = $1 AND r.step = 'Resurrected')`, req.UID); n != 0 {
+		t.Errorf("%d session(s) erased again but not dated past the re-erasure's commit", n)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $1 AND erased_at_provisional`, req.UID); n != 0 {
+		t.Errorf("%d ledger row(s) left provisional by the re-erasure", n)
+	}
+}
+
+// Migration 00021 marks the datings already lost when it runs: a session
+// row last written by its batch's own transaction (the one that wrote the
+// Deleted receipt), not one dated after the commit, nor one whose request
+// wrote no Deleted receipt in that transaction. The next deletion pass
+// then dates it. Down dates what is still provisional before dropping the
+// column.
+func TestMigrationMarksTheDatingsAlreadyLost(t *testing.T) {
+	ctx := context.Background()
+	name, err := pg.NewDatabase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dsn := pg.DSN(name)
+	p := migrator(t, dsn)
+	migrateTo(t, p, 20)
+	conn := connect(t, dsn)
+	insert := func(uid, session string) {
+		mustExec(t, conn, `INSERT INTO lethe.erasure_ledger (scope, record_id, request_uid, tombstoned_at, grace_ends_at, erased_at)
+			VALUES ('session', $2, $1, now(), now(), now())`, uid, session)
+	}
+	receipt := func(uid string) {
+		mustExec(t, conn, `INSERT INTO lethe.erasure_receipts (request_uid, step, digest) VALUES ($1, 'Deleted', 'd')`, uid)
+	}
+	// Lost: erased and receipted in one transaction, never dated.
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"lost-1", "lost-2"} {
+		if _, err := tx.Exec(ctx, `INSERT INTO lethe.erasure_ledger (scope, record_id, request_uid, tombstoned_at, grace_ends_at, erased_at)
+			VALUES ('session', $1, 'uid-lost', now(), now(), now())`, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO lethe.erasure_receipts (request_uid, step, digest) VALUES ('uid-lost', 'Deleted', 'd')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Dated: written again after the receipt's transaction.
+	insert("uid-dated", "dated-1")
+	receipt("uid-dated")
+	mustExec(t, conn, `UPDATE lethe.erasure_ledger SET erased_at = clock_timestamp() WHERE request_uid = 'uid-dated'`)
+	migrateTo(t, p, 21)
+	marked := queryStrings(t, conn, `SELECT record_id FROM lethe.erasure_ledger WHERE erased_at_provisional ORDER BY 1`)
+	if strings.Join(marked, ",") != "lost-1,lost-2" {
+		t.Fatalf("marked provisional: %v, want the two whose dating was lost", marked)
+	}
+	var before time.Time
+	if err := conn.QueryRow(ctx, `SELECT max(erased_at) FROM lethe.erasure_ledger WHERE request_uid = 'uid-lost'`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	migrateTo(t, p, 20)
+	var after time.Time
+	if err := conn.QueryRow(ctx, `SELECT min(erased_at) FROM lethe.erasure_ledger WHERE request_uid = 'uid-lost'`).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if !after.After(before) {
+		t.Errorf("down from 21: the provisional rows' erasure time %v was not dated past %v before the column went", after, before)
 	}
 }

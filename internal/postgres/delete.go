@@ -51,12 +51,14 @@ func (e *Eraser) analyzeLedgerIfWithoutStatistics(ctx context.Context) {
 // the pools commit with synchronous_commit on).
 const walPositionSQL = `SELECT pg_current_wal_lsn()::text`
 
-// positionErasedSQL reads the WAL position and the latest erased_at of the
-// request $1's sessions in one statement: its snapshot precedes the
-// position, so no erasure that commits after the position counts in the
-// time (what the replica wait keys on must never run ahead of the position
-// it keeps). It first dates the sessions still provisional (a manager died
-// between their batch's commit and its dating), as afterCommitSQL does.
+// positionErasedSQL dates the request $1's sessions still provisional (a
+// manager died between their batch's commit and its dating; a re-erasure
+// just committed), as afterCommitSQL does, and reads the WAL position and
+// the request's latest erased_at in one statement: its snapshot precedes
+// the position, so no erasure that commits after the position counts in
+// the time (what the replica wait keys on must never run ahead of the
+// position it keeps). Its own dating commits after the position: a
+// ledger-only change to sessions whose erasure committed before it.
 const positionErasedSQL = `WITH u AS (` + dateSQL + `erased_at_provisional RETURNING erased_at)
 	SELECT pg_current_wal_lsn()::text, greatest((SELECT max(erased_at) FROM u), (SELECT max(erased_at) FROM lethe.erasure_ledger
 		WHERE request_uid = $1 AND scope = 'session' AND erased_at IS NOT NULL))`
@@ -132,8 +134,8 @@ func keepContentKeys(kept erasure.ContentKeys, batch []string, tooMany bool) era
 	return append(kept, batch...)
 }
 
-// positionErased reads the WAL position now and the request's latest
-// erased_at no later than it (positionErasedSQL).
+// positionErased dates the request's provisional sessions and reads the
+// WAL position now and the request's latest erased_at (positionErasedSQL).
 func (e *Eraser) positionErased(ctx context.Context, uid string) (string, time.Time, error) {
 	var lsn string
 	var erasedAt *time.Time

@@ -56,8 +56,10 @@ func (e *Eraser) Reerase(ctx context.Context, req erasure.Request) (erasure.Batc
 	if err != nil || res.Skipped {
 		return res, err
 	}
-	// Read after the commit: a replica past it no longer serves what came back.
-	res.CommitLSN, err = e.Position(ctx)
+	// Read after the commit: a replica past it no longer serves what came
+	// back. The sessions erased again are dated past the commit first, as a
+	// deletion's are (positionErasedSQL); the receipt keeps its own time.
+	res.CommitLSN, _, err = e.positionErased(ctx, req.UID)
 	return res, err
 }
 
