@@ -251,7 +251,7 @@ type batchSample struct {
 	embeddings []erasure.Embedding
 	// contentKeys are the content hashes of the sessions, read by the
 	// first content index's delete (nil without a content index);
-	// tooManyKeys: more than erasure.MaxContentKeys, not read.
+	// tooManyKeys: not sent (deleteContentSQL).
 	contentKeys []string
 	tooManyKeys bool
 	texts       []erasure.TextSample
@@ -445,13 +445,17 @@ func sampleEmbeddingsSQL(l Layout) string {
 // counts them.
 //
 // With keys, it also returns the hashes it looked for (for Verify, which
-// can then look them up by index: erasure.ContentKeys), at no cost beyond
-// sending them: it reads them anyway. More than erasure.MaxContentKeys of
-// them are not sent (NULL).
+// can then look them up by index: erasure.ContentKeys); it reads them
+// anyway, but sending them costs about 2 µs each, as much as Verify's
+// hashing of a content-index entry. So it sends them only when the table
+// had at least as many entries (Verify hashes a smaller table whole), and
+// never more than erasure.MaxContentKeys; otherwise NULL.
 func deleteContentSQL(l Layout, idx ContentIndex, keys bool) string {
 	sql := removeContentSQL(idx, `WITH h AS MATERIALIZED (`+sessionHashesSQL(l)+`),`, `i.`+idx.Ident()+` IN (SELECT h FROM h)`)
 	if keys {
-		sql += `, CASE WHEN (SELECT count(*) FROM h) <= ` + strconv.Itoa(erasure.MaxContentKeys) + ` THEN ARRAY(SELECT h FROM h) END`
+		sql += `, (SELECT CASE WHEN n.n <= ` + strconv.Itoa(erasure.MaxContentKeys) + `
+				AND (SELECT count(*) FROM (SELECT FROM ` + idx.Table.Ident() + ` LIMIT n.n) e) >= n.n
+			THEN ARRAY(SELECT h FROM h) END FROM (SELECT count(*) AS n FROM h) n)`
 	}
 	return sql
 }
