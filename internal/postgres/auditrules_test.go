@@ -176,13 +176,8 @@ func TestAuditNamesEachBrokenRuleAndTheDeletionRefuses(t *testing.T) {
 // answers, and names both registries.
 func TestAuditWithoutLethesRegistry(t *testing.T) {
 	ctx := context.Background()
-	name, err := pg.NewDatabase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := migrator(t, pg.DSN(name))
-	migrateTo(t, p, 1)
-	rep, err := postgres.AuditSchema(ctx, connect(t, pg.DSN(name)), "memory")
+	dsn, _ := databaseAt(t, 1)
+	rep, err := postgres.AuditSchema(ctx, connect(t, dsn), "memory")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -324,6 +324,20 @@ func migrator(t *testing.T, dsn string) *goose.Provider {
 	return p
 }
 
+// databaseAt creates a new database migrated to version and returns its DSN
+// and the provider that moves it on.
+func databaseAt(t *testing.T, version int64) (string, *goose.Provider) {
+	t.Helper()
+	name, err := pg.NewDatabase(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dsn := pg.DSN(name)
+	p := migrator(t, dsn)
+	migrateTo(t, p, version)
+	return dsn, p
+}
+
 // migrateTo moves the database up or down to version.
 func migrateTo(t *testing.T, p *goose.Provider, version int64) {
 	t.Helper()
@@ -347,13 +361,7 @@ func migrateTo(t *testing.T, p *goose.Provider, version int64) {
 // upgrade again.
 func TestMigrationKeysExistingContentRows(t *testing.T) {
 	ctx := context.Background()
-	name, err := pg.NewDatabase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dsn := pg.DSN(name)
-	p := migrator(t, dsn)
-	migrateTo(t, p, 8)
+	dsn, p := databaseAt(t, 8)
 	conn := connect(t, dsn)
 	seedSharedText(t, conn, true)
 	// What version 8 wrote for t1's tombstone: plain hashes. An older request

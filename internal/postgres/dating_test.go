@@ -155,13 +155,7 @@ func TestAReerasureIsDatedPastItsCommit(t *testing.T) {
 // column.
 func TestMigrationMarksTheDatingsAlreadyLost(t *testing.T) {
 	ctx := context.Background()
-	name, err := pg.NewDatabase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dsn := pg.DSN(name)
-	p := migrator(t, dsn)
-	migrateTo(t, p, 20)
+	dsn, p := databaseAt(t, 20)
 	conn := connect(t, dsn)
 	insert := func(uid, session string) {
 		mustExec(t, conn, `INSERT INTO lethe.erasure_ledger (scope, record_id, request_uid, tombstoned_at, grace_ends_at, erased_at)

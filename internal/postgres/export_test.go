@@ -22,19 +22,13 @@ func NearCopiesSQL(schema, table, column string) string {
 	return nearCopiesSQL(QColumn{Table: Table{Schema: schema, Name: table}, Column: column}, "")
 }
 
-// ReferenceCacheCheckSQL is Verify's content check of the reference
-// schema's embedding cache (tenants listed), for its plan test.
-func ReferenceCacheCheckSQL() string {
-	return leftContentSQL(ContentIndex{QColumn: QColumn{Table: Table{Schema: "memory_derived", Name: "embedding_cache"}, Column: "content_sha256"},
-		TenantColumn: "tenant_ids", TenantList: true})
-}
-
 // KeepContentKeys is keepContentKeys, for its unit test.
 var KeepContentKeys = keepContentKeys
 
 // ContentCheckSQL is Verify's content check of the content index
-// schema.table keyed by column, whose tenant column (if any) holds one
-// tenant per row.
-func ContentCheckSQL(schema, table, column, tenantColumn string) string {
-	return leftContentSQL(ContentIndex{QColumn: QColumn{Table: Table{Schema: schema, Name: table}, Column: column}, TenantColumn: tenantColumn})
+// schema.table keyed by column, with its tenant column (if any) listing
+// tenants (text[]) or holding one per row.
+func ContentCheckSQL(schema, table, column, tenantColumn string, tenantList bool) string {
+	return leftContentSQL(ContentIndex{QColumn: QColumn{Table: Table{Schema: schema, Name: table}, Column: column},
+		TenantColumn: tenantColumn, TenantList: tenantList})
 }

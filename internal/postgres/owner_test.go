@@ -114,14 +114,7 @@ func ownershipState(t *testing.T, conn *pgx.Conn) []string {
 // every owner, flag, policy and grant back as it was (the ingester reads
 // the tombstoned session again), and Up applies again.
 func TestForcedRowSecurityMigrationDownRestoresThePreviousState(t *testing.T) {
-	ctx := context.Background()
-	name, err := pg.NewDatabase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dsn := pg.DSN(name)
-	p := migrator(t, dsn)
-	migrateTo(t, p, 9)
+	dsn, p := databaseAt(t, 9)
 	admin := connect(t, dsn)
 	seedTwoSessions(t, admin)
 	tombstoneFirst(t, admin)

@@ -214,7 +214,7 @@ func TestVerifyLooksTheContentIndexUpByTheDeletionsKeys(t *testing.T) {
 	}
 	explain := func(keys erasure.ContentKeys) string {
 		t.Helper()
-		rows, err := conn.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT (`+postgres.ReferenceCacheCheckSQL()+`), $1::text[]`,
+		rows, err := conn.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT (`+postgres.ContentCheckSQL("memory_derived", "embedding_cache", "content_sha256", "tenant_ids", true)+`), $1::text[]`,
 			[]string{sessA}, req.UID, []string(keys))
 		if err != nil {
 			t.Fatal(err)
@@ -282,7 +282,7 @@ func TestVerifyHashesEveryKeyOfACaseInsensitiveContentIndex(t *testing.T) {
 	mustExec(t, conn, `INSERT INTO memory_derived.nocase_cache VALUES ('SHA-ERASED', 't1'), ('sha-erased', 't1'), ('sha-other', 't1')`)
 	mustExec(t, conn, `INSERT INTO lethe.erasure_ledger (scope, record_id, request_uid, tenant_id, tombstoned_at, grace_ends_at)
 		VALUES ('content', lethe.content_hash('sha-erased'), 'uid-nocase', 't1', now(), now())`)
-	check := `SELECT (` + postgres.ContentCheckSQL("memory_derived", "nocase_cache", "content_sha256", "tenant_id") + `), $1::text[]`
+	check := `SELECT (` + postgres.ContentCheckSQL("memory_derived", "nocase_cache", "content_sha256", "tenant_id", false) + `), $1::text[]`
 	for _, keys := range []erasure.ContentKeys{nil, {"sha-erased"}, {"sha-erased", "x1", "x2", "x3"}} {
 		var n int64
 		if err := conn.QueryRow(ctx, check, []string{}, "uid-nocase", []string(keys)).Scan(&n, nil); err != nil {
@@ -307,7 +307,7 @@ func TestVerifyHashesALargeContentIndexInChunks(t *testing.T) {
 	mustExec(t, conn, `ANALYZE memory_derived.big_cache`)
 	mustExec(t, conn, `INSERT INTO lethe.erasure_ledger (scope, record_id, request_uid, tombstoned_at, grace_ends_at)
 		VALUES ('content', lethe.content_hash('sha-erased'), 'uid-big', now(), now())`)
-	check := `SELECT (` + postgres.ContentCheckSQL("memory_derived", "big_cache", "content_sha256", "") + `), $1::text[]`
+	check := `SELECT (` + postgres.ContentCheckSQL("memory_derived", "big_cache", "content_sha256", "", false) + `), $1::text[]`
 	var n int64
 	if err := conn.QueryRow(ctx, check, []string{}, "uid-big", nil).Scan(&n, nil); err != nil || n != 1 {
 		t.Fatalf("entries of the erased content: %d (%v), want 1", n, err)
