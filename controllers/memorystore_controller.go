@@ -226,7 +226,8 @@ func (r *MemoryStoreReconciler) observe(ctx context.Context, store *lethev1.Memo
 }
 
 // observeDatabase runs the checks of the store's database, once it answers:
-// the schema, erasures, redaction and receipt log audits, and the reaper.
+// the schema, erasures, redaction, parameter logging and receipt log
+// audits, and the reaper.
 func (r *MemoryStoreReconciler) observeDatabase(ctx context.Context, store *lethev1.MemoryStore, f *storeFacts) {
 	actx, cancel := context.WithTimeout(ctx, r.ProbeTimeout)
 	rep, err := r.Connector.AuditSchema(actx, store)
@@ -246,6 +247,9 @@ func (r *MemoryStoreReconciler) observeDatabase(ctx context.Context, store *leth
 	rctx, rcancel := context.WithTimeout(ctx, r.ProbeTimeout)
 	f.redaction, f.redactionErr = r.Connector.AuditRedaction(rctx, store, r.RedactionSample)
 	rcancel()
+	pctx, pcancel := context.WithTimeout(ctx, r.ProbeTimeout)
+	f.paramLog, f.paramLogErr = r.Connector.AuditParameterLogging(pctx, store)
+	pcancel()
 	lctx, lcancel := context.WithTimeout(ctx, r.ProbeTimeout)
 	f.receiptLog = r.checkReceiptLog(lctx, store)
 	lcancel()

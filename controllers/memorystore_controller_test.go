@@ -178,6 +178,39 @@ func TestBrokenSchemaMakesSchemaCompliantFalseNamingTheTable(t *testing.T) {
 	waitCondition(t, store, lethev1.MemoryStoreSchemaCompliant, metav1.ConditionTrue, lethev1.ReasonCompliant)
 }
 
+// ParametersUnlogged follows the manager role's logging settings: False
+// with the fix while the role's parameters would be logged, True once a
+// superuser applied it, though the manager's pool connected before that.
+func TestParameterLoggingIsReportedUntilTheRoleIsFixed(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t, "paramlog")
+	dsn := migratedDatabase(t)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	db := conn.Config().Database
+	createSecret(t, ns, "pg", map[string]string{"dsn": dsn})
+	// The suite's role has the fix; in this database only, it does not.
+	if _, err := conn.Exec(ctx, `ALTER ROLE lethe_manager IN DATABASE "`+db+`" SET log_parameter_max_length = -1`); err != nil {
+		t.Fatal(err)
+	}
+	store := newStore(ns, nil)
+	if err := k8s.Create(ctx, store); err != nil {
+		t.Fatal(err)
+	}
+	c := waitCondition(t, store, lethev1.MemoryStoreParametersUnlogged, metav1.ConditionFalse, lethev1.ReasonParametersLogged)
+	if !strings.Contains(c.Message, `ALTER ROLE "lethe_manager" SET log_parameter_max_length = 0`) || !strings.Contains(c.Message, "log_parameter_max_length = -1") {
+		t.Errorf("the condition does not give the setting and its fix: %q", c.Message)
+	}
+	waitCondition(t, store, lethev1.MemoryStoreReady, metav1.ConditionTrue, lethev1.ReasonAllReady)
+	if _, err := conn.Exec(ctx, `ALTER ROLE lethe_manager IN DATABASE "`+db+`" RESET log_parameter_max_length`); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, store, lethev1.MemoryStoreParametersUnlogged, metav1.ConditionTrue, lethev1.ReasonParameterLoggingOff)
+}
+
 func TestMissingSecretThenCreated(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t, "secret")

@@ -47,6 +47,10 @@ type storeFacts struct {
 	graphNamesErr error
 	// receiptLog is the check of the store's receipt log.
 	receiptLog receiptLogFacts
+	// paramLog is how the server logs the manager's statement parameters;
+	// paramLogErr is set when that could not be read.
+	paramLog    postgres.ParameterLogging
+	paramLogErr error
 }
 
 // failure is a reason and a stable message (no timestamps, no counts that change).
@@ -124,7 +128,43 @@ func storeConditions(f storeFacts, generation int64) []metav1.Condition {
 	} else {
 		out = append(out, cond(lethev1.MemoryStoreReady, false, lethev1.ReasonNotReady, "not ready: "+strings.Join(notReady, ", ")))
 	}
-	return append(out, erasuresCondition(f, cond), redactionCondition(f, cond), receiptLogCondition(f, cond))
+	return append(out, erasuresCondition(f, cond), redactionCondition(f, cond), receiptLogCondition(f, cond), parametersCondition(f, cond))
+}
+
+// parametersCondition is ParametersUnlogged: no statement parameter of the
+// manager's role reaches the server's log. Its message names settings,
+// the role and the fix, never a parameter.
+func parametersCondition(f storeFacts, cond func(string, bool, string, string) metav1.Condition) metav1.Condition {
+	p := f.paramLog
+	switch {
+	case f.postgres != nil:
+		c := cond(lethev1.MemoryStoreParametersUnlogged, false, lethev1.ReasonPostgresNotReady, "the server's logging cannot be checked until Postgres is reachable")
+		c.Status = metav1.ConditionUnknown
+		return c
+	case f.paramLogErr != nil:
+		c := cond(lethev1.MemoryStoreParametersUnlogged, false, lethev1.ReasonParameterLoggingCheckFailed,
+			"the server's logging settings could not be read: "+f.paramLogErr.Error())
+		c.Status = metav1.ConditionUnknown
+		return c
+	case p.Unlogged():
+		return cond(lethev1.MemoryStoreParametersUnlogged, true, lethev1.ReasonParameterLoggingOff,
+			fmt.Sprintf("log_parameter_max_length and log_parameter_max_length_on_error are 0 for role %s: the samples of erased data the checks send never reach the server's log", p.Role))
+	}
+	now := "no statement is logged now, but turning statement logging on would log them"
+	if len(p.LoggingNow) > 0 {
+		now = "statements are logged now (" + strings.Join(p.LoggingNow, ", ") + ")"
+	}
+	return cond(lethev1.MemoryStoreParametersUnlogged, false, lethev1.ReasonParametersLogged,
+		fmt.Sprintf("the server logs up to %s of each parameter of role %s's statements (log_parameter_max_length = %d, log_parameter_max_length_on_error = %d); %s, and with them samples of erased data the checks send after a deletion. Fix, as a superuser: %s",
+			logLength(max(p.MaxLength, p.MaxLengthOnError), p.MaxLength < 0 || p.MaxLengthOnError < 0), p.Role, p.MaxLength, p.MaxLengthOnError, now, p.Fix()))
+}
+
+// logLength says how much of a parameter the server logs.
+func logLength(n int64, whole bool) string {
+	if whole {
+		return "every byte"
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // redactionCondition is RedactionCompliant: the redacted columns have

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -130,6 +131,29 @@ func TestStoreConditions(t *testing.T) {
 			facts: storeFacts{postgres: fail(lethev1.ReasonConnectionFailed, "primary: refused"), receiptLog: receiptLogFacts{configured: true}},
 			want:  map[string]want{lethev1.MemoryStoreReceiptLogConsistent: {"Unknown", lethev1.ReasonPostgresNotReady}},
 		},
+		"parameters the server would log, with statement logging off: False, and the store stays Ready": {
+			facts: storeFacts{schema: compliant, paramLog: postgres.ParameterLogging{Role: "lethe_manager", MaxLength: -1}},
+			want: map[string]want{
+				lethev1.MemoryStoreReady:              {"True", lethev1.ReasonAllReady},
+				lethev1.MemoryStoreParametersUnlogged: {"False", lethev1.ReasonParametersLogged},
+			},
+		},
+		"parameters logged on error only: False": {
+			facts: storeFacts{schema: compliant, paramLog: postgres.ParameterLogging{Role: "lethe_manager", MaxLengthOnError: 64}},
+			want:  map[string]want{lethev1.MemoryStoreParametersUnlogged: {"False", lethev1.ReasonParametersLogged}},
+		},
+		"no parameter logged": {
+			facts: storeFacts{schema: compliant, paramLog: postgres.ParameterLogging{Role: "lethe_manager", LoggingNow: []string{"log_statement = all"}}},
+			want:  map[string]want{lethev1.MemoryStoreParametersUnlogged: {"True", lethev1.ReasonParameterLoggingOff}},
+		},
+		"a parameter logging check that failed is Unknown": {
+			facts: storeFacts{schema: compliant, paramLogErr: errors.New("timeout")},
+			want:  map[string]want{lethev1.MemoryStoreParametersUnlogged: {"Unknown", lethev1.ReasonParameterLoggingCheckFailed}},
+		},
+		"postgres down makes the parameter logging unknown": {
+			facts: storeFacts{postgres: fail(lethev1.ReasonConnectionFailed, "primary: refused")},
+			want:  map[string]want{lethev1.MemoryStoreParametersUnlogged: {"Unknown", lethev1.ReasonPostgresNotReady}},
+		},
 		"an erasure check that failed is Unknown": {
 			facts: storeFacts{schema: compliant, erasuresErr: errors.New("timeout")},
 			want: map[string]want{
@@ -146,8 +170,8 @@ func TestStoreConditions(t *testing.T) {
 				}
 				got[c.Type] = c
 			}
-			if len(got) != 8 {
-				t.Fatalf("want 8 conditions, got %d", len(got))
+			if len(got) != 9 {
+				t.Fatalf("want 9 conditions, got %d", len(got))
 			}
 			for typ, w := range tc.want {
 				if c := got[typ]; string(c.Status) != w.status || c.Reason != w.reason {
@@ -156,6 +180,33 @@ func TestStoreConditions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ParametersUnlogged=False says what is logged now and gives the fix,
+// with the role quoted as an identifier.
+func TestParametersLoggedMessageSaysWhatAndHowToFix(t *testing.T) {
+	f := storeFacts{schema: &postgres.SchemaReport{}, paramLog: postgres.ParameterLogging{
+		Role: `lethe "ops"`, MaxLength: -1, LoggingNow: []string{"log_min_duration_statement = 0"}}}
+	c := paramCondition(f)
+	for _, want := range []string{"every byte", "log_parameter_max_length = -1", "statements are logged now (log_min_duration_statement = 0)",
+		`ALTER ROLE "lethe ""ops""" SET log_parameter_max_length = 0; ALTER ROLE "lethe ""ops""" SET log_parameter_max_length_on_error = 0`} {
+		if !strings.Contains(c.Message, want) {
+			t.Errorf("message %q lacks %q", c.Message, want)
+		}
+	}
+	f.paramLog = postgres.ParameterLogging{Role: "r", MaxLength: 512}
+	if c := paramCondition(f); !strings.Contains(c.Message, "up to 512 bytes") || !strings.Contains(c.Message, "no statement is logged now") {
+		t.Errorf("a bounded length, nothing logged now: %q", c.Message)
+	}
+}
+
+func paramCondition(f storeFacts) metav1.Condition {
+	for _, c := range storeConditions(f, 1) {
+		if c.Type == lethev1.MemoryStoreParametersUnlogged {
+			return c
+		}
+	}
+	return metav1.Condition{}
 }
 
 // The condition names the column, each detector and its count, and no

@@ -34,6 +34,15 @@ const (
 	// request completes. Not part of Ready: erasure goes on; Lethe signs no
 	// checkpoint of a log that fails it.
 	MemoryStoreReceiptLogConsistent = "ReceiptLogConsistent"
+	// MemoryStoreParametersUnlogged: the database server writes no bind
+	// parameter of the manager's statements to its log
+	// (log_parameter_max_length and log_parameter_max_length_on_error are
+	// 0 in the manager's sessions). After a deletion the manager sends, as
+	// parameters, samples of what it erased (text passages, embeddings,
+	// content hashes) for its checks; a server log that keeps them keeps
+	// erased data out of Lethe's reach. False names the settings and the
+	// statement that fixes them. Not part of Ready: erasure goes on.
+	MemoryStoreParametersUnlogged = "ParametersUnlogged"
 )
 
 // MemoryStore condition reasons.
@@ -66,6 +75,10 @@ const (
 	ReasonReceiptLogInconsistent = "ReceiptLogInconsistent"
 	ReasonReceiptLogCheckFailed  = "ReceiptLogCheckFailed"
 	ReasonCheckpointsUnverified  = "CheckpointsUnverified"
+	// ParametersUnlogged reasons (and PostgresNotReady).
+	ReasonParameterLoggingOff         = "ParameterLoggingOff"
+	ReasonParametersLogged            = "ParametersLogged"
+	ReasonParameterLoggingCheckFailed = "ParameterLoggingCheckFailed"
 )
 
 // Schema violation rules, named after the decision record's validation queries.

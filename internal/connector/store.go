@@ -67,6 +67,17 @@ func (c *Connector) AuditRedaction(ctx context.Context, store *lethev1.MemorySto
 	return postgres.AuditRedaction(ctx, db, store.Spec.Postgres.RedactedColumnsOrDefault(), sample, scope)
 }
 
+// AuditParameterLogging reads, in the manager's sessions of the primary,
+// how the server logs their statements' parameters
+// (postgres.AuditPoolParameterLogging).
+func (c *Connector) AuditParameterLogging(ctx context.Context, store *lethev1.MemoryStore) (postgres.ParameterLogging, error) {
+	db, err := c.pool(ctx, store, "primary", store.Spec.Postgres.DSNSecretRef)
+	if err != nil {
+		return postgres.ParameterLogging{}, err
+	}
+	return postgres.AuditPoolParameterLogging(ctx, db)
+}
+
 // maxPersonNames bounds the names one audit reads from the graph.
 const maxPersonNames = 100000
 

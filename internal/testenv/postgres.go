@@ -118,6 +118,10 @@ func (p *Postgres) StartServer() error {
 	return nil
 }
 
+// ServerLog is what the server has written to its log (stderr) since it
+// last started.
+func (p *Postgres) ServerLog() string { return p.proc.log.String() }
+
 // StopServer shuts the server down (fast shutdown, by PID), keeping its data:
 // an outage that StartServer ends.
 func (p *Postgres) StopServer() {
@@ -294,7 +298,9 @@ func ManagerDSN(ctx context.Context, dsn string, create bool) (string, error) {
 		if _, err := conn.Exec(ctx, `DO $$ BEGIN
 			IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'lethe_operator') THEN CREATE ROLE lethe_operator NOLOGIN; END IF;
 			IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'lethe_manager') THEN CREATE ROLE lethe_manager LOGIN IN ROLE lethe_operator; END IF;
-			END $$`); err != nil {
+			END $$;
+			ALTER ROLE lethe_manager SET log_parameter_max_length = 0;
+			ALTER ROLE lethe_manager SET log_parameter_max_length_on_error = 0`); err != nil {
 			return "", err
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -67,16 +68,35 @@ func FreePort() (int, error) {
 type process struct {
 	name string
 	cmd  *exec.Cmd
-	log  *bytes.Buffer
+	log  *logBuffer
 	done chan struct{}
+}
+
+// logBuffer keeps a service's output; a test may read it while the
+// service writes.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // start runs the command with its output kept in memory for error reports.
 // Pdeathsig stops the service if the test binary dies before Stop runs.
 func start(name string, cmd *exec.Cmd, deathSig syscall.Signal) (*process, error) {
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	cmd.Stderr = &out
+	out := &logBuffer{}
+	cmd.Stdout = out
+	cmd.Stderr = out
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
@@ -84,7 +104,7 @@ func start(name string, cmd *exec.Cmd, deathSig syscall.Signal) (*process, error
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &process{name: name, cmd: cmd, log: &out, done: make(chan struct{})}
+	p := &process{name: name, cmd: cmd, log: out, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		close(p.done)
