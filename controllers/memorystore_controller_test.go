@@ -201,11 +201,13 @@ func TestParameterLoggingIsReportedUntilTheRoleIsFixed(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := waitCondition(t, store, lethev1.MemoryStoreParametersUnlogged, metav1.ConditionFalse, lethev1.ReasonParametersLogged)
-	if !strings.Contains(c.Message, `ALTER ROLE "lethe_manager" SET log_parameter_max_length = 0`) || !strings.Contains(c.Message, "log_parameter_max_length = -1") {
+	if !strings.Contains(c.Message, `ALTER ROLE "lethe_manager" IN DATABASE "`+db+`" SET log_parameter_max_length = 0`) ||
+		!strings.Contains(c.Message, "log_parameter_max_length = -1 (database user)") {
 		t.Errorf("the condition does not give the setting and its fix: %q", c.Message)
 	}
 	waitCondition(t, store, lethev1.MemoryStoreReady, metav1.ConditionTrue, lethev1.ReasonAllReady)
-	if _, err := conn.Exec(ctx, `ALTER ROLE lethe_manager IN DATABASE "`+db+`" RESET log_parameter_max_length`); err != nil {
+	// The fix the message gives.
+	if _, err := conn.Exec(ctx, `ALTER ROLE lethe_manager IN DATABASE "`+db+`" SET log_parameter_max_length = 0`); err != nil {
 		t.Fatal(err)
 	}
 	waitCondition(t, store, lethev1.MemoryStoreParametersUnlogged, metav1.ConditionTrue, lethev1.ReasonParameterLoggingOff)

@@ -148,23 +148,41 @@ func parametersCondition(f storeFacts, cond func(string, bool, string, string) m
 		return c
 	case p.Unlogged():
 		return cond(lethev1.MemoryStoreParametersUnlogged, true, lethev1.ReasonParameterLoggingOff,
-			fmt.Sprintf("log_parameter_max_length and log_parameter_max_length_on_error are 0 for role %s: the samples of erased data the checks send never reach the server's log", p.Role))
+			fmt.Sprintf("log_parameter_max_length and log_parameter_max_length_on_error are 0 in role %s's sessions, and no setting logs statement values: the samples of erased data the checks send stay out of the server's log", p.Role))
+	}
+	return cond(lethev1.MemoryStoreParametersUnlogged, false, lethev1.ReasonParametersLogged, parametersLoggedMessage(p))
+}
+
+// parametersLoggedMessage says which settings let role p.Role's statement
+// parameters reach the server's log, whether statements are logged now,
+// and the fix.
+func parametersLoggedMessage(p postgres.ParameterLogging) string {
+	var why []string
+	if p.MaxLength != 0 {
+		why = append(why, fmt.Sprintf("log_parameter_max_length = %d (%s) logs %s of each parameter of a logged statement",
+			p.MaxLength, p.MaxLengthSource, logLength(p.MaxLength)))
+	}
+	if p.MaxLengthOnError != 0 {
+		why = append(why, fmt.Sprintf("log_parameter_max_length_on_error = %d logs %s of those of a failing statement",
+			p.MaxLengthOnError, logLength(p.MaxLengthOnError)))
+	}
+	if len(p.ValuesLoggedBy) > 0 {
+		why = append(why, strings.Join(p.ValuesLoggedBy, ", ")+" write statement values to the log whatever those say")
 	}
 	now := "no statement is logged now, but turning statement logging on would log them"
 	if len(p.LoggingNow) > 0 {
 		now = "statements are logged now (" + strings.Join(p.LoggingNow, ", ") + ")"
 	}
-	return cond(lethev1.MemoryStoreParametersUnlogged, false, lethev1.ReasonParametersLogged,
-		fmt.Sprintf("the server logs up to %s of each parameter of role %s's statements (log_parameter_max_length = %d, log_parameter_max_length_on_error = %d); %s, and with them samples of erased data the checks send after a deletion. Fix, as a superuser: %s",
-			logLength(max(p.MaxLength, p.MaxLengthOnError), p.MaxLength < 0 || p.MaxLengthOnError < 0), p.Role, p.MaxLength, p.MaxLengthOnError, now, p.Fix()))
+	return fmt.Sprintf("role %s's statement parameters, which after a deletion hold samples of erased data, can reach the server's log: %s; %s. Fix: %s",
+		p.Role, strings.Join(why, "; "), now, p.Fix())
 }
 
 // logLength says how much of a parameter the server logs.
-func logLength(n int64, whole bool) string {
-	if whole {
+func logLength(n int64) string {
+	if n < 0 {
 		return "every byte"
 	}
-	return fmt.Sprintf("%d bytes", n)
+	return fmt.Sprintf("up to %d bytes", n)
 }
 
 // redactionCondition is RedactionCompliant: the redacted columns have

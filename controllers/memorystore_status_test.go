@@ -142,6 +142,10 @@ func TestStoreConditions(t *testing.T) {
 			facts: storeFacts{schema: compliant, paramLog: postgres.ParameterLogging{Role: "lethe_manager", MaxLengthOnError: 64}},
 			want:  map[string]want{lethev1.MemoryStoreParametersUnlogged: {"False", lethev1.ReasonParametersLogged}},
 		},
+		"values auto_explain logs: False": {
+			facts: storeFacts{schema: compliant, paramLog: postgres.ParameterLogging{Role: "lethe_manager", ValuesLoggedBy: []string{"auto_explain.log_min_duration = 0"}}},
+			want:  map[string]want{lethev1.MemoryStoreParametersUnlogged: {"False", lethev1.ReasonParametersLogged}},
+		},
 		"no parameter logged": {
 			facts: storeFacts{schema: compliant, paramLog: postgres.ParameterLogging{Role: "lethe_manager", LoggingNow: []string{"log_statement = all"}}},
 			want:  map[string]want{lethev1.MemoryStoreParametersUnlogged: {"True", lethev1.ReasonParameterLoggingOff}},
@@ -182,21 +186,42 @@ func TestStoreConditions(t *testing.T) {
 	}
 }
 
-// ParametersUnlogged=False says what is logged now and gives the fix,
-// with the role quoted as an identifier.
+// ParametersUnlogged=False says what is logged now and gives the fix for
+// where the setting comes from, with names quoted as identifiers.
 func TestParametersLoggedMessageSaysWhatAndHowToFix(t *testing.T) {
-	f := storeFacts{schema: &postgres.SchemaReport{}, paramLog: postgres.ParameterLogging{
-		Role: `lethe "ops"`, MaxLength: -1, LoggingNow: []string{"log_min_duration_statement = 0"}}}
-	c := paramCondition(f)
-	for _, want := range []string{"every byte", "log_parameter_max_length = -1", "statements are logged now (log_min_duration_statement = 0)",
-		`ALTER ROLE "lethe ""ops""" SET log_parameter_max_length = 0; ALTER ROLE "lethe ""ops""" SET log_parameter_max_length_on_error = 0`} {
-		if !strings.Contains(c.Message, want) {
-			t.Errorf("message %q lacks %q", c.Message, want)
-		}
-	}
-	f.paramLog = postgres.ParameterLogging{Role: "r", MaxLength: 512}
-	if c := paramCondition(f); !strings.Contains(c.Message, "up to 512 bytes") || !strings.Contains(c.Message, "no statement is logged now") {
-		t.Errorf("a bounded length, nothing logged now: %q", c.Message)
+	f := storeFacts{schema: &postgres.SchemaReport{}, paramLog: postgres.ParameterLogging{Role: `lethe "ops"`, Database: "memory",
+		MaxLength: -1, MaxLengthSource: "user", LoggingNow: []string{"log_min_duration_statement = 0"}}}
+	for _, tc := range []struct {
+		name string
+		edit func(*postgres.ParameterLogging)
+		want []string
+	}{
+		{name: "a role setting", edit: func(*postgres.ParameterLogging) {}, want: []string{
+			"log_parameter_max_length = -1 (user) logs every byte", "statements are logged now (log_min_duration_statement = 0)",
+			`Fix: as a superuser, ALTER ROLE "lethe ""ops""" SET log_parameter_max_length = 0`}},
+		{name: "a role-in-database setting", edit: func(p *postgres.ParameterLogging) { p.MaxLengthSource = "database user" },
+			want: []string{`ALTER ROLE "lethe ""ops""" IN DATABASE "memory" SET log_parameter_max_length = 0`}},
+		{name: "a DSN option", edit: func(p *postgres.ParameterLogging) { p.MaxLengthSource = "client" },
+			want: []string{"remove log_parameter_max_length from the options of the store's DSN"}},
+		{name: "a bounded length, nothing logged now", edit: func(p *postgres.ParameterLogging) { p.MaxLength, p.LoggingNow = 512, nil },
+			want: []string{"up to 512 bytes", "no statement is logged now"}},
+		{name: "auto_explain", edit: func(p *postgres.ParameterLogging) {
+			p.MaxLength, p.ValuesLoggedBy = 0, []string{"auto_explain.log_min_duration = 0"}
+		}, want: []string{"auto_explain.log_min_duration = 0 write statement values", `turn auto_explain.log_min_duration = 0 off for role "lethe ""ops"""`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := f
+			tc.edit(&f.paramLog)
+			c := paramCondition(f)
+			if c.Status != metav1.ConditionFalse {
+				t.Fatalf("status %s, want False", c.Status)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(c.Message, w) {
+					t.Errorf("message %q lacks %q", c.Message, w)
+				}
+			}
+		})
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -41,6 +42,9 @@ type Connector struct {
 	Clock clock.PassiveClock
 
 	secrets secretValues
+	// paramLogs is the last new session's postgres.ParameterLogging per
+	// store pool (AuditParameterLogging).
+	paramLogs sync.Map
 }
 
 // Ports returns the ports of one pass over store. The primary is opened
@@ -91,6 +95,7 @@ func (c *Connector) Graph(ctx context.Context, store *lethev1.MemoryStore) (*gra
 func (c *Connector) Forget(key types.NamespacedName) {
 	c.Pools.ForgetPrefix(key.String() + "/")
 	c.Graphs.Forget(key.String() + "/graph")
+	c.paramLogs.Delete(key.String() + "/primary")
 }
 
 // pool opens (or reuses) the pool of one target of the store.

@@ -6,6 +6,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/erasure"
 	"github.com/lethe-dev/lethe/internal/graph"
@@ -67,15 +70,49 @@ func (c *Connector) AuditRedaction(ctx context.Context, store *lethev1.MemorySto
 	return postgres.AuditRedaction(ctx, db, store.Spec.Postgres.RedactedColumnsOrDefault(), sample, scope)
 }
 
-// AuditParameterLogging reads, in the manager's sessions of the primary,
-// how the server logs their statements' parameters
-// (postgres.AuditPoolParameterLogging).
+// AuditParameterLogging reads how the server logs the parameters of the
+// manager's statements (postgres.AuditParameterLogging), in one of the
+// store's pooled sessions and in a new one: a setting given to a role or a
+// database reaches only sessions that start after it. When the new session
+// reads differently from the pooled one, or from the new one of the last
+// audit, the pool is reset: its connections are replaced by ones with the
+// settings now (those in use close when released). A reading that logs
+// wins, so the condition turns True only once the pool has been replaced.
 func (c *Connector) AuditParameterLogging(ctx context.Context, store *lethev1.MemoryStore) (postgres.ParameterLogging, error) {
 	db, err := c.pool(ctx, store, "primary", store.Spec.Postgres.DSNSecretRef)
 	if err != nil {
 		return postgres.ParameterLogging{}, err
 	}
-	return postgres.AuditPoolParameterLogging(ctx, db)
+	pooled, err := postgres.AuditParameterLogging(ctx, db)
+	if err != nil {
+		return pooled, err
+	}
+	fresh, err := newSessionParameterLogging(ctx, db)
+	if err != nil {
+		if !pooled.Unlogged() {
+			return pooled, nil // a known leak stays reported
+		}
+		return pooled, err
+	}
+	last, seen := c.paramLogs.Swap(cacheKey(store, "primary"), fresh)
+	if !fresh.Same(pooled) || seen && !fresh.Same(last.(postgres.ParameterLogging)) {
+		db.Reset()
+	}
+	if !pooled.Unlogged() {
+		return pooled, nil
+	}
+	return fresh, nil
+}
+
+// newSessionParameterLogging reads the settings in a session of its own,
+// with the pool's connection settings.
+func newSessionParameterLogging(ctx context.Context, db *pgxpool.Pool) (postgres.ParameterLogging, error) {
+	conn, err := pgx.ConnectConfig(ctx, db.Config().ConnConfig.Copy())
+	if err != nil {
+		return postgres.ParameterLogging{}, fmt.Errorf("open a new session to read its logging settings: %w", err)
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	return postgres.AuditParameterLogging(ctx, conn)
 }
 
 // maxPersonNames bounds the names one audit reads from the graph.

@@ -62,6 +62,10 @@ func Connect(ctx context.Context, dsn string, opts Options) (*pgxpool.Pool, erro
 	// crash would be evidence of nothing, and the WAL position read after
 	// the commit must cover it for the replica checks.
 	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
+	// The samples of erased data the checks send as parameters stay out of
+	// the server's log when a statement fails (any role may set this one;
+	// log_parameter_max_length needs a superuser: paramlog.go).
+	cfg.ConnConfig.RuntimeParams["log_parameter_max_length_on_error"] = "0"
 	// Lethe's statements filter on arrays of IDs (= ANY($1)). A named prepared
 	// statement switches to a generic plan after five runs, which guesses the
 	// array's size and picked sequential scans (the sixth and later deletion

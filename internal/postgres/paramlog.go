@@ -3,9 +3,10 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // After a deletion the manager sends the database, as bind parameters,
@@ -14,84 +15,101 @@ import (
 // statement's parameters into its server log unless
 // log_parameter_max_length is 0 (log_parameter_max_length_on_error for a
 // failed statement), and Lethe cannot erase that log. The audit reads
-// both as they are in the manager's own sessions (the server's, the
-// database's or the role's setting, whichever applies); only a superuser
-// (or a role granted SET on them) may change them, so the store's
-// condition says how.
+// them as they are in the manager's own sessions (the server's, the
+// database's, the role's or the connection's setting, whichever applies).
+// The manager sets log_parameter_max_length_on_error to 0 itself (Connect);
+// log_parameter_max_length only a superuser (or a role granted SET on it)
+// may change, so the store's condition says how.
 
 // ParameterLogging is how the server logs the bind parameters of the
 // current role's statements.
 type ParameterLogging struct {
-	// Role is the role the statements run as (current_user).
-	Role string
+	// Role and Database are the session's (current_user, current_database()).
+	Role, Database string
 	// MaxLength and MaxLengthOnError are log_parameter_max_length and
 	// log_parameter_max_length_on_error in bytes: -1 every byte, 0 none.
 	MaxLength, MaxLengthOnError int64
+	// MaxLengthSource is where MaxLength comes from (pg_settings.source:
+	// "database user", "user", "client", "configuration file", "default").
+	MaxLengthSource string
 	// LoggingNow names the settings that have the server log statements
 	// now ("log_min_duration_statement = 0"); the parameters of those
 	// statements reach the log unless MaxLength is 0.
 	LoggingNow []string
+	// ValuesLoggedBy names the settings that write a statement's values
+	// into the log whatever MaxLength is: auto_explain's plans (Lethe's
+	// statements are planned with their values), pgaudit's parameters, the
+	// debug_print_* trees.
+	ValuesLoggedBy []string
 }
 
 // Unlogged reports whether no statement parameter of the role reaches the
 // server log, whatever statement logging is turned on later.
-func (p ParameterLogging) Unlogged() bool { return p.MaxLength == 0 && p.MaxLengthOnError == 0 }
+func (p ParameterLogging) Unlogged() bool {
+	return p.MaxLength == 0 && p.MaxLengthOnError == 0 && len(p.ValuesLoggedBy) == 0
+}
 
-// Fix is the statement a superuser runs to keep the role's parameters out
-// of the server log.
+// Same reports whether p and q read the same settings.
+func (p ParameterLogging) Same(q ParameterLogging) bool {
+	return p.Role == q.Role && p.Database == q.Database && p.MaxLength == q.MaxLength && p.MaxLengthOnError == q.MaxLengthOnError &&
+		p.MaxLengthSource == q.MaxLengthSource && slices.Equal(p.LoggingNow, q.LoggingNow) && slices.Equal(p.ValuesLoggedBy, q.ValuesLoggedBy)
+}
+
+// Fix says what keeps the role's parameters out of the server log, for
+// the setting where it comes from: a role-in-database setting beats a
+// role setting, and a connection option beats both.
 func (p ParameterLogging) Fix() string {
+	var fixes []string
 	role := pgx.Identifier{p.Role}.Sanitize()
-	return fmt.Sprintf("ALTER ROLE %s SET log_parameter_max_length = 0; ALTER ROLE %s SET log_parameter_max_length_on_error = 0", role, role)
+	switch {
+	case p.MaxLength == 0:
+	case p.MaxLengthSource == "client":
+		fixes = append(fixes, "remove log_parameter_max_length from the options of the store's DSN")
+	case p.MaxLengthSource == "database user":
+		fixes = append(fixes, fmt.Sprintf("as a superuser, ALTER ROLE %s IN DATABASE %s SET log_parameter_max_length = 0", role, pgx.Identifier{p.Database}.Sanitize()))
+	default:
+		fixes = append(fixes, fmt.Sprintf("as a superuser, ALTER ROLE %s SET log_parameter_max_length = 0", role))
+	}
+	if p.MaxLengthOnError != 0 {
+		fixes = append(fixes, "use PostgreSQL 13 or newer, where the manager sets log_parameter_max_length_on_error = 0 in its sessions")
+	}
+	for _, s := range p.ValuesLoggedBy {
+		fixes = append(fixes, fmt.Sprintf("turn %s off for role %s", s, role))
+	}
+	return strings.Join(fixes, "; ")
 }
 
 // parameterLoggingSQL reads the settings in base units (pg_settings.setting:
 // bytes, milliseconds), as the current session has them. Statement
-// logging counts when it covers the statements Lethe sends parameters with
-// (log_statement mod or all: DELETE and SELECT), by duration, or by
-// sampling. A server older than 13 logs them whole, with no setting to stop
-// it: -1.
-const parameterLoggingSQL = `SELECT current_user::text,
+// logging counts when it covers statements Lethe sends samples with
+// (log_statement mod: its DELETEs; all), by duration, or by sampling. A
+// server older than 13 logs parameters whole, with no setting to stop it:
+// -1. Each CASE arm casts only its own setting.
+const parameterLoggingSQL = `SELECT current_user::text, current_database()::text,
 	coalesce((SELECT setting::bigint FROM pg_settings WHERE name = 'log_parameter_max_length'), -1),
 	coalesce((SELECT setting::bigint FROM pg_settings WHERE name = 'log_parameter_max_length_on_error'), -1),
-	ARRAY(SELECT name || ' = ' || setting FROM pg_settings WHERE
-		name = 'log_statement' AND setting IN ('mod', 'all')
-		OR name IN ('log_min_duration_statement', 'log_min_duration_sample') AND setting::bigint >= 0
-		OR name = 'log_transaction_sample_rate' AND setting::float8 > 0
-		ORDER BY name)`
+	coalesce((SELECT source FROM pg_settings WHERE name = 'log_parameter_max_length'), ''),
+	ARRAY(SELECT name || ' = ' || setting FROM pg_settings WHERE CASE name
+		WHEN 'log_statement' THEN setting IN ('mod', 'all')
+		WHEN 'log_min_duration_statement' THEN setting::bigint >= 0
+		WHEN 'log_min_duration_sample' THEN setting::bigint >= 0 AND current_setting('log_statement_sample_rate', true)::float8 > 0
+		WHEN 'log_transaction_sample_rate' THEN setting::float8 > 0
+		ELSE false END ORDER BY name),
+	ARRAY(SELECT name || ' = ' || setting FROM pg_settings WHERE CASE name
+		WHEN 'auto_explain.log_min_duration' THEN setting::bigint >= 0
+		WHEN 'pgaudit.log_parameter' THEN setting = 'on'
+		WHEN 'debug_print_parse' THEN setting = 'on'
+		WHEN 'debug_print_rewritten' THEN setting = 'on'
+		WHEN 'debug_print_plan' THEN setting = 'on'
+		ELSE false END ORDER BY name)`
 
 // AuditParameterLogging reads how the server logs the current role's
-// statement parameters.
+// statement parameters in q's session.
 func AuditParameterLogging(ctx context.Context, q Querier) (ParameterLogging, error) {
 	var p ParameterLogging
-	err := q.QueryRow(ctx, parameterLoggingSQL).Scan(&p.Role, &p.MaxLength, &p.MaxLengthOnError, &p.LoggingNow)
+	err := q.QueryRow(ctx, parameterLoggingSQL).Scan(&p.Role, &p.Database, &p.MaxLength, &p.MaxLengthOnError, &p.MaxLengthSource, &p.LoggingNow, &p.ValuesLoggedBy)
 	if err != nil {
 		return p, fmt.Errorf("read the server's parameter logging settings: %w", err)
 	}
 	return p, nil
-}
-
-// AuditPoolParameterLogging reads how the server logs the parameters of
-// the pool's sessions. A setting given to a role or a database applies only
-// to sessions that start after it; so when the pool's session logs them, a
-// new session is asked too, and if it would not, the pool is reset: its
-// connections are replaced by ones with the setting (those in use close
-// when released), and the new session's reading is returned.
-func AuditPoolParameterLogging(ctx context.Context, pool *pgxpool.Pool) (ParameterLogging, error) {
-	p, err := AuditParameterLogging(ctx, pool)
-	if err != nil || p.Unlogged() {
-		return p, err
-	}
-	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
-	if err != nil {
-		return p, fmt.Errorf("open a new session to read its logging settings: %w", err)
-	}
-	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	fresh, err := AuditParameterLogging(ctx, conn)
-	if err != nil {
-		return p, err
-	}
-	if fresh.Unlogged() {
-		pool.Reset()
-	}
-	return fresh, nil
 }

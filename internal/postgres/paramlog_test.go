@@ -6,8 +6,18 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/connector"
 	"github.com/lethe-dev/lethe/internal/erasure"
+	"github.com/lethe-dev/lethe/internal/graph"
 	"github.com/lethe-dev/lethe/internal/postgres"
 )
 
@@ -19,104 +29,188 @@ import (
 // only, so that the seeding's own statements stay out of the log), and the
 // test reads what it wrote during the erasure.
 func TestErasedTextReachesTheServerLogOnlyWhereParametersAreLogged(t *testing.T) {
-	fix := []string{"log_parameter_max_length = 0", "log_parameter_max_length_on_error = 0"}
 	for _, tc := range []struct {
 		name     string
 		settings []string
-		// late: the fix comes after the pool's connections started.
-		late     bool
 		unlogged bool
+		source   string
 	}{
-		{name: "with the fix the condition gives", settings: fix, unlogged: true},
-		{name: "with the fix made while the manager was connected", settings: fix, late: true, unlogged: true},
-		{name: "with the server's defaults"},
+		{name: "with the fix the condition gives", settings: []string{"log_parameter_max_length = 0"}, unlogged: true, source: "database user"},
+		// The role's own log_parameter_max_length_on_error does not hold: the
+		// manager sets it to 0 in its sessions.
+		{name: "with the server's defaults", settings: []string{"log_parameter_max_length_on_error = -1"}, source: "default"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			dsn := migratedDB(t)
-			seedTextResidue(t, dsn)
-			admin := connect(t, dsn)
-			u, err := url.Parse(dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			db := strings.TrimPrefix(u.Path, "/")
-			login := "lethe_test_paramlog"
-			mdsn := asRole(t, admin, dsn, login, "lethe_operator")
-			set := func(settings ...string) {
-				for _, s := range settings {
-					mustExec(t, admin, `ALTER ROLE `+login+` IN DATABASE "`+db+`" SET `+s)
-				}
-			}
-			set("log_min_duration_statement = 0")
-			if !tc.late {
-				set(tc.settings...)
-			}
-			pool, err := postgres.Connect(ctx, mdsn, postgres.Options{Vector: true, MaxConns: 2})
+			l := newLoggedRole(t)
+			l.set(t, tc.settings...)
+			pool, err := postgres.Connect(ctx, l.dsn, postgres.Options{Vector: true})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer pool.Close()
-			if tc.late {
-				// Both of the pool's connections start without the fix.
-				c1, err := pool.Acquire(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				c2, err := pool.Acquire(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				c1.Release()
-				c2.Release()
-				set(tc.settings...)
-			}
-
-			p, err := postgres.AuditPoolParameterLogging(ctx, pool)
+			p, err := postgres.AuditParameterLogging(ctx, pool)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if p.Role != login || p.Unlogged() != tc.unlogged || !slices.Contains(p.LoggingNow, "log_min_duration_statement = 0") {
-				t.Fatalf("audit: %+v, want role %s, unlogged %v, logging now by duration", p, login, tc.unlogged)
+			if p.Role != l.login || p.Database != l.db || p.Unlogged() != tc.unlogged || p.MaxLengthOnError != 0 || p.MaxLengthSource != tc.source ||
+				!slices.Contains(p.LoggingNow, "log_min_duration_statement = 0") || len(p.ValuesLoggedBy) != 0 {
+				t.Fatalf("audit: %+v, want role %s in %s, unlogged %v (from %s), nothing on error, logging now by duration", p, l.login, l.db, tc.unlogged, tc.source)
 			}
-
-			from := len(pg.ServerLog())
-			e := &postgres.Eraser{Pool: pool, Schema: "memory", TenantID: "t1"}
-			req := erasure.Request{UID: "uid-paramlog", SessionIDs: []string{sessA}}
-			if _, err := e.Tombstone(ctx, req); err != nil {
-				t.Fatal(err)
-			}
-			res, err := e.Delete(ctx, req, 10, 8)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(res.Texts) == 0 {
-				t.Fatal("the deletion sampled no text: nothing would be sent")
-			}
-			if _, err := e.ProbeTextResidue(ctx, res.Texts); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := e.Verify(ctx, req, res.ContentKeys); err != nil {
-				t.Fatal(err)
-			}
-			log := pg.ServerLog()[from:]
-			// The probe's statement is in the log either way: the test
-			// would pass vacuously if nothing were logged.
-			if !strings.Contains(log, "strpos") {
-				t.Fatalf("the server logged no text probe statement of the role; its log since the erasure:\n%.2000s", log)
-			}
-			var leaked []string
-			for _, w := range []string{"Kowalski", "dementia", "Guardian", "pension"} {
-				if strings.Contains(log, w) {
-					leaked = append(leaked, w)
-				}
-			}
+			leaked := eraseAndReadLog(t, &postgres.Eraser{Pool: pool, Schema: "memory", TenantID: "t1"}, tc.name)
 			switch {
 			case tc.unlogged && len(leaked) > 0:
-				t.Errorf("erased text in the server log (%v) with the role's parameters unlogged", leaked)
+				t.Errorf("erased data in the server log (%v) with the role's parameters unlogged", leaked)
 			case !tc.unlogged && len(leaked) == 0:
-				t.Errorf("no erased text in the server log with the default settings: the test cannot see a leak")
+				t.Errorf("no erased data in the server log with the default settings: the test cannot see a leak")
 			}
 		})
+	}
+}
+
+// A fix made while the manager's pool was connected reaches its open
+// connections only through the audit's pool reset (connector): the audit
+// reports the pooled sessions' logging until then, and the erasure after
+// it leaves nothing in the log.
+func TestAFixMadeWhileConnectedReachesThePoolThroughTheAudit(t *testing.T) {
+	ctx := context.Background()
+	l := newLoggedRole(t)
+	store := &lethev1.MemoryStore{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "memory"},
+		Spec: lethev1.MemoryStoreSpec{TenantID: "t1", Postgres: lethev1.PostgresSpec{DSNSecretRef: lethev1.SecretKeyRef{Name: "pg", Key: "dsn"}}}}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pg"}, Data: map[string][]byte{"dsn": []byte(l.dsn)}}
+	c := &connector.Connector{Secrets: fake.NewClientBuilder().WithObjects(secret).Build(), Pools: &postgres.Pools{Options: postgres.Options{Vector: true, MaxConns: 2}}, Graphs: &graph.Clients{}}
+	defer c.Pools.Close()
+	e, err := c.Ledger(ctx, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Both of the pool's connections start without the fix.
+	pool := e.Pool.(*pgxpool.Pool)
+	c1, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1.Release()
+	c2.Release()
+	audit := func() postgres.ParameterLogging {
+		t.Helper()
+		p, err := c.AuditParameterLogging(ctx, store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if p := audit(); p.Unlogged() {
+		t.Fatalf("before the fix: %+v", p)
+	}
+	l.set(t, "log_parameter_max_length = 0")
+	if p := audit(); p.Unlogged() {
+		t.Errorf("the audit that found the fix in a new session reports it, while the pool's sessions still log: %+v", p)
+	}
+	if p := audit(); !p.Unlogged() {
+		t.Fatalf("the audit after the pool's reset: %+v", p)
+	}
+	if leaked := eraseAndReadLog(t, e, "late fix"); len(leaked) > 0 {
+		t.Errorf("erased data in the server log (%v) after the audit found the fix", leaked)
+	}
+}
+
+// loggedRole is a login role (a member of lethe_operator) whose statements
+// the server logs, all of them, in a new migrated database seeded with
+// session A's text (seedTextResidue) and embeddings.
+type loggedRole struct {
+	admin          *pgx.Conn
+	login, db, dsn string
+}
+
+func newLoggedRole(t *testing.T) loggedRole {
+	t.Helper()
+	dsn := migratedDB(t)
+	seedTextResidue(t, dsn)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := loggedRole{admin: connect(t, dsn), login: "lethe_test_paramlog", db: strings.TrimPrefix(u.Path, "/")}
+	l.dsn = asRole(t, l.admin, dsn, l.login, "lethe_operator")
+	l.set(t, "log_min_duration_statement = 0")
+	// A's rounds get an embedding whose text form no other test uses.
+	mustExec(t, l.admin, `UPDATE memory.rounds SET embedding = array_fill(0.7654321::real, ARRAY[384])::vector WHERE session_id = $1`, sessA)
+	return l
+}
+
+// set gives the role settings in this database only (new sessions).
+func (l loggedRole) set(t *testing.T, settings ...string) {
+	t.Helper()
+	for _, s := range settings {
+		mustExec(t, l.admin, `ALTER ROLE `+l.login+` IN DATABASE "`+l.db+`" SET `+s)
+	}
+}
+
+// eraseAndReadLog erases session A through e with every check that sends
+// samples (text and vector residue probes, the verification), and returns
+// the words of A's text and the embedding's value that the server's log
+// holds since.
+func eraseAndReadLog(t *testing.T, e *postgres.Eraser, name string) []string {
+	t.Helper()
+	ctx := context.Background()
+	from := len(pg.ServerLog())
+	req := erasure.Request{UID: "uid-paramlog", SessionIDs: []string{sessA}}
+	if _, err := e.Tombstone(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.Delete(ctx, req, 10, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Texts) == 0 || len(res.Probe) == 0 {
+		t.Fatalf("the deletion sampled %d passages and %d embeddings: nothing would be sent", len(res.Texts), len(res.Probe))
+	}
+	if _, err := e.ProbeTextResidue(ctx, res.Texts); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ProbeResidue(ctx, res.Probe, 1e-6); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Verify(ctx, req, res.ContentKeys); err != nil {
+		t.Fatal(err)
+	}
+	log := logThrough(t, e, from, name)
+	// The probe's statement is in the log either way: the test would pass
+	// vacuously if nothing were logged.
+	if !strings.Contains(log, "strpos") {
+		t.Fatalf("the server logged no text probe statement of the role; its log since the erasure:\n%.2000s", log)
+	}
+	var leaked []string
+	for _, w := range []string{"Kowalski", "dementia", "Guardian", "pension", "0.7654321"} {
+		if strings.Contains(log, w) {
+			leaked = append(leaked, w)
+		}
+	}
+	return leaked
+}
+
+// logThrough is the server's log from offset from, once it holds a marker
+// statement e's role ran after everything before it: the server's output
+// reaches the buffer asynchronously, and a log read too early would miss
+// what the test looks for.
+func logThrough(t *testing.T, e *postgres.Eraser, from int, name string) string {
+	t.Helper()
+	marker := "lethe-log-marker " + strings.ReplaceAll(name, "'", "")
+	if _, err := e.Pool.Exec(context.Background(), `SELECT '`+marker+`'`); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		log := pg.ServerLog()[from:]
+		if strings.Contains(log, marker) {
+			return log
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server logged no marker statement of the role within 10 s; its log since:\n%.2000s", log)
+		}
 	}
 }
