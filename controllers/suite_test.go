@@ -1,12 +1,10 @@
 package controllers_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -53,7 +51,7 @@ var (
 	fdb   *testenv.FalkorDB
 	pools = &postgres.Pools{Options: postgres.Options{Vector: true}}
 
-	managerLogs syncBuffer
+	managerLogs testenv.SyncBuffer
 	// operatorClock runs 8 days ahead of the database (target R6): grace
 	// periods must still last their full length by the database's clock.
 	operatorClock = clocktesting.NewFakeClock(time.Now().Add(8 * 24 * time.Hour))
@@ -215,24 +213,6 @@ func (f levelFilter) Write(p []byte) (int, error) {
 		return f.w.Write(p)
 	}
 	return len(p), nil
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // eventually polls check until it returns nil or timeout passes.

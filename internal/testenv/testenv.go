@@ -68,33 +68,33 @@ func FreePort() (int, error) {
 type process struct {
 	name string
 	cmd  *exec.Cmd
-	log  *logBuffer
+	log  *SyncBuffer
 	done chan struct{}
 }
 
-// logBuffer keeps a service's output; a test may read it while the
-// service writes.
-type logBuffer struct {
+// SyncBuffer is a bytes.Buffer that one goroutine may read while others
+// write (a service's output, a logger's lines).
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
 }
 
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // start runs the command with its output kept in memory for error reports.
 // Pdeathsig stops the service if the test binary dies before Stop runs.
 func start(name string, cmd *exec.Cmd, deathSig syscall.Signal) (*process, error) {
-	out := &logBuffer{}
+	out := &SyncBuffer{}
 	cmd.Stdout = out
 	cmd.Stderr = out
 	if cmd.SysProcAttr == nil {
