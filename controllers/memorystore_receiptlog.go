@@ -138,9 +138,7 @@ func (r *MemoryStoreReconciler) reportReceiptLog(ctx context.Context, store *let
 func receiptLogCondition(f storeFacts, cond func(string, bool, string, string) metav1.Condition) metav1.Condition {
 	l := f.receiptLog
 	unknown := func(reason, msg string) metav1.Condition {
-		c := cond(lethev1.MemoryStoreReceiptLogConsistent, false, reason, msg)
-		c.Status = metav1.ConditionUnknown
-		return c
+		return asUnknown(cond(lethev1.MemoryStoreReceiptLogConsistent, false, reason, msg))
 	}
 	switch {
 	case !l.configured:

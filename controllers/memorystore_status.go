@@ -59,6 +59,12 @@ type failure struct {
 	message string
 }
 
+// asUnknown is c with status Unknown: a check that could not run.
+func asUnknown(c metav1.Condition) metav1.Condition {
+	c.Status = metav1.ConditionUnknown
+	return c
+}
+
 func fail(reason, format string, args ...any) *failure {
 	return &failure{reason: reason, message: fmt.Sprintf(format, args...)}
 }
@@ -82,13 +88,9 @@ func storeConditions(f storeFacts, generation int64) []metav1.Condition {
 
 	switch {
 	case f.postgres != nil:
-		c := cond(lethev1.MemoryStoreSchemaCompliant, false, lethev1.ReasonPostgresNotReady, "the schema cannot be audited until Postgres is reachable")
-		c.Status = metav1.ConditionUnknown
-		out = append(out, c)
+		out = append(out, asUnknown(cond(lethev1.MemoryStoreSchemaCompliant, false, lethev1.ReasonPostgresNotReady, "the schema cannot be audited until Postgres is reachable")))
 	case f.schemaErr != nil:
-		c := cond(lethev1.MemoryStoreSchemaCompliant, false, lethev1.ReasonSchemaCheckFailed, "the schema audit queries failed: "+f.schemaErr.Error())
-		c.Status = metav1.ConditionUnknown
-		out = append(out, c)
+		out = append(out, asUnknown(cond(lethev1.MemoryStoreSchemaCompliant, false, lethev1.ReasonSchemaCheckFailed, "the schema audit queries failed: "+f.schemaErr.Error())))
 	case f.schema != nil && !f.schema.Compliant():
 		out = append(out, cond(lethev1.MemoryStoreSchemaCompliant, false, lethev1.ReasonViolationsFound, violationsMessage(f.schema.Violations)))
 	default:
@@ -138,14 +140,10 @@ func parametersCondition(f storeFacts, cond func(string, bool, string, string) m
 	p := f.paramLog
 	switch {
 	case f.postgres != nil:
-		c := cond(lethev1.MemoryStoreParametersUnlogged, false, lethev1.ReasonPostgresNotReady, "the server's logging cannot be checked until Postgres is reachable")
-		c.Status = metav1.ConditionUnknown
-		return c
+		return asUnknown(cond(lethev1.MemoryStoreParametersUnlogged, false, lethev1.ReasonPostgresNotReady, "the server's logging cannot be checked until Postgres is reachable"))
 	case f.paramLogErr != nil:
-		c := cond(lethev1.MemoryStoreParametersUnlogged, false, lethev1.ReasonParameterLoggingCheckFailed,
-			"the server's logging settings could not be read: "+f.paramLogErr.Error())
-		c.Status = metav1.ConditionUnknown
-		return c
+		return asUnknown(cond(lethev1.MemoryStoreParametersUnlogged, false, lethev1.ReasonParameterLoggingCheckFailed,
+			"the server's logging settings could not be read: "+f.paramLogErr.Error()))
 	case p.Unlogged():
 		return cond(lethev1.MemoryStoreParametersUnlogged, true, lethev1.ReasonParameterLoggingOff,
 			fmt.Sprintf("log_parameter_max_length and log_parameter_max_length_on_error are 0 in role %s's sessions, and no setting logs statement values: the samples of erased data the checks send stay out of the server's log", p.Role))
@@ -212,14 +210,10 @@ func redactionCondition(f storeFacts, cond func(string, bool, string, string) me
 	}
 	switch {
 	case f.postgres != nil:
-		c := cond(lethev1.MemoryStoreRedactionCompliant, false, lethev1.ReasonPostgresNotReady, "the redaction cannot be checked until Postgres is reachable")
-		c.Status = metav1.ConditionUnknown
-		return c
+		return asUnknown(cond(lethev1.MemoryStoreRedactionCompliant, false, lethev1.ReasonPostgresNotReady, "the redaction cannot be checked until Postgres is reachable"))
 	case f.redactionErr != nil || f.graphNamesErr != nil:
-		c := cond(lethev1.MemoryStoreRedactionCompliant, false, lethev1.ReasonRedactionCheckFailed,
-			"the redaction check or the names dictionary's sync with the graph could not run; it is retried on the next audit")
-		c.Status = metav1.ConditionUnknown
-		return c
+		return asUnknown(cond(lethev1.MemoryStoreRedactionCompliant, false, lethev1.ReasonRedactionCheckFailed,
+			"the redaction check or the names dictionary's sync with the graph could not run; it is retried on the next audit"))
 	case len(missing) > 0:
 		msg := "no redaction trigger that holds (lethe.redact_column) on " + strings.Join(missing, ", ")
 		if len(leaked) > 0 {
@@ -274,13 +268,9 @@ func redactedMessage(cols []postgres.RedactedColumn, sampled int) string {
 func erasuresCondition(f storeFacts, cond func(string, bool, string, string) metav1.Condition) metav1.Condition {
 	switch {
 	case f.postgres != nil:
-		c := cond(lethev1.MemoryStoreErasuresIntact, false, lethev1.ReasonPostgresNotReady, "the erasures cannot be checked until Postgres is reachable")
-		c.Status = metav1.ConditionUnknown
-		return c
+		return asUnknown(cond(lethev1.MemoryStoreErasuresIntact, false, lethev1.ReasonPostgresNotReady, "the erasures cannot be checked until Postgres is reachable"))
 	case f.erasuresErr != nil:
-		c := cond(lethev1.MemoryStoreErasuresIntact, false, lethev1.ReasonErasureCheckFailed, "the erasure check could not run; it is retried on the next audit")
-		c.Status = metav1.ConditionUnknown
-		return c
+		return asUnknown(cond(lethev1.MemoryStoreErasuresIntact, false, lethev1.ReasonErasureCheckFailed, "the erasure check could not run; it is retried on the next audit"))
 	case len(f.restores) > 0:
 		return cond(lethev1.MemoryStoreErasuresIntact, false, lethev1.ReasonRestoreDetected,
 			"the database holds less erasure than the store's requests say (a restore?): erased sessions exist again or ledger rows are gone; the requests erase them again")
