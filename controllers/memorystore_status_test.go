@@ -207,7 +207,7 @@ func TestParametersLoggedMessageSaysWhatAndHowToFix(t *testing.T) {
 			want: []string{"up to 512 bytes", "no statement is logged now"}},
 		{name: "auto_explain", edit: func(p *postgres.ParameterLogging) {
 			p.MaxLength, p.ValuesLoggedBy = 0, []string{"auto_explain.log_min_duration = 0"}
-		}, want: []string{"auto_explain.log_min_duration = 0 write statement values", `turn auto_explain.log_min_duration = 0 off for role "lethe ""ops"""`}},
+		}, want: []string{"auto_explain.log_min_duration = 0 write statement values", `turn off auto_explain.log_min_duration = 0 for role "lethe ""ops"""`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := f

@@ -71,37 +71,69 @@ func (c *Connector) AuditRedaction(ctx context.Context, store *lethev1.MemorySto
 }
 
 // AuditParameterLogging reads how the server logs the parameters of the
-// manager's statements (postgres.AuditParameterLogging), in one of the
-// store's pooled sessions and in a new one: a setting given to a role or a
-// database reaches only sessions that start after it. When the new session
-// reads differently from the pooled one, or from the new one of the last
-// audit, the pool is reset: its connections are replaced by ones with the
-// settings now (those in use close when released). A reading that logs
-// wins, so the condition turns True only once the pool has been replaced.
+// manager's statements (postgres.AuditParameterLogging), in a new session
+// and in every idle session of the store's pool: a setting given to a role
+// or a database reaches only sessions that start after it. When a new
+// session would not log them but a pooled one does, or the new session
+// reads differently from the last audit's (a connection in use then may
+// predate the change), the pool is reset: its connections are replaced by
+// ones with the settings now (those in use close when released); never
+// towards logging. A reading that logs
+// wins: the pooled one, the new one, or, right after a reset, the last
+// audit's; the condition turns True only at the audit after the pool was
+// replaced. The new session is opened beside the pool's MaxConns.
 func (c *Connector) AuditParameterLogging(ctx context.Context, store *lethev1.MemoryStore) (postgres.ParameterLogging, error) {
 	db, err := c.pool(ctx, store, "primary", store.Spec.Postgres.DSNSecretRef)
 	if err != nil {
 		return postgres.ParameterLogging{}, err
 	}
-	pooled, err := postgres.AuditParameterLogging(ctx, db)
+	pooled, err := idleParameterLogging(ctx, db)
 	if err != nil {
-		return pooled, err
+		return postgres.ParameterLogging{}, err
 	}
+	logging := slices.IndexFunc(pooled, func(p postgres.ParameterLogging) bool { return !p.Unlogged() })
 	fresh, err := newSessionParameterLogging(ctx, db)
-	if err != nil {
-		if !pooled.Unlogged() {
-			return pooled, nil // a known leak stays reported
-		}
-		return pooled, err
+	switch {
+	case err != nil && logging >= 0:
+		return pooled[logging], nil // a known leak stays reported
+	case err != nil:
+		return fresh, err
 	}
-	last, seen := c.paramLogs.Swap(cacheKey(store, "primary"), fresh)
-	if !fresh.Same(pooled) || seen && !fresh.Same(last.(postgres.ParameterLogging)) {
+	key := cacheKey(store, "primary")
+	last, seen := c.paramLogs.Swap(key, fresh)
+	stale := seen && !fresh.Same(last.(postgres.ParameterLogging)) ||
+		slices.ContainsFunc(pooled, func(p postgres.ParameterLogging) bool { return !p.Same(fresh) })
+	if stale && fresh.Unlogged() {
 		db.Reset()
 	}
-	if !pooled.Unlogged() {
-		return pooled, nil
+	switch {
+	case logging >= 0:
+		return pooled[logging], nil
+	case !fresh.Unlogged():
+		return fresh, nil
+	case seen && stale && !last.(postgres.ParameterLogging).Unlogged():
+		return last.(postgres.ParameterLogging), nil
 	}
 	return fresh, nil
+}
+
+// idleParameterLogging reads the settings in every idle session of db.
+func idleParameterLogging(ctx context.Context, db *pgxpool.Pool) ([]postgres.ParameterLogging, error) {
+	conns := db.AcquireAllIdle(ctx)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	out := make([]postgres.ParameterLogging, 0, len(conns))
+	for _, c := range conns {
+		p, err := postgres.AuditParameterLogging(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // newSessionParameterLogging reads the settings in a session of its own,

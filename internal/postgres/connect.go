@@ -39,6 +39,19 @@ type Options struct {
 	VacuumGap time.Duration
 }
 
+// unloggedValues are the settings every manager session starts with so
+// that the samples of erased data its checks send as parameters stay out
+// of the server's log when a statement fails, and out of the parse and plan
+// trees a debugging setting would log. Any role may set these
+// (log_parameter_max_length needs a superuser: paramlog.go); a server
+// older than 13 refuses the connection over the first.
+var unloggedValues = map[string]string{
+	"log_parameter_max_length_on_error": "0",
+	"debug_print_parse":                 "off",
+	"debug_print_rewritten":             "off",
+	"debug_print_plan":                  "off",
+}
+
 // ErrInvalidDSN is a DSN pgx cannot parse (a configuration mistake).
 var ErrInvalidDSN = errors.New("invalid postgres DSN: it must be a URL or key=value string that pgx can parse")
 
@@ -62,10 +75,9 @@ func Connect(ctx context.Context, dsn string, opts Options) (*pgxpool.Pool, erro
 	// crash would be evidence of nothing, and the WAL position read after
 	// the commit must cover it for the replica checks.
 	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
-	// The samples of erased data the checks send as parameters stay out of
-	// the server's log when a statement fails (any role may set this one;
-	// log_parameter_max_length needs a superuser: paramlog.go).
-	cfg.ConnConfig.RuntimeParams["log_parameter_max_length_on_error"] = "0"
+	for name, v := range unloggedValues {
+		cfg.ConnConfig.RuntimeParams[name] = v
+	}
 	// Lethe's statements filter on arrays of IDs (= ANY($1)). A named prepared
 	// statement switches to a generic plan after five runs, which guesses the
 	// array's size and picked sequential scans (the sixth and later deletion

@@ -17,14 +17,17 @@ import (
 // failed statement), and Lethe cannot erase that log. The audit reads
 // them as they are in the manager's own sessions (the server's, the
 // database's, the role's or the connection's setting, whichever applies).
-// The manager sets log_parameter_max_length_on_error to 0 itself (Connect);
-// log_parameter_max_length only a superuser (or a role granted SET on it)
-// may change, so the store's condition says how.
+// The manager sets log_parameter_max_length_on_error and the debug_print_*
+// settings itself (Connect); log_parameter_max_length only a superuser (or,
+// on PostgreSQL 15 and later, a role granted SET on it) may change, so the
+// store's condition says how.
 
 // ParameterLogging is how the server logs the bind parameters of the
 // current role's statements.
 type ParameterLogging struct {
-	// Role and Database are the session's (current_user, current_database()).
+	// Role is the role the session logged in as (session_user: the one its
+	// role settings come from, whatever SET ROLE made current), Database
+	// the session's database.
 	Role, Database string
 	// MaxLength and MaxLengthOnError are log_parameter_max_length and
 	// log_parameter_max_length_on_error in bytes: -1 every byte, 0 none.
@@ -71,10 +74,10 @@ func (p ParameterLogging) Fix() string {
 		fixes = append(fixes, fmt.Sprintf("as a superuser, ALTER ROLE %s SET log_parameter_max_length = 0", role))
 	}
 	if p.MaxLengthOnError != 0 {
-		fixes = append(fixes, "use PostgreSQL 13 or newer, where the manager sets log_parameter_max_length_on_error = 0 in its sessions")
+		fixes = append(fixes, "let the manager's log_parameter_max_length_on_error = 0 reach the server (a connection pooler that drops startup parameters does not)")
 	}
 	for _, s := range p.ValuesLoggedBy {
-		fixes = append(fixes, fmt.Sprintf("turn %s off for role %s", s, role))
+		fixes = append(fixes, fmt.Sprintf("turn off %s for role %s", s, role))
 	}
 	return strings.Join(fixes, "; ")
 }
@@ -82,13 +85,13 @@ func (p ParameterLogging) Fix() string {
 // parameterLoggingSQL reads the settings in base units (pg_settings.setting:
 // bytes, milliseconds), as the current session has them. Statement
 // logging counts when it covers statements Lethe sends samples with
-// (log_statement mod: its DELETEs; all), by duration, or by sampling. A
-// server older than 13 logs parameters whole, with no setting to stop it:
-// -1. Each CASE arm casts only its own setting.
-const parameterLoggingSQL = `SELECT current_user::text, current_database()::text,
-	coalesce((SELECT setting::bigint FROM pg_settings WHERE name = 'log_parameter_max_length'), -1),
-	coalesce((SELECT setting::bigint FROM pg_settings WHERE name = 'log_parameter_max_length_on_error'), -1),
-	coalesce((SELECT source FROM pg_settings WHERE name = 'log_parameter_max_length'), ''),
+// (log_statement mod: its DELETEs; all), by duration, or by sampling.
+// Each CASE arm casts only its own setting. (A server older than 13, which
+// has neither length setting, refuses the manager's connections: Connect.)
+const parameterLoggingSQL = `SELECT session_user::text, current_database()::text,
+	(SELECT setting::bigint FROM pg_settings WHERE name = 'log_parameter_max_length'),
+	(SELECT setting::bigint FROM pg_settings WHERE name = 'log_parameter_max_length_on_error'),
+	(SELECT source FROM pg_settings WHERE name = 'log_parameter_max_length'),
 	ARRAY(SELECT name || ' = ' || setting FROM pg_settings WHERE CASE name
 		WHEN 'log_statement' THEN setting IN ('mod', 'all')
 		WHEN 'log_min_duration_statement' THEN setting::bigint >= 0

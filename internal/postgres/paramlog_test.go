@@ -69,54 +69,99 @@ func TestErasedTextReachesTheServerLogOnlyWhereParametersAreLogged(t *testing.T)
 }
 
 // A fix made while the manager's pool was connected reaches its open
-// connections only through the audit's pool reset (connector): the audit
-// reports the pooled sessions' logging until then, and the erasure after
-// it leaves nothing in the log.
+// connections only through the audit's pool reset (connector). The audit
+// reports a pooled session that logs until then (here one of two idle
+// ones, the other opened after the fix), the erasure after it leaves
+// nothing in the log, and an audit that finds nothing changed, or a change
+// towards logging, leaves the pool alone. A change the idle sessions do
+// not show (a session opened while the fix was withdrawn, in use during
+// the audit) is found by comparing with the last audit's new session.
 func TestAFixMadeWhileConnectedReachesThePoolThroughTheAudit(t *testing.T) {
 	ctx := context.Background()
 	l := newLoggedRole(t)
 	store := &lethev1.MemoryStore{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "memory"},
 		Spec: lethev1.MemoryStoreSpec{TenantID: "t1", Postgres: lethev1.PostgresSpec{DSNSecretRef: lethev1.SecretKeyRef{Name: "pg", Key: "dsn"}}}}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pg"}, Data: map[string][]byte{"dsn": []byte(l.dsn)}}
-	c := &connector.Connector{Secrets: fake.NewClientBuilder().WithObjects(secret).Build(), Pools: &postgres.Pools{Options: postgres.Options{Vector: true, MaxConns: 2}}, Graphs: &graph.Clients{}}
+	c := &connector.Connector{Secrets: fake.NewClientBuilder().WithObjects(secret).Build(), Pools: &postgres.Pools{Options: postgres.Options{Vector: true, MaxConns: 3}}, Graphs: &graph.Clients{}}
 	defer c.Pools.Close()
 	e, err := c.Ledger(ctx, store)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Both of the pool's connections start without the fix.
 	pool := e.Pool.(*pgxpool.Pool)
-	c1, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c2, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c1.Release()
-	c2.Release()
-	audit := func() postgres.ParameterLogging {
+	// audit fails the test unless the audit reads as want; it runs release
+	// first (a pool with a session in use would not close).
+	audit := func(what string, unlogged bool, release ...*pgxpool.Conn) {
 		t.Helper()
 		p, err := c.AuditParameterLogging(ctx, store)
+		for _, r := range release {
+			r.Release()
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		return p
+		if p.Unlogged() != unlogged {
+			t.Fatalf("%s: %+v, want unlogged %v", what, p, unlogged)
+		}
 	}
-	if p := audit(); p.Unlogged() {
-		t.Fatalf("before the fix: %+v", p)
+	acquire := func() *pgxpool.Conn {
+		t.Helper()
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conn
 	}
+	// One connection opened before the fix, one after, both idle; no
+	// audit before.
+	old := acquire()
 	l.set(t, "log_parameter_max_length = 0")
-	if p := audit(); p.Unlogged() {
-		t.Errorf("the audit that found the fix in a new session reports it, while the pool's sessions still log: %+v", p)
-	}
-	if p := audit(); !p.Unlogged() {
-		t.Fatalf("the audit after the pool's reset: %+v", p)
-	}
+	fixed := acquire()
+	old.Release()
+	fixed.Release()
+	audit("the audit that finds a pooled session logging", false)
+	audit("the audit after the pool's reset", true)
 	if leaked := eraseAndReadLog(t, e, "late fix"); len(leaked) > 0 {
 		t.Errorf("erased data in the server log (%v) after the audit found the fix", leaked)
 	}
+	steady := idleBackends(t, pool)
+	audit("a steady audit", true)
+	if after := idleBackends(t, pool); len(steady) == 0 || !slices.Equal(steady, after) {
+		t.Errorf("an audit that found nothing changed replaced the pool's sessions: backends %v, then %v", steady, after)
+	}
+
+	// Withdrawn: new sessions log, the pool's do not; nothing is reset.
+	l.set(t, "log_parameter_max_length = -1")
+	audit("the audit after the fix was withdrawn", false)
+	if after := idleBackends(t, pool); !slices.Equal(steady, after) {
+		t.Errorf("a change towards logging replaced the pool's sessions: backends %v, then %v", steady, after)
+	}
+	// A session opened now logs; it is in use through the next audit,
+	// the pool's idle ones do not log.
+	idle := pool.AcquireAllIdle(ctx)
+	inUse := acquire()
+	logging := inUse.Conn().PgConn().PID()
+	for _, c := range idle {
+		c.Release()
+	}
+	l.set(t, "log_parameter_max_length = 0")
+	audit("the audit that finds the fix again, with a logging session in use", false, inUse)
+	audit("the audit after", true)
+	if slices.Contains(idleBackends(t, pool), logging) {
+		t.Errorf("the session opened while the fix was withdrawn (backend %d) is still in the pool", logging)
+	}
+}
+
+// idleBackends are the server process IDs of pool's idle sessions, sorted.
+func idleBackends(t *testing.T, pool *pgxpool.Pool) []uint32 {
+	t.Helper()
+	var out []uint32
+	for _, c := range pool.AcquireAllIdle(context.Background()) {
+		out = append(out, c.Conn().PgConn().PID())
+		c.Release()
+	}
+	slices.Sort(out)
+	return out
 }
 
 // loggedRole is a login role (a member of lethe_operator) whose statements
@@ -137,7 +182,9 @@ func newLoggedRole(t *testing.T) loggedRole {
 	}
 	l := loggedRole{admin: connect(t, dsn), login: "lethe_test_paramlog", db: strings.TrimPrefix(u.Path, "/")}
 	l.dsn = asRole(t, l.admin, dsn, l.login, "lethe_operator")
-	l.set(t, "log_min_duration_statement = 0")
+	// The role's sessions run as lethe_operator (current_user), as a role
+	// setting can make them: the settings are still the login role's.
+	l.set(t, "log_min_duration_statement = 0", "role = 'lethe_operator'")
 	// A's rounds get an embedding whose text form no other test uses.
 	mustExec(t, l.admin, `UPDATE memory.rounds SET embedding = array_fill(0.7654321::real, ARRAY[384])::vector WHERE session_id = $1`, sessA)
 	return l
@@ -179,7 +226,15 @@ func eraseAndReadLog(t *testing.T, e *postgres.Eraser, name string) []string {
 	if _, err := e.Verify(ctx, req, res.ContentKeys); err != nil {
 		t.Fatal(err)
 	}
+	// A failing statement's parameters: the manager's sessions set
+	// log_parameter_max_length_on_error to 0 whatever the role's.
+	if _, err := e.Pool.Exec(ctx, `SELECT 1/0 WHERE $1::text IS NOT NULL`, "Zebrafinch"); err == nil {
+		t.Fatal("the statement meant to fail did not")
+	}
 	log := logThrough(t, e, from, name)
+	if !strings.Contains(log, "division by zero") || strings.Contains(log, "Zebrafinch") {
+		t.Errorf("a failing statement's parameter in the server log (or the failure not logged at all):\n%.3000s", log)
+	}
 	// The probe's statement is in the log either way: the test would pass
 	// vacuously if nothing were logged.
 	if !strings.Contains(log, "strpos") {
