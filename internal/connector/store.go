@@ -78,10 +78,10 @@ func (c *Connector) AuditRedaction(ctx context.Context, store *lethev1.MemorySto
 // reads differently from the last audit's (a connection in use then may
 // predate the change), the pool is reset: its connections are replaced by
 // ones with the settings now (those in use close when released); never
-// towards logging. A reading that logs
-// wins: the pooled one, the new one, or, right after a reset, the last
-// audit's; the condition turns True only at the audit after the pool was
-// replaced. The new session is opened beside the pool's MaxConns.
+// towards logging. A reading that logs wins: the pooled one, the new one,
+// or, right after a reset, the last audit's; the condition turns True only
+// at the audit after the pool was replaced. The new session is opened
+// beside the pool's MaxConns.
 func (c *Connector) AuditParameterLogging(ctx context.Context, store *lethev1.MemoryStore) (postgres.ParameterLogging, error) {
 	db, err := c.pool(ctx, store, "primary", store.Spec.Postgres.DSNSecretRef)
 	if err != nil {

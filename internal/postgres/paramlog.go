@@ -22,8 +22,8 @@ import (
 // on PostgreSQL 15 and later, a role granted SET on it) may change, so the
 // store's condition says how.
 
-// ParameterLogging is how the server logs the bind parameters of the
-// current role's statements.
+// ParameterLogging is how the server logs the bind parameters of one
+// session's statements.
 type ParameterLogging struct {
 	// Role is the role the session logged in as (session_user: the one its
 	// role settings come from, whatever SET ROLE made current), Database
@@ -106,8 +106,8 @@ const parameterLoggingSQL = `SELECT session_user::text, current_database()::text
 		WHEN 'debug_print_plan' THEN setting = 'on'
 		ELSE false END ORDER BY name)`
 
-// AuditParameterLogging reads how the server logs the current role's
-// statement parameters in q's session.
+// AuditParameterLogging reads how the server logs the statement
+// parameters of q's session.
 func AuditParameterLogging(ctx context.Context, q Querier) (ParameterLogging, error) {
 	var p ParameterLogging
 	err := q.QueryRow(ctx, parameterLoggingSQL).Scan(&p.Role, &p.Database, &p.MaxLength, &p.MaxLengthOnError, &p.MaxLengthSource, &p.LoggingNow, &p.ValuesLoggedBy)
