@@ -100,8 +100,9 @@ func (c *Connector) AuditParameterLogging(ctx context.Context, store *lethev1.Me
 		return fresh, err
 	}
 	key := cacheKey(store, "primary")
-	last, seen := c.paramLogs.Swap(key, fresh)
-	stale := seen && !fresh.Same(last.(postgres.ParameterLogging)) ||
+	prev, seen := c.paramLogs.Swap(key, fresh)
+	last, _ := prev.(postgres.ParameterLogging)
+	stale := seen && !fresh.Same(last) ||
 		slices.ContainsFunc(pooled, func(p postgres.ParameterLogging) bool { return !p.Same(fresh) })
 	if stale && fresh.Unlogged() {
 		db.Reset()
@@ -111,8 +112,8 @@ func (c *Connector) AuditParameterLogging(ctx context.Context, store *lethev1.Me
 		return pooled[logging], nil
 	case !fresh.Unlogged():
 		return fresh, nil
-	case seen && stale && !last.(postgres.ParameterLogging).Unlogged():
-		return last.(postgres.ParameterLogging), nil
+	case seen && stale && !last.Unlogged():
+		return last, nil
 	}
 	return fresh, nil
 }
