@@ -133,6 +133,8 @@ func BenchmarkR13HistoryChecker(b *testing.B) {
 		benchreport.Record(b, benchreport.Row{ID: "R13", Figure: "history checker: 10,000 runs at the measured rate", Setting: setting,
 			Unit: "h", Runs: []float64{perRun * 10000 / 3600}, Target: 2, HasTarget: true})
 		benchreport.Record(b, benchreport.Row{ID: "R13", Figure: "history checker: time per run", Setting: setting, Unit: "s", Runs: []float64{perRun}})
+		benchreport.Record(b, benchreport.Row{ID: "R13", Figure: "history checker: API server requests per run (every client)", Setting: setting,
+			Unit: "requests", Runs: []float64{res.api.Total() / float64(res.runs)}})
 	}
 }
 
@@ -160,6 +162,8 @@ type passResult struct {
 	violations            []string
 	faults                *faults
 	phases                phases
+	// api is what the API server served during the pass, to every client.
+	api testenv.APIRequests
 }
 
 // historyPass runs total scenarios in rounds of perRound concurrent runs,
@@ -191,6 +195,10 @@ func historyPass(tb testing.TB, total, perRound int, seed uint64) passResult {
 
 	f := res.faults
 	res.first = int(passRuns.Add(int64(total))) - total
+	apiBefore, err := e.cp.APIRequests(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	started := time.Now()
 	for i := 0; res.runs < total; i++ {
 		n := min(res.perRound, total-res.runs)
@@ -213,8 +221,14 @@ func historyPass(tb testing.TB, total, perRound int, seed uint64) passResult {
 		}
 	}
 	res.elapsed = time.Since(started)
+	apiAfter, err := e.cp.APIRequests(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	res.api = apiAfter.Sub(apiBefore)
 	tb.Logf("%d runs in %s: %s; %d violations", res.runs, res.elapsed.Round(time.Second), f, len(res.violations))
 	tb.Logf("where the rounds' time went: %s", &res.phases)
+	tb.Logf("API server requests, every client: %.0f (%.0f a run); the most: %s", res.api.Total(), res.api.Total()/float64(res.runs), res.api.Top(8))
 	return res
 }
 
@@ -271,6 +285,8 @@ type round struct {
 	seq   int64 // the last effect recorded before the round's requests
 	// restore is nil when the round does not restore its database.
 	restore *restoreFault
+	// api records the round's API objects; its waits read their states.
+	api *apiRecorder
 	// phases adds up the round's time (the pass's).
 	phases *phases
 }
@@ -347,6 +363,7 @@ func (r *round) run(ctx context.Context, n int) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.api = api
 	lap(&r.phases.setup)
 	graphs := startGraphRecorder(ctx, e.fdb.Addr())
 
@@ -420,7 +437,7 @@ func (r *round) run(ctx context.Context, n int) ([]string, error) {
 		return nil, err
 	}
 	if r.restore != nil {
-		if err := r.restore.waitIntact(ctx, e, r.db, plans, heldAt); err != nil {
+		if err := r.restore.waitIntact(ctx, e, r.api, r.db, plans, heldAt); err != nil {
 			return nil, err
 		}
 	}
@@ -463,7 +480,7 @@ func (r *round) waitDone(ctx context.Context, plans []*runPlan) (string, error) 
 		if err := r.m.alive(); err != nil {
 			return "", err
 		}
-		pending := pendingRequests(ctx, r.e, plans)
+		pending := r.api.pending(plans)
 		if pending == "" {
 			return "", nil
 		}
@@ -487,7 +504,7 @@ func (r *round) restoreAndWait(ctx context.Context, plans []*runPlan) (time.Time
 	if err := rf.restore(ctx, r.e, r.db, plans, r.seq); err != nil {
 		return time.Time{}, err
 	}
-	heldAt, err := rf.waitHeld(ctx, r.e, r.db, plans)
+	heldAt, err := rf.waitHeld(ctx, r.e, r.api, r.db, plans)
 	r.f.mu.Lock()
 	r.f.restores++
 	if rf.deleted != nil {
@@ -607,23 +624,6 @@ func (r *round) finish(ctx context.Context, plans []*runPlan, before map[*runPla
 		}
 	}
 	return violations, nil
-}
-
-// pendingRequests names the requests not yet done ("" when all are).
-func pendingRequests(ctx context.Context, e *env, plans []*runPlan) string {
-	var pending []string
-	for _, p := range plans {
-		list := &lethev1.ErasureRequestList{}
-		if err := e.k8s.List(ctx, list, client.InNamespace(p.NS)); err != nil {
-			return err.Error()
-		}
-		for _, er := range list.Items {
-			if er.Status.Phase != lethev1.PhaseBackupsRotated && er.Status.Phase != lethev1.PhaseCancelled {
-				pending = append(pending, fmt.Sprintf("%s/%s at %q", er.Namespace, er.Name, er.Status.Phase))
-			}
-		}
-	}
-	return strings.Join(pending, ", ")
 }
 
 // injectFaults kills the manager, drops its database connections, or

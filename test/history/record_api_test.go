@@ -2,13 +2,16 @@ package history
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -51,13 +54,25 @@ type dbrObs struct {
 // apiRecorder watches the objects Lethe writes in the API server. The
 // watches start from the resource version of a list, so no change after
 // start is missed; a watch that ends is resumed from its last version.
+//
+// It also keeps the last observed version of each request and store: the
+// round's waits read those, not the API server. Polling it (every
+// namespace's requests listed five times a second, each store read three
+// times a second) made the harness the API server's largest client.
 type apiRecorder struct {
 	mu       sync.Mutex
 	requests []statusObs
 	backups  []backupObs
 	dbrs     []dbrObs
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	// lastRequest is each request's last observed version.
+	lastRequest map[types.NamespacedName]statusObs
+	// intact is each store's last observed ErasuresIntact condition (nil:
+	// none yet); restoreSeen, the stores ever observed with it False for
+	// RestoreDetected.
+	intact      map[types.NamespacedName]*metav1.Condition
+	restoreSeen map[types.NamespacedName]bool
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
 }
 
 func rvOf(o client.Object) int64 {
@@ -67,7 +82,8 @@ func rvOf(o client.Object) int64 {
 
 func startAPIRecorder(ctx context.Context, c client.WithWatch) (*apiRecorder, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	r := &apiRecorder{cancel: cancel}
+	r := &apiRecorder{cancel: cancel, lastRequest: map[types.NamespacedName]statusObs{},
+		intact: map[types.NamespacedName]*metav1.Condition{}, restoreSeen: map[types.NamespacedName]bool{}}
 	lists := []struct {
 		list  client.ObjectList
 		opts  []client.ListOption
@@ -76,11 +92,19 @@ func startAPIRecorder(ctx context.Context, c client.WithWatch) (*apiRecorder, er
 		{&lethev1.ErasureRequestList{}, nil, r.request},
 		{&velerov1.BackupList{}, []client.ListOption{client.InNamespace(veleroNS)}, r.backup},
 		{&velerov1.DeleteBackupRequestList{}, []client.ListOption{client.InNamespace(veleroNS)}, r.dbr},
+		{&lethev1.MemoryStoreList{}, nil, r.store},
 	}
 	for _, l := range lists {
 		if err := c.List(ctx, l.list, l.opts...); err != nil {
 			cancel()
 			return nil, err
+		}
+		// The round's stores exist before it starts: their state is the
+		// list's, then the watch's.
+		if stores, ok := l.list.(*lethev1.MemoryStoreList); ok {
+			for i := range stores.Items {
+				r.store(watch.Added, &stores.Items[i])
+			}
 		}
 		rv := l.list.(interface{ GetResourceVersion() string }).GetResourceVersion()
 		r.wg.Add(1)
@@ -137,7 +161,60 @@ func (r *apiRecorder) request(t watch.EventType, o client.Object) {
 	}
 	r.mu.Lock()
 	r.requests = append(r.requests, obs)
+	r.lastRequest[client.ObjectKeyFromObject(er)] = obs
 	r.mu.Unlock()
+}
+
+func (r *apiRecorder) store(t watch.EventType, o client.Object) {
+	s, ok := o.(*lethev1.MemoryStore)
+	if !ok {
+		return
+	}
+	key := client.ObjectKeyFromObject(s)
+	c := meta.FindStatusCondition(s.Status.Conditions, lethev1.MemoryStoreErasuresIntact)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t == watch.Deleted {
+		delete(r.intact, key)
+		return
+	}
+	r.intact[key] = c
+	if c != nil && c.Reason == lethev1.ReasonRestoreDetected {
+		r.restoreSeen[key] = true
+	}
+}
+
+// pending names the plans' requests not yet done (BackupsRotated or
+// Cancelled) by their last observed version, and those not yet observed;
+// "" when all are done. A request deleted is not pending.
+func (r *apiRecorder) pending(plans []*runPlan) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, p := range plans {
+		for _, pr := range p.Requests {
+			key := keyOf(p.NS, pr.Name)
+			obs, seen := r.lastRequest[key]
+			switch {
+			case !seen:
+				out = append(out, fmt.Sprintf("%s not yet observed", key))
+			case obs.Deleted:
+			case obs.Phase != lethev1.PhaseBackupsRotated && obs.Phase != lethev1.PhaseCancelled:
+				out = append(out, fmt.Sprintf("%s at %q", key, obs.Phase))
+			}
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// storeIntact is the store's last observed ErasuresIntact condition (nil:
+// none, or the store is gone), and whether any version observed since the
+// round started had it False for RestoreDetected.
+func (r *apiRecorder) storeIntact(p *runPlan) (c *metav1.Condition, restoreSeen bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := keyOf(p.NS, "memory")
+	return r.intact[key], r.restoreSeen[key]
 }
 
 func (r *apiRecorder) backup(t watch.EventType, o client.Object) {

@@ -307,13 +307,13 @@ func resurrections(h []lethev1.HistoryEntry) int {
 // waitHeld waits, within restoreHoldBound of the restore, until every run's
 // erasures hold again; it notes the stores whose audit saw the restore.
 // It returns when they held (zero: the bound passed first).
-func (r *restoreFault) waitHeld(ctx context.Context, e *env, db *database, plans []*runPlan) (time.Time, error) {
+func (r *restoreFault) waitHeld(ctx context.Context, e *env, api *apiRecorder, db *database, plans []*runPlan) (time.Time, error) {
 	r.detected, r.findings = map[*runPlan]bool{}, map[*runPlan][]string{}
 	deadline := time.Now().Add(restoreHoldBound)
 	for {
 		all := true
 		for _, p := range plans {
-			if c, err := storeIntact(ctx, e, p); err == nil && c != nil && c.Reason == lethev1.ReasonRestoreDetected {
+			if _, seen := api.storeIntact(p); seen {
 				r.detected[p] = true
 			}
 			ok, err := r.held(ctx, e, db, p)
@@ -340,7 +340,7 @@ func (r *restoreFault) waitHeld(ctx context.Context, e *env, db *database, plans
 // waitIntact waits until every run's store reports ErasuresIntact True at a
 // moment more than one audit interval after the erasures held (so that an
 // audit ran on the database as the re-erasure left it), within the bound.
-func (r *restoreFault) waitIntact(ctx context.Context, e *env, db *database, plans []*runPlan, heldAt time.Time) error {
+func (r *restoreFault) waitIntact(ctx context.Context, e *env, api *apiRecorder, db *database, plans []*runPlan, heldAt time.Time) error {
 	earliest := heldAt.Add(storeRecheck + 2*time.Second)
 	deadline := time.Now().Add(restoreHoldBound)
 	if heldAt.IsZero() {
@@ -349,18 +349,15 @@ func (r *restoreFault) waitIntact(ctx context.Context, e *env, db *database, pla
 	for {
 		intact := map[*runPlan]string{}
 		for _, p := range plans {
-			c, err := storeIntact(ctx, e, p)
-			if err != nil {
-				return err
+			c, seen := api.storeIntact(p)
+			if seen {
+				r.detected[p] = true
 			}
 			switch {
 			case c == nil:
 				intact[p] = "absent"
 			case c.Status != metav1.ConditionTrue:
 				intact[p] = string(c.Status) + "/" + c.Reason
-				if c.Reason == lethev1.ReasonRestoreDetected {
-					r.detected[p] = true
-				}
 			}
 		}
 		if len(intact) == 0 && time.Now().After(earliest) {
@@ -384,15 +381,6 @@ func (r *restoreFault) record(p *runPlan, after []dbEffect) *restoreRecord {
 		rec.Deleted = r.deleted.Name
 	}
 	return rec
-}
-
-// storeIntact is the run's store's ErasuresIntact condition.
-func storeIntact(ctx context.Context, e *env, p *runPlan) (*metav1.Condition, error) {
-	store := &lethev1.MemoryStore{}
-	if err := e.k8s.Get(ctx, keyOf(p.NS, "memory"), store); err != nil {
-		return nil, err
-	}
-	return meta.FindStatusCondition(store.Status.Conditions, lethev1.MemoryStoreErasuresIntact), nil
 }
 
 // ledgerSummary says, for a report, how many session rows each request of
