@@ -452,6 +452,14 @@ func deletionPredicate() predicate.Predicate {
 	}
 }
 
+// requestPredicates filter the controller's own watch of requests (all
+// must pass): a change of spec or annotations, a deletion, and any new
+// request but the done ones of the first list (doneAtStartHandler's).
+func requestPredicates() []predicate.Predicate {
+	return []predicate.Predicate{notDoneAtStart(), predicate.Or(
+		predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, deletionPredicate())}
+}
+
 // SetupWithManager fills the defaults and registers the reconciler.
 func (r *ErasureRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.defaults()
@@ -466,9 +474,8 @@ func (r *ErasureRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
-		For(&lethev1.ErasureRequest{}, builder.WithPredicates(predicate.Or(
-			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{},
-			deletionPredicate())))
+		For(&lethev1.ErasureRequest{}, builder.WithPredicates(requestPredicates()...)).
+		Watches(&lethev1.ErasureRequest{}, doneAtStartHandler())
 	if r.Reverify != nil {
 		b = b.WatchesRawSource(source.Channel(r.Reverify, &handler.TypedEnqueueRequestForObject[client.Object]{}))
 	}
