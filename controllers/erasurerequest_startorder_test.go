@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -27,7 +26,7 @@ func createEvent(q priorityqueue.PriorityQueue[reconcile.Request], er *lethev1.E
 	if pass {
 		(&handler.EnqueueRequestForObject{}).Create(ctx, e, q)
 	}
-	doneAtStartHandler().Create(ctx, event.TypedCreateEvent[client.Object](e), q)
+	doneAtStartHandler().Create(ctx, e, q)
 }
 
 func requestAt(name string, phase lethev1.Phase, deleting bool) *lethev1.ErasureRequest {

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -469,41 +470,53 @@ func (v *Velero) waitBackup(ctx context.Context, name string, done func(*velerov
 	// checker waits for ten Backups at once, twice each.
 	var last *velerov1.Backup
 	var err error
-	one := client.MatchingFields{"metadata.name": name}
 	for ctx.Err() == nil {
-		list := &velerov1.BackupList{}
-		if err = v.c.List(ctx, list, client.InNamespace(v.Namespace), one); err == nil {
-			if len(list.Items) == 1 {
-				if last = &list.Items[0]; done(last) {
-					return last, nil
-				}
-			}
-			var w watch.Interface
-			w, err = v.c.Watch(ctx, &velerov1.BackupList{}, client.InNamespace(v.Namespace), one,
-				&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
-			if err == nil {
-				for ev := range w.ResultChan() {
-					if b, ok := ev.Object.(*velerov1.Backup); ok && ev.Type != watch.Deleted {
-						if last = b; done(b) {
-							w.Stop()
-							return b, nil
-						}
-					}
-				}
-				w.Stop()
-				continue
-			}
+		var found bool
+		if found, err = v.followBackup(ctx, name, done, &last); found {
+			return last, nil
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
 	}
 	phase := velerov1.BackupPhase("")
 	if last != nil {
 		phase = last.Status.Phase
 	}
-	return nil, fmt.Errorf("backup %s: phase %q after 2m (last error %v)\n%s", name, phase, err, v.Log())
+	return nil, fmt.Errorf("backup %s: phase %q after 2m (last error %w)\n%s", name, phase, cmp.Or(err, ctx.Err()), v.Log())
+}
+
+// followBackup lists the Backup, then watches it from the list until done
+// holds for a version (true), the watch ends (false, nil: list again) or
+// either fails; last is the latest version seen.
+func (v *Velero) followBackup(ctx context.Context, name string, done func(*velerov1.Backup) bool, last **velerov1.Backup) (bool, error) {
+	one := client.MatchingFields{"metadata.name": name}
+	list := &velerov1.BackupList{}
+	if err := v.c.List(ctx, list, client.InNamespace(v.Namespace), one); err != nil {
+		return false, err
+	}
+	if len(list.Items) == 1 {
+		if *last = &list.Items[0]; done(*last) {
+			return true, nil
+		}
+	}
+	w, err := v.c.Watch(ctx, &velerov1.BackupList{}, client.InNamespace(v.Namespace), one,
+		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
+	if err != nil {
+		return false, err
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		if b, ok := ev.Object.(*velerov1.Backup); ok && ev.Type != watch.Deleted {
+			if *last = b; done(b) {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }
 
 // CopyBackupInBucket writes a copy of a Backup's files under another name
