@@ -40,8 +40,9 @@ func notDoneAtStart() predicate.Predicate {
 }
 
 // doneAtStartHandler enqueues the first list's done requests at
-// DoneAtStartPriority (plainly where the queue has no priorities), and
-// nothing else.
+// DoneAtStartPriority, and nothing else. Without controller-runtime's
+// priority queue (on by default) they are added plainly, in whatever
+// order the two watches' events come.
 func doneAtStartHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
 	return handler.TypedFuncs[client.Object, reconcile.Request]{
 		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {

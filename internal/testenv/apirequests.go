@@ -16,7 +16,8 @@ import (
 // started, by "VERB resource[/subresource]" (apiserver_request_total, read
 // from its /metrics). Two readings' Sub is what was asked in between, by
 // every client: a harness's own polling shows up there as much as the
-// manager's calls.
+// manager's calls. The API server counts a watch when it ends: one still
+// open at the second reading is not in the difference.
 type APIRequests map[string]float64
 
 // APIRequests reads the API server's request counters.

@@ -228,7 +228,7 @@ func historyPass(tb testing.TB, total, perRound int, seed uint64) passResult {
 	res.api = apiAfter.Sub(apiBefore)
 	tb.Logf("%d runs in %s: %s; %d violations", res.runs, res.elapsed.Round(time.Second), f, len(res.violations))
 	tb.Logf("where the rounds' time went: %s", &res.phases)
-	tb.Logf("API server requests, every client: %.0f (%.0f a run); the most: %s", res.api.Total(), res.api.Total()/float64(res.runs), res.api.Top(8))
+	tb.Logf("API server requests, every client (a watch counted once it ended): %.0f (%.0f a run); the most: %s", res.api.Total(), res.api.Total()/float64(res.runs), res.api.Top(8))
 	return res
 }
 
@@ -480,9 +480,17 @@ func (r *round) waitDone(ctx context.Context, plans []*runPlan) (string, error) 
 		if err := r.m.alive(); err != nil {
 			return "", err
 		}
+		if err := r.api.err(); err != nil {
+			return "", err
+		}
 		pending := r.api.pending(plans)
 		if pending == "" {
-			return "", nil
+			// The watches may lag behind, never run ahead: the API server
+			// confirms.
+			var err error
+			if pending, err = listPending(ctx, r.e, plans); err != nil || pending == "" {
+				return "", err
+			}
 		}
 		if time.Now().After(deadline) {
 			return pending, nil
@@ -501,6 +509,7 @@ func (r *round) restoreAndWait(ctx context.Context, plans []*runPlan) (time.Time
 			return time.Time{}, err
 		}
 	}
+	r.api.forgetRestoresSeen()
 	if err := rf.restore(ctx, r.e, r.db, plans, r.seq); err != nil {
 		return time.Time{}, err
 	}
@@ -553,6 +562,9 @@ func (r *round) finish(ctx context.Context, plans []*runPlan, before map[*runPla
 	}
 	time.Sleep(300 * time.Millisecond)
 	api.stop()
+	if err := api.err(); err != nil {
+		return nil, err
+	}
 	writes := graphs.stop()
 	var effects, after []dbEffect
 	err = r.db.do(ctx, func(conn *pgx.Conn) error {
@@ -624,6 +636,24 @@ func (r *round) finish(ctx context.Context, plans []*runPlan, before map[*runPla
 		}
 	}
 	return violations, nil
+}
+
+// listPending names the requests the API server holds not yet done ("" when
+// all are), by one list of each run's namespace.
+func listPending(ctx context.Context, e *env, plans []*runPlan) (string, error) {
+	var pending []string
+	for _, p := range plans {
+		list := &lethev1.ErasureRequestList{}
+		if err := e.k8s.List(ctx, list, client.InNamespace(p.NS)); err != nil {
+			return "", err
+		}
+		for _, er := range list.Items {
+			if er.Status.Phase != lethev1.PhaseBackupsRotated && er.Status.Phase != lethev1.PhaseCancelled {
+				pending = append(pending, fmt.Sprintf("%s/%s at %q", er.Namespace, er.Name, er.Status.Phase))
+			}
+		}
+	}
+	return strings.Join(pending, ", "), nil
 }
 
 // injectFaults kills the manager, drops its database connections, or

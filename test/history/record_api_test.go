@@ -9,6 +9,7 @@ import (
 	"time"
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -71,8 +72,12 @@ type apiRecorder struct {
 	// RestoreDetected.
 	intact      map[types.NamespacedName]*metav1.Condition
 	restoreSeen map[types.NamespacedName]bool
-	cancel      context.CancelFunc
-	wg          sync.WaitGroup
+	// failed is the first watch that ended in an error (an expired
+	// resource version): the record and the states after it are
+	// incomplete, and the round fails with it (err).
+	failed error
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 func rvOf(o client.Object) int64 {
@@ -122,18 +127,41 @@ func (r *apiRecorder) follow(ctx context.Context, c client.WithWatch, list clien
 			continue
 		}
 		for ev := range w.ResultChan() {
+			if ev.Type == watch.Error {
+				// Resuming from rv would fail the same way, and a list would
+				// skip what changed in between: the record has a gap.
+				w.Stop()
+				r.fail(fmt.Errorf("the API recorder's watch of %T failed from resource version %s: %w", list, rv, apierrors.FromObject(ev.Object)))
+				return
+			}
 			o, ok := ev.Object.(client.Object)
 			if !ok {
 				continue
 			}
 			rv = o.GetResourceVersion()
-			if ev.Type == watch.Bookmark || ev.Type == watch.Error {
+			if ev.Type == watch.Bookmark {
 				continue
 			}
 			apply(ev.Type, o)
 		}
 		w.Stop()
 	}
+}
+
+func (r *apiRecorder) fail(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failed == nil {
+		r.failed = err
+	}
+}
+
+// err is the first watch failure (nil: every watch has followed the API
+// server so far).
+func (r *apiRecorder) err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failed
 }
 
 // stop ends the watches once they have seen everything up to now: the
@@ -209,12 +237,21 @@ func (r *apiRecorder) pending(plans []*runPlan) string {
 
 // storeIntact is the store's last observed ErasuresIntact condition (nil:
 // none, or the store is gone), and whether any version observed since the
-// round started had it False for RestoreDetected.
+// round started (or since forgetRestoresSeen) had it False for
+// RestoreDetected.
 func (r *apiRecorder) storeIntact(p *runPlan) (c *metav1.Condition, restoreSeen bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	key := keyOf(p.NS, "memory")
 	return r.intact[key], r.restoreSeen[key]
+}
+
+// forgetRestoresSeen starts storeIntact's RestoreDetected anew: a restore
+// is about to be made, and only what the stores say after it counts.
+func (r *apiRecorder) forgetRestoresSeen() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	clear(r.restoreSeen)
 }
 
 func (r *apiRecorder) backup(t watch.EventType, o client.Object) {

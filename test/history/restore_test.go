@@ -311,6 +311,9 @@ func (r *restoreFault) waitHeld(ctx context.Context, e *env, api *apiRecorder, d
 	r.detected, r.findings = map[*runPlan]bool{}, map[*runPlan][]string{}
 	deadline := time.Now().Add(restoreHoldBound)
 	for {
+		if err := api.err(); err != nil {
+			return time.Time{}, err
+		}
 		all := true
 		for _, p := range plans {
 			if _, seen := api.storeIntact(p); seen {
@@ -347,21 +350,25 @@ func (r *restoreFault) waitIntact(ctx context.Context, e *env, api *apiRecorder,
 		earliest, deadline = time.Now(), time.Now().Add(storeRecheck+2*time.Second)
 	}
 	for {
+		if err := api.err(); err != nil {
+			return err
+		}
 		intact := map[*runPlan]string{}
 		for _, p := range plans {
 			c, seen := api.storeIntact(p)
 			if seen {
 				r.detected[p] = true
 			}
-			switch {
-			case c == nil:
-				intact[p] = "absent"
-			case c.Status != metav1.ConditionTrue:
-				intact[p] = string(c.Status) + "/" + c.Reason
+			if not := notIntact(c); not != "" {
+				intact[p] = not
 			}
 		}
 		if len(intact) == 0 && time.Now().After(earliest) {
-			return nil
+			// The watch may lag behind: the API server confirms.
+			var err error
+			if intact, err = storesNotIntact(ctx, e, plans); err != nil || len(intact) == 0 {
+				return err
+			}
 		}
 		if time.Now().After(deadline) {
 			for p, c := range intact {
@@ -381,6 +388,34 @@ func (r *restoreFault) record(p *runPlan, after []dbEffect) *restoreRecord {
 		rec.Deleted = r.deleted.Name
 	}
 	return rec
+}
+
+// storesNotIntact reads each run's store from the API server and says, of
+// each whose ErasuresIntact is not True, what it is.
+func storesNotIntact(ctx context.Context, e *env, plans []*runPlan) (map[*runPlan]string, error) {
+	out := map[*runPlan]string{}
+	for _, p := range plans {
+		store := &lethev1.MemoryStore{}
+		if err := e.k8s.Get(ctx, keyOf(p.NS, "memory"), store); err != nil {
+			return nil, err
+		}
+		if not := notIntact(meta.FindStatusCondition(store.Status.Conditions, lethev1.MemoryStoreErasuresIntact)); not != "" {
+			out[p] = not
+		}
+	}
+	return out, nil
+}
+
+// notIntact says what a store's ErasuresIntact condition c is when it is
+// not True ("absent" for none), "" when it is.
+func notIntact(c *metav1.Condition) string {
+	switch {
+	case c == nil:
+		return "absent"
+	case c.Status != metav1.ConditionTrue:
+		return string(c.Status) + "/" + c.Reason
+	}
+	return ""
 }
 
 // ledgerSummary says, for a report, how many session rows each request of
