@@ -128,9 +128,13 @@ func (r *apiRecorder) follow(ctx context.Context, c client.WithWatch, list clien
 		}
 		for ev := range w.ResultChan() {
 			if ev.Type == watch.Error {
+				w.Stop()
+				if ctx.Err() != nil {
+					// stop: client-go ends a watch it cancels with an error.
+					return
+				}
 				// Resuming from rv would fail the same way, and a list would
 				// skip what changed in between: the record has a gap.
-				w.Stop()
 				r.fail(fmt.Errorf("the API recorder's watch of %T failed from resource version %s: %w", list, rv, apierrors.FromObject(ev.Object)))
 				return
 			}
