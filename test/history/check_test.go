@@ -150,7 +150,7 @@ func (c *checker) requests() {
 			continue
 		}
 		phase := er.Status.Phase
-		if phase != lethev1.PhaseBackupsRotated && phase != lethev1.PhaseCancelled {
+		if !requestDone(phase) {
 			c.bad("request %s did not complete: phase %q", r.Name, phase)
 		}
 		if r.CancelRV != 0 && c.claimRV[r.UID] != 0 && c.claimRV[r.UID] > r.CancelRV {

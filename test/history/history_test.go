@@ -638,6 +638,12 @@ func (r *round) finish(ctx context.Context, plans []*runPlan, before map[*runPla
 	return violations, nil
 }
 
+// requestDone reports a phase a run's request ends in: BackupsRotated or
+// Cancelled (the round waits for every request to reach one).
+func requestDone(p lethev1.Phase) bool {
+	return p == lethev1.PhaseBackupsRotated || p == lethev1.PhaseCancelled
+}
+
 // listPending names the requests the API server holds not yet done ("" when
 // all are), by one list of each run's namespace.
 func listPending(ctx context.Context, e *env, plans []*runPlan) (string, error) {
@@ -648,7 +654,7 @@ func listPending(ctx context.Context, e *env, plans []*runPlan) (string, error) 
 			return "", err
 		}
 		for _, er := range list.Items {
-			if er.Status.Phase != lethev1.PhaseBackupsRotated && er.Status.Phase != lethev1.PhaseCancelled {
+			if !requestDone(er.Status.Phase) {
 				pending = append(pending, fmt.Sprintf("%s/%s at %q", er.Namespace, er.Name, er.Status.Phase))
 			}
 		}

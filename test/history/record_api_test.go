@@ -231,7 +231,7 @@ func (r *apiRecorder) pending(plans []*runPlan) string {
 			case !seen:
 				out = append(out, fmt.Sprintf("%s not yet observed", key))
 			case obs.Deleted:
-			case obs.Phase != lethev1.PhaseBackupsRotated && obs.Phase != lethev1.PhaseCancelled:
+			case !requestDone(obs.Phase):
 				out = append(out, fmt.Sprintf("%s at %q", key, obs.Phase))
 			}
 		}
