@@ -135,6 +135,8 @@ func BenchmarkR13HistoryChecker(b *testing.B) {
 		benchreport.Record(b, benchreport.Row{ID: "R13", Figure: "history checker: time per run", Setting: setting, Unit: "s", Runs: []float64{perRun}})
 		benchreport.Record(b, benchreport.Row{ID: "R13", Figure: "history checker: API server requests per run (every client)", Setting: setting,
 			Unit: "requests", Runs: []float64{res.api.Total() / float64(res.runs)}})
+		benchreport.Record(b, benchreport.Row{ID: "R13", Figure: "history checker: Velero's deletion worker (one Backup at a time) per run", Setting: setting,
+			Unit: "s", Runs: []float64{res.phases.deleting.Seconds() / float64(res.runs)}})
 	}
 }
 
@@ -146,11 +148,17 @@ var passRuns atomic.Int64
 // phases adds up where a pass's rounds spend their time.
 type phases struct {
 	setup, requests, restore, finish time.Duration
+	// deletions and deleting: the Backups Velero deleted and the time its
+	// one deletion worker took (apiRecorder.deletions), within the above.
+	deletions int
+	deleting  time.Duration
 }
 
 func (ph *phases) String() string {
-	return fmt.Sprintf("seeding and Backups %s, requests until done %s, restores until intact %s, checks %s",
-		ph.setup.Round(time.Second), ph.requests.Round(time.Second), ph.restore.Round(time.Second), ph.finish.Round(time.Second))
+	return fmt.Sprintf("seeding and Backups %s, requests until done %s, restores until intact %s, checks %s; "+
+		"within them, Velero's deletion worker (one Backup at a time) %s for %d Backups",
+		ph.setup.Round(time.Second), ph.requests.Round(time.Second), ph.restore.Round(time.Second), ph.finish.Round(time.Second),
+		ph.deleting.Round(time.Second), ph.deletions)
 }
 
 // passResult is what a pass of the history checker did.
@@ -565,6 +573,9 @@ func (r *round) finish(ctx context.Context, plans []*runPlan, before map[*runPla
 	if err := api.err(); err != nil {
 		return nil, err
 	}
+	n, busy := api.deletions()
+	r.phases.deletions += n
+	r.phases.deleting += busy
 	writes := graphs.stop()
 	var effects, after []dbEffect
 	err = r.db.do(ctx, func(conn *pgx.Conn) error {
