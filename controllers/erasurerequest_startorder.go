@@ -15,7 +15,8 @@ import (
 )
 
 // DoneAtStartPriority is the queue priority, when the manager starts, of a
-// request already done (BackupsRotated or Cancelled): below the other
+// request already done (a final phase: BackupsRotated, Cancelled, or Planned
+// for a dry run, whose pass only reaps it once expired): below the other
 // requests of the first list (handler.LowPriority). Every request gets a
 // pass after a start, and a done one's pass only re-verifies; in the
 // order of the list, requests still under way waited behind every done
@@ -30,7 +31,7 @@ func doneAtStart(o client.Object, initial bool) bool {
 	if !ok || !initial || !er.DeletionTimestamp.IsZero() {
 		return false
 	}
-	return er.Status.Phase == lethev1.PhaseBackupsRotated || er.Status.Phase == lethev1.PhaseCancelled
+	return er.Status.Phase.Final()
 }
 
 // notDoneAtStart keeps the first list's done requests from the controller's

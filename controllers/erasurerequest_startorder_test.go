@@ -54,11 +54,12 @@ func TestAStartPassesRequestsUnderWayBeforeDoneOnes(t *testing.T) {
 		requestAt("done-deleting", lethev1.PhaseBackupsRotated, true),
 		requestAt("new", "", false),
 		requestAt("graph", lethev1.PhaseGraphReconciled, false),
+		requestAt("planned", lethev1.PhasePlanned, false),
 	}
 	for _, er := range list {
 		createEvent(q, er, true)
 	}
-	want := []string{"tombstoned", "done-deleting", "new", "graph", "done-1", "cancelled"}
+	want := []string{"tombstoned", "done-deleting", "new", "graph", "done-1", "cancelled", "planned"}
 	if n := q.Len(); n != len(want) {
 		t.Fatalf("%d requests queued, want %d (each once)", n, len(want))
 	}

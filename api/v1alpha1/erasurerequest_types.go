@@ -105,6 +105,17 @@ const (
 	PhaseCancelled       Phase = "Cancelled"
 )
 
+// Final reports whether the phase machine ends at p: BackupsRotated (the
+// erasure done; re-verification goes on and records what it finds in the
+// history, not in the phase), Cancelled, or Planned (a dry run).
+func (p Phase) Final() bool {
+	switch p {
+	case PhaseBackupsRotated, PhaseCancelled, PhasePlanned:
+		return true
+	}
+	return false
+}
+
 // A planning request is a dry-run ErasureRequest that `kubectl erasure plan`
 // creates and deletes again. It carries LabelPlan=true and, in
 // AnnotationPlanExpiresAt (RFC 3339), when the plugin is done with it; should

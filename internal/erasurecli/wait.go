@@ -34,19 +34,10 @@ type waitState struct {
 	Human bool
 }
 
-// terminalPhase: nothing more happens to a request in one of these.
-func terminalPhase(p lethev1.Phase) bool {
-	switch p {
-	case lethev1.PhaseBackupsRotated, lethev1.PhaseCancelled, lethev1.PhasePlanned:
-		return true
-	}
-	return false
-}
-
 // nextWait says what the request waits for next, from its status alone;
 // nil once it is in a terminal phase.
 func nextWait(er *lethev1.ErasureRequest) *waitState {
-	if terminalPhase(er.Status.Phase) {
+	if er.Status.Phase.Final() {
 		return nil
 	}
 	conds := er.Status.Conditions
@@ -159,7 +150,7 @@ func waitFor(parent context.Context, cl client.WithWatch, ns, name string, timeo
 			fmt.Fprintln(out, progress(er, time.Now()))
 		}
 		w := nextWait(er)
-		return terminalPhase(er.Status.Phase) || (w != nil && w.Human), nil
+		return er.Status.Phase.Final() || (w != nil && w.Human), nil
 	})
 	if err != nil {
 		if parent.Err() != nil {

@@ -94,11 +94,6 @@ func (r *Report) passed(format string, args ...any) {
 	r.Checks = append(r.Checks, fmt.Sprintf(format, args...))
 }
 
-// final reports whether a phase ends a request's history.
-func final(p lethev1.Phase) bool {
-	return p == lethev1.PhaseBackupsRotated || p == lethev1.PhaseCancelled || p == lethev1.PhasePlanned
-}
-
 // VerifyRequest verifies a request's proof as an auditor would, from the
 // object alone and the key set: the chain, every entry's signature, every
 // entry's evidence digest, the evidence as it stands against what the
@@ -203,7 +198,7 @@ func verifyEvidence(rep *Report, er *lethev1.ErasureRequest, opts Options) error
 	}
 	sort.Strings(open)
 	if len(open) > 0 {
-		if final(last.Phase) {
+		if last.Phase.Final() {
 			return fmt.Errorf("evidence: %s changed after the last history entry (%s), which ended the request", partNames(open), last.Phase)
 		}
 		rep.InProgress = true
