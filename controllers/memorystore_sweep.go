@@ -19,9 +19,17 @@ func sweepInterval(store *lethev1.MemoryStore) time.Duration {
 	return store.Spec.FalkorDB.SweepIntervalOrDefault()
 }
 
+// failedSweepRetry is the shortest wait before a failed sweep is tried
+// again: the recheck interval may be as short as a second, and a full
+// sweep of a large graph that keeps failing (its timeout, a FalkorDB out
+// of memory) must not run back to back. The sweep is the weekly backstop;
+// a minute is soon enough.
+const failedSweepRetry = time.Minute
+
 // sweepWait is how long until the next sweep is due: sweepInterval after
 // the last attempt that completed or was refused (a refusal needs a human,
-// not a retry loop), the recheck interval after a failed one.
+// not a retry loop), the recheck interval after a failed one (at least
+// failedSweepRetry).
 func (r *MemoryStoreReconciler) sweepWait(store *lethev1.MemoryStore) time.Duration {
 	last := store.Status.GraphSweep
 	if last == nil {
@@ -29,7 +37,7 @@ func (r *MemoryStoreReconciler) sweepWait(store *lethev1.MemoryStore) time.Durat
 	}
 	next := last.StartedAt.Add(sweepInterval(store))
 	if last.Result == lethev1.SweepFailed {
-		next = last.StartedAt.Add(r.RecheckInterval)
+		next = last.StartedAt.Add(max(r.RecheckInterval, failedSweepRetry))
 	}
 	return next.Sub(r.Clock.Now())
 }
