@@ -148,7 +148,7 @@ func bindManagerFlags(fs *flag.FlagSet, f *managerFlags) {
 	fs.StringVar(&f.pprofAddr, "pprof-bind-address", "", "address Go's profiling endpoints (/debug/pprof) bind to; empty: off. Bind it to 127.0.0.1: profiles are not authenticated")
 	fs.BoolVar(&f.leaderElect, "leader-elect", false, "elect a leader so that only one manager acts at a time")
 	fs.StringVar(&f.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader election lease (default: the manager's own)")
-	fs.DurationVar(&f.storeRecheck, "store-recheck-interval", 5*time.Minute, "how often a Ready MemoryStore is probed and audited again (at least 1s; each audit reads the store's requests against its database)")
+	fs.DurationVar(&f.storeRecheck, "store-recheck-interval", 5*time.Minute, "how often a Ready MemoryStore is probed and audited again")
 	fs.DurationVar(&f.probeTimeout, "probe-timeout", 10*time.Second, "bound on each connectivity or audit check")
 	fs.IntVar(&f.redactionSample, "redaction-sample-rows", 200, "values of each redacted column a store audit samples for unredacted secrets and personal data (0: check the triggers only)")
 	fs.IntVar(&f.pgMaxConns, "postgres-max-conns", 4, "connections per MemoryStore database pool")
@@ -371,7 +371,7 @@ func validateFlags(f managerFlags) error {
 	_, receiptKeyErr := parseNamespacedName(f.receiptKey)
 	_, recordKeyErr := parseNamespacedName(f.recordKey)
 	checks := []flagCheck{
-		{f.storeRecheck < time.Second, "--store-recheck-interval must be at least 1s, got %s", []any{f.storeRecheck}},
+		{f.storeRecheck < 10*time.Second, "--store-recheck-interval must be at least 10s, got %s", []any{f.storeRecheck}},
 		{f.probeTimeout <= 0, "--probe-timeout must be positive, got %s", []any{f.probeTimeout}},
 		{f.redactionSample < 0 || f.redactionSample > 10000, "--redaction-sample-rows must be between 0 and 10000, got %d", []any{f.redactionSample}},
 		{f.planTTL < time.Minute, "--plan-ttl must be at least 1m, got %s", []any{f.planTTL}},

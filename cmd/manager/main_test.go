@@ -86,7 +86,7 @@ func TestManagerFlagsAreValidated(t *testing.T) {
 		t.Fatalf("valid flags refused: %v", err)
 	}
 	for name, change := range map[string]func(*managerFlags){
-		"--store-recheck-interval":    func(f *managerFlags) { f.storeRecheck = 999 * time.Millisecond },
+		"--store-recheck-interval":    func(f *managerFlags) { f.storeRecheck = time.Second },
 		"--probe-timeout":             func(f *managerFlags) { f.probeTimeout = 0 },
 		"--postgres-max-conns":        func(f *managerFlags) { f.pgMaxConns = 0 },
 		"--vacuum-gap":                func(f *managerFlags) { f.vacuumGap = -time.Second },

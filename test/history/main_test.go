@@ -180,10 +180,8 @@ func (e *env) keepLog() string {
 
 func (e *env) logPath() string { return filepath.Join(e.dir, "manager.log") }
 
-// storeRecheck is the stores' audit interval the manager runs with. A
-// restore round waits at least this long after the erasures held (an
-// audit must have run on the database as the re-erasure left it).
-const storeRecheck = 2 * time.Second
+// storeRecheck is the stores' audit interval the manager runs with.
+const storeRecheck = 10 * time.Second
 
 // startManager runs the manager binary with settings that make every step
 // take several transactions and batches, so that faults land inside them.
