@@ -160,7 +160,7 @@ func (r *MemoryStoreReconciler) sweepIfDue(ctx context.Context, store *lethev1.M
 		wait := r.sweepWait(store)
 		if wait <= 0 {
 			r.sweep(ctx, store)
-			wait = r.sweepWait(store)
+			wait = r.waitAfterSweep(store)
 		}
 		requeue = min(requeue, wait)
 	}

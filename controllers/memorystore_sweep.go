@@ -20,10 +20,10 @@ func sweepInterval(store *lethev1.MemoryStore) time.Duration {
 }
 
 // failedSweepRetry is the shortest wait before a failed sweep is tried
-// again: the recheck interval may be as short as a second, and a full
-// sweep of a large graph that keeps failing (its timeout, a FalkorDB out
-// of memory) must not run back to back. The sweep is the weekly backstop;
-// a minute is soon enough.
+// again, and after any sweep before the next pass: a full sweep of a large
+// graph that keeps failing (its timeout, a FalkorDB out of memory) must not
+// run back to back. The sweep is the weekly backstop; a minute is soon
+// enough.
 const failedSweepRetry = time.Minute
 
 // sweepWait is how long until the next sweep is due: sweepInterval after
@@ -40,6 +40,15 @@ func (r *MemoryStoreReconciler) sweepWait(store *lethev1.MemoryStore) time.Durat
 		next = last.StartedAt.Add(max(r.RecheckInterval, failedSweepRetry))
 	}
 	return next.Sub(r.Clock.Now())
+}
+
+// waitAfterSweep is how long, after a sweep, until the store's next pass
+// sweeps again: sweepWait counts from the sweep's start, so a sweep that
+// ran past it (a failed one that took its whole timeout) would leave none,
+// and a RequeueAfter of zero is no requeue at all: the store would not be
+// audited again until the manager restarts.
+func (r *MemoryStoreReconciler) waitAfterSweep(store *lethev1.MemoryStore) time.Duration {
+	return max(r.sweepWait(store), failedSweepRetry)
 }
 
 // sweep runs the full reconciliation of the store's graph from Postgres and
