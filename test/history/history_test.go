@@ -148,15 +148,17 @@ var passRuns atomic.Int64
 // phases adds up where a pass's rounds spend their time.
 type phases struct {
 	setup, requests, restore, finish time.Duration
-	// deletions and deleting: the Backups Velero deleted and the time its
-	// one deletion worker took (apiRecorder.deletions), within the above.
+	// deletions and deleting: the DeleteBackupRequests Velero processed and
+	// the time its one deletion worker took (apiRecorder.deletions), within
+	// the above. Requests under way when a round's recorder starts or stops
+	// are not counted: a lower bound.
 	deletions int
 	deleting  time.Duration
 }
 
 func (ph *phases) String() string {
 	return fmt.Sprintf("seeding and Backups %s, requests until done %s, restores until intact %s, checks %s; "+
-		"within them, Velero's deletion worker (one Backup at a time) %s for %d Backups",
+		"within them, Velero's deletion worker (one DeleteBackupRequest at a time, Lethe's, its own garbage collector's and the clean-up's) %s for %d requests",
 		ph.setup.Round(time.Second), ph.requests.Round(time.Second), ph.restore.Round(time.Second), ph.finish.Round(time.Second),
 		ph.deleting.Round(time.Second), ph.deletions)
 }
