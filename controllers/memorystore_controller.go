@@ -106,6 +106,7 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 
 	facts := r.observe(ctx, store)
+	metrics.StoreLastAudit.WithLabelValues(store.Namespace, store.Name).Set(float64(r.Clock.Now().Unix()))
 
 	before := store.DeepCopy()
 	wasReady := meta.IsStatusConditionTrue(store.Status.Conditions, lethev1.MemoryStoreReady)
@@ -282,6 +283,8 @@ func (r *MemoryStoreReconciler) forget(key types.NamespacedName) {
 	metrics.GraphProvenanceless.DeletePartialMatch(labels)
 	metrics.TombstonedSessions.Delete(labels)
 	metrics.TombstoneOverdue.Delete(labels)
+	metrics.StoreLastAudit.Delete(labels)
+	metrics.GraphSweepLastCompletion.Delete(labels)
 }
 
 func sameSchema(a, b *lethev1.SchemaStatus) bool {

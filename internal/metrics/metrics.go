@@ -40,6 +40,14 @@ var (
 		Help: "MemoryStore audits that found erased sessions back or erasure ledger rows gone (a restore of the database); the requests erase again.",
 	}, []string{"namespace", "store"})
 
+	// StoreLastAudit is when each store's last audit ran: a store whose
+	// audits stop (its requeue lost) stops detecting restores without an
+	// error anywhere, and only the age of this gauge shows it.
+	StoreLastAudit = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "lethe_memorystore_last_audit_timestamp_seconds",
+		Help: "Unix time of the last audit of each MemoryStore (connectivity, schema, restore detection, receipt log), whatever it found.",
+	}, []string{"namespace", "store"})
+
 	// GraphSweepRemoved counts graph elements removed by sweeps.
 	GraphSweepRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lethe_graph_sweep_removed_total",
@@ -128,7 +136,7 @@ var (
 // controller-runtime's registry at start.
 func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{GraphPruned, GraphReappearedPruned, GraphSweeps, GraphSweepRemoved, GraphSweepLastCompletion, GraphProvenanceless, GraphSweepDuration,
-		StepDuration, RowsDeleted, TombstoneReaper, TombstoneReaperRows, TombstonedSessions, TombstoneOverdue, TombstonesReaped, BackupWork, RestoresDetected}
+		StepDuration, RowsDeleted, TombstoneReaper, TombstoneReaperRows, TombstonedSessions, TombstoneOverdue, TombstonesReaped, BackupWork, RestoresDetected, StoreLastAudit}
 }
 
 func init() {

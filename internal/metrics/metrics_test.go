@@ -22,7 +22,7 @@ func TestCollectorsAreTheRegisteredMetrics(t *testing.T) {
 	for _, n := range []string{"lethe_graph_pruned_total", "lethe_graph_sweeps_total", "lethe_graph_sweep_removed_total",
 		"lethe_graph_sweep_last_completion_timestamp_seconds", "lethe_graph_provenanceless_elements", "lethe_graph_sweep_duration_seconds",
 		"lethe_erasure_step_duration_seconds", "lethe_erasure_rows_deleted_total",
-		"lethe_tombstone_reaper_sessions_deleted_total", "lethe_backups_changed_total"} {
+		"lethe_tombstone_reaper_sessions_deleted_total", "lethe_backups_changed_total", "lethe_memorystore_last_audit_timestamp_seconds"} {
 		if !slices.Contains(names, n) {
 			t.Errorf("%s missing from Names(Collectors()...) = %v", n, names)
 		}
