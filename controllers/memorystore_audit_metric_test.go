@@ -13,9 +13,10 @@ import (
 
 const lastAuditMetric = "lethe_memorystore_last_audit_timestamp_seconds"
 
-// Every audit of a store sets lethe_memorystore_last_audit_timestamp_seconds,
-// whose age the alert LetheStoreAuditOverdue watches: it is there once the
-// store is audited, it moves with each recheck, and it goes with the store.
+// Every audit that checks a store's erasures against its database sets
+// lethe_memorystore_last_audit_timestamp_seconds, whose age the alert
+// LetheStoreAuditOverdue watches: it is there once the store is audited, it
+// moves with each recheck, and it goes with the store.
 func TestEveryStoreAuditSetsItsTimestamp(t *testing.T) {
 	ctx := context.Background()
 	e := newMemoryEnv(t, "audit-gauge")

@@ -106,7 +106,6 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 
 	facts := r.observe(ctx, store)
-	metrics.StoreLastAudit.WithLabelValues(store.Namespace, store.Name).Set(float64(r.Clock.Now().Unix()))
 
 	before := store.DeepCopy()
 	wasReady := meta.IsStatusConditionTrue(store.Status.Conditions, lethev1.MemoryStoreReady)
@@ -244,6 +243,8 @@ func (r *MemoryStoreReconciler) observeDatabase(ctx context.Context, store *leth
 	if f.erasuresErr != nil {
 		// The condition says only that the check failed; the cause is here.
 		ctrl.LoggerFrom(ctx).Error(f.erasuresErr, "check the erasures of the store's requests")
+	} else {
+		metrics.StoreLastAudit.WithLabelValues(store.Namespace, store.Name).Set(float64(r.Clock.Now().Unix()))
 	}
 	rctx, rcancel := context.WithTimeout(ctx, r.ProbeTimeout)
 	f.redaction, f.redactionErr = r.Connector.AuditRedaction(rctx, store, r.RedactionSample)
@@ -283,8 +284,15 @@ func (r *MemoryStoreReconciler) forget(key types.NamespacedName) {
 	metrics.GraphProvenanceless.DeletePartialMatch(labels)
 	metrics.TombstonedSessions.Delete(labels)
 	metrics.TombstoneOverdue.Delete(labels)
-	metrics.StoreLastAudit.Delete(labels)
+	forgetAudits(key)
 	metrics.GraphSweepLastCompletion.Delete(labels)
+}
+
+// forgetAudits drops the store's audit time: a store gone, or released
+// while another finalizer keeps it, is audited no more, and its age must
+// not raise LetheStoreAuditOverdue.
+func forgetAudits(key types.NamespacedName) {
+	metrics.StoreLastAudit.Delete(prometheus.Labels{"namespace": key.Namespace, "store": key.Name})
 }
 
 func sameSchema(a, b *lethev1.SchemaStatus) bool {

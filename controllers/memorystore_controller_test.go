@@ -268,6 +268,10 @@ func TestUnreachableLayersAreReported(t *testing.T) {
 	if !strings.Contains(ready.Message, "PostgresReady") || !strings.Contains(ready.Message, "GraphReady") {
 		t.Errorf("Ready message does not name what is not ready: %q", ready.Message)
 	}
+	// No audit checked its erasures: LetheStoreAuditOverdue must see no check.
+	if v := gaugeValue(t, "lethe_memorystore_last_audit_timestamp_seconds", "namespace", ns); v != -1 {
+		t.Errorf("lethe_memorystore_last_audit_timestamp_seconds = %v for a store whose database never answered, want no series", v)
+	}
 }
 
 // ownCluster is a control plane and a manager of a test's own, with the

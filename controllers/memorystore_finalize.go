@@ -42,6 +42,7 @@ func (r *MemoryStoreReconciler) ensureFinalizer(ctx context.Context, store *leth
 // SchemaCompliant to finish.
 func (r *MemoryStoreReconciler) release(ctx context.Context, store *lethev1.MemoryStore) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(store, StoreFinalizer) {
+		forgetAudits(client.ObjectKeyFromObject(store))
 		return ctrl.Result{}, nil
 	}
 	pending, err := r.unfinishedRequests(ctx, store)
@@ -62,6 +63,7 @@ func (r *MemoryStoreReconciler) release(ctx context.Context, store *lethev1.Memo
 	if err := patchFinalizers(ctx, r.Client, store); err != nil && !apierrors.IsNotFound(err) {
 		return requeueOnConflict(err)
 	}
+	forgetAudits(client.ObjectKeyFromObject(store))
 	return ctrl.Result{}, nil
 }
 

@@ -40,12 +40,13 @@ var (
 		Help: "MemoryStore audits that found erased sessions back or erasure ledger rows gone (a restore of the database); the requests erase again.",
 	}, []string{"namespace", "store"})
 
-	// StoreLastAudit is when each store's last audit ran: a store whose
-	// audits stop (its requeue lost) stops detecting restores without an
-	// error anywhere, and only the age of this gauge shows it.
+	// StoreLastAudit is when each store's audit last checked its erasures
+	// against its database (restore detection): a store whose audits stop
+	// (a lost requeue), whose database does not answer or whose check
+	// fails detects no restore, and the age of this gauge shows it.
 	StoreLastAudit = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "lethe_memorystore_last_audit_timestamp_seconds",
-		Help: "Unix time of the last audit of each MemoryStore (connectivity, schema, restore detection, receipt log), whatever it found.",
+		Help: "Unix time of the last MemoryStore audit that checked the store's erasures against its database (restore detection), whatever it found.",
 	}, []string{"namespace", "store"})
 
 	// GraphSweepRemoved counts graph elements removed by sweeps.
