@@ -25,7 +25,7 @@ func (c *checker) phasesStay() {
 			c.bad("request %s went from %s back to %q (rv %d)", r.Name, was, o.Phase, o.RV)
 			continue
 		}
-		if o.Phase == lethev1.PhaseBackupsRotated || o.Phase == lethev1.PhaseCancelled {
+		if requestDone(o.Phase) {
 			done[o.UID] = o.Phase
 		}
 	}

@@ -135,7 +135,7 @@ func BenchmarkR13HistoryChecker(b *testing.B) {
 		benchreport.Record(b, benchreport.Row{ID: "R13", Figure: "history checker: time per run", Setting: setting, Unit: "s", Runs: []float64{perRun}})
 		benchreport.Record(b, benchreport.Row{ID: "R13", Figure: "history checker: API server requests per run (every client)", Setting: setting,
 			Unit: "requests", Runs: []float64{res.api.Total() / float64(res.runs)}})
-		benchreport.Record(b, benchreport.Row{ID: "R13", Figure: "history checker: Velero's deletion worker (one Backup at a time) per run", Setting: setting,
+		benchreport.Record(b, benchreport.Row{ID: "R13", Figure: "history checker: Velero's deletion worker (one DeleteBackupRequest at a time) per run", Setting: setting,
 			Unit: "s", Runs: []float64{res.phases.deleting.Seconds() / float64(res.runs)}})
 	}
 }
