@@ -285,6 +285,22 @@ metrics:
 	}
 }
 
+// The alert rules group and name by the metrics' own namespace label (a
+// request's or a store's). Without honorLabels, the Prometheus Operator's
+// scrape sets namespace to the manager's and renames the metric's to
+// exported_namespace: every alert would name the manager's namespace.
+func TestServiceMonitorKeepsTheMetricsNamespace(t *testing.T) {
+	eps, _, _ := unstructured.NestedSlice(one(t, render(t), "ServiceMonitor").Object, "spec", "endpoints")
+	if len(eps) == 0 {
+		t.Fatal("the ServiceMonitor has no endpoint")
+	}
+	for _, ep := range eps {
+		if h, _ := ep.(map[string]any)["honorLabels"].(bool); !h {
+			t.Errorf("ServiceMonitor endpoint %v: want honorLabels: true", ep)
+		}
+	}
+}
+
 // `helm test` runs a pod that asks the manager's metrics Service for an answer.
 func TestHelmTestHookAsksTheManager(t *testing.T) {
 	objs := render(t)

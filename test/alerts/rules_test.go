@@ -289,3 +289,45 @@ func TestRulesQueryOnlyExportedMetrics(t *testing.T) {
 		}
 	}
 }
+
+// The rules group and name by the metrics' own namespace label (a request's
+// or a store's). The ServiceMonitor that scrapes the manager must keep it
+// (honorLabels): otherwise the Prometheus Operator's scrape sets namespace
+// to the manager's own and renames the metric's to exported_namespace. The
+// chart's ServiceMonitor is checked in charts/lethe.
+func TestTheServiceMonitorKeepsTheMetricsNamespace(t *testing.T) {
+	_, rules := ruleFile(t)
+	byNamespace := 0
+	for _, r := range rules {
+		if strings.Contains(r.Annotations["summary"], "$labels.namespace") {
+			byNamespace++
+		}
+	}
+	if byNamespace == 0 {
+		t.Fatal("no alert names $labels.namespace: this test has lost its reason")
+	}
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "prometheus", "monitor.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sm struct {
+		Kind string `json:"kind"`
+		Spec struct {
+			Endpoints []struct {
+				Port        string `json:"port"`
+				HonorLabels bool   `json:"honorLabels"`
+			} `json:"endpoints"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(raw, &sm); err != nil {
+		t.Fatal(err)
+	}
+	if sm.Kind != "ServiceMonitor" || len(sm.Spec.Endpoints) == 0 {
+		t.Fatalf("config/prometheus/monitor.yaml is not a ServiceMonitor with endpoints: %+v", sm)
+	}
+	for _, ep := range sm.Spec.Endpoints {
+		if !ep.HonorLabels {
+			t.Errorf("endpoint %q does not honor the metrics' labels: %d alerts would name the manager's namespace", ep.Port, byNamespace)
+		}
+	}
+}
