@@ -17,6 +17,10 @@ import (
 const orphanHelperEnv = "LETHE_TESTENV_ORPHAN_HELPER"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(cpuHelperEnv) != "" {
+		cpuHelper()
+		os.Exit(0)
+	}
 	if os.Getenv(orphanHelperEnv) != "" {
 		cp, err := StartControlPlane()
 		if err != nil {

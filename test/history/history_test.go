@@ -137,6 +137,10 @@ func BenchmarkR13HistoryChecker(b *testing.B) {
 			Unit: "requests", Runs: []float64{res.api.Total() / float64(res.runs)}})
 		benchreport.Record(b, benchreport.Row{ID: "R13", Figure: "history checker: Velero's deletion worker (one DeleteBackupRequest at a time) per run", Setting: setting,
 			Unit: "s", Runs: []float64{res.phases.deleting.Seconds() / float64(res.runs)}})
+		benchreport.Record(b, benchreport.Row{ID: "R13", Figure: "history checker: processor time per run (the checker and every process it started)", Setting: setting,
+			Unit: "CPU s", Runs: []float64{res.cpu.Total() / float64(res.runs)}})
+		benchreport.Record(b, benchreport.Row{ID: "R13", Figure: fmt.Sprintf("history checker: 10,000 runs by the processor time alone, every one of the %d cores busy", res.cpu.Cores),
+			Setting: setting, Unit: "h", Runs: []float64{res.cpuFloor(10000).Hours()}})
 	}
 }
 
@@ -174,6 +178,18 @@ type passResult struct {
 	phases                phases
 	// api is what the API server served during the pass, to every client.
 	api testenv.APIRequests
+	// cpu is the processor time the pass used, by service, and the
+	// machine's.
+	cpu testenv.CPUUsage
+}
+
+// cpuFloor is how long runs runs take at least, by the processor time
+// alone, with every core of the machine busy all the time.
+func (res passResult) cpuFloor(runs int) time.Duration {
+	if res.runs == 0 || res.cpu.Cores == 0 {
+		return 0
+	}
+	return time.Duration(res.cpu.Total() / float64(res.runs) * float64(runs) / float64(res.cpu.Cores) * float64(time.Second))
 }
 
 // historyPass runs total scenarios in rounds of perRound concurrent runs,
@@ -209,6 +225,10 @@ func historyPass(tb testing.TB, total, perRound int, seed uint64) passResult {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	cpuBefore, err := testenv.ReadCPU()
+	if err != nil {
+		tb.Fatal(err)
+	}
 	started := time.Now()
 	for i := 0; res.runs < total; i++ {
 		n := min(res.perRound, total-res.runs)
@@ -231,6 +251,11 @@ func historyPass(tb testing.TB, total, perRound int, seed uint64) passResult {
 		}
 	}
 	res.elapsed = time.Since(started)
+	cpuAfter, err := testenv.ReadCPU()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	res.cpu = cpuAfter.Sub(cpuBefore)
 	apiAfter, err := e.cp.APIRequests(ctx)
 	if err != nil {
 		tb.Fatal(err)
@@ -239,6 +264,8 @@ func historyPass(tb testing.TB, total, perRound int, seed uint64) passResult {
 	tb.Logf("%d runs in %s: %s; %d violations", res.runs, res.elapsed.Round(time.Second), f, len(res.violations))
 	tb.Logf("where the rounds' time went: %s", &res.phases)
 	tb.Logf("API server requests, every client (a watch counted once it ended): %.0f (%.0f a run); the most: %s", res.api.Total(), res.api.Total()/float64(res.runs), res.api.Top(8))
+	tb.Logf("processor time: %.0f s (%.2f s a run; 10,000 runs would keep %d cores busy for %.1f h), the machine %.0f%% busy; by process: %s",
+		res.cpu.Total(), res.cpu.Total()/float64(res.runs), res.cpu.Cores, res.cpuFloor(10000).Hours(), 100*res.cpu.Busy(), &res.cpu)
 	return res
 }
 
