@@ -77,7 +77,7 @@ func ReadCPU() (CPUUsage, error) {
 		return CPUUsage{}, fmt.Errorf("this process (%d) is not in /proc", self)
 	}
 	u := CPUUsage{Services: map[string]float64{}, live: map[procKey]liveProc{},
-		Self: ticks(int64(me.UTime+me.STime)), ReapedChildren: ticks(int64(me.CUTime + me.CSTime))}
+		Self: ticks(int64(me.UTime + me.STime)), ReapedChildren: ticks(int64(me.CUTime + me.CSTime))}
 	for pid, s := range stats {
 		service, under := serviceOf(pid, self, stats)
 		if !under {
