@@ -21,8 +21,9 @@ import (
 // kills and restarts a child (a manager) sees most of that child's time as
 // ReapedChildren. A process that exits between two readings is counted
 // once, with the time it had used by the first taken off. Not counted: a
-// process whose parent exited before reaping it (it is no longer under
-// this one), and the last clock tick of each reading.
+// process whose parent exited before reaping it (the kernel moves it out
+// from under this one; what it had used by the first reading is still
+// taken off), and the part of a clock tick each reading cuts.
 type CPUUsage struct {
 	// Services is CPU seconds by service (the command name of the child of
 	// this process it runs under, as /proc gives it: at most 15 bytes).
@@ -31,7 +32,8 @@ type CPUUsage struct {
 	// children it started that exited and were reaped, with their own.
 	Self, ReapedChildren float64
 	// MachineBusy and MachineTotal are the seconds every core of the machine
-	// spent busy (not idle, not waiting for I/O) and in all; Cores counts them.
+	// spent busy (not idle, not waiting for I/O) and in all. Cores is how
+	// many of them this process may use (runtime.GOMAXPROCS).
 	MachineBusy, MachineTotal float64
 	Cores                     int
 
@@ -59,19 +61,11 @@ func ReadCPU() (CPUUsage, error) {
 	if err != nil {
 		return CPUUsage{}, fmt.Errorf("open /proc: %w", err)
 	}
-	procs, err := fs.AllProcs()
-	if err != nil {
-		return CPUUsage{}, fmt.Errorf("list /proc: %w", err)
-	}
-	stats := map[int]procfs.ProcStat{}
-	for _, p := range procs {
-		// A process that exits while /proc is walked is skipped: its time
-		// is read, once reaped, in its parent's.
-		if s, err := p.Stat(); err == nil {
-			stats[p.PID] = s
-		}
-	}
 	self := os.Getpid()
+	stats, err := walkProcesses(fs, self)
+	if err != nil {
+		return CPUUsage{}, err
+	}
 	me, ok := stats[self]
 	if !ok {
 		return CPUUsage{}, fmt.Errorf("this process (%d) is not in /proc", self)
@@ -96,11 +90,52 @@ func ReadCPU() (CPUUsage, error) {
 	c := st.CPUTotal
 	u.MachineTotal = c.User + c.Nice + c.System + c.Idle + c.Iowait + c.IRQ + c.SoftIRQ + c.Steal
 	u.MachineBusy = u.MachineTotal - c.Idle - c.Iowait
-	u.Cores = len(st.CPU)
-	if u.Cores == 0 {
-		u.Cores = runtime.NumCPU()
-	}
+	// The cores this process may use (its affinity and CPU quota), not
+	// every core of the host.
+	u.Cores = runtime.GOMAXPROCS(0)
 	return u, nil
+}
+
+// walkProcesses reads the stat of every process. /proc is read one process
+// at a time: a process reaped between its parent's reading and its own is
+// in neither, and one reaped between its own reading and its parent's is
+// in both. So the walk is repeated (three more times at most) until no
+// process under self (self included) exited or reaped a child during it.
+func walkProcesses(fs procfs.FS, self int) (map[int]procfs.ProcStat, error) {
+	for attempt := 0; ; attempt++ {
+		procs, err := fs.AllProcs()
+		if err != nil {
+			return nil, fmt.Errorf("list /proc: %w", err)
+		}
+		stats := map[int]procfs.ProcStat{}
+		for _, p := range procs {
+			if s, err := p.Stat(); err == nil {
+				stats[p.PID] = s
+			}
+		}
+		if attempt == 3 || unchangedSince(fs, self, stats) {
+			return stats, nil
+		}
+	}
+}
+
+// unchangedSince says whether every process under self, and self, is
+// still there with the reaped time it had in stats.
+func unchangedSince(fs procfs.FS, self int, stats map[int]procfs.ProcStat) bool {
+	for pid, was := range stats {
+		if _, under := serviceOf(pid, self, stats); !under && pid != self {
+			continue
+		}
+		p, err := fs.Proc(pid)
+		if err != nil {
+			return false
+		}
+		now, err := p.Stat()
+		if err != nil || now.Starttime != was.Starttime || now.CUTime+now.CSTime != was.CUTime+was.CSTime {
+			return false
+		}
+	}
+	return true
 }
 
 // ticks converts clock ticks to seconds: /proc counts in USER_HZ, which
@@ -169,8 +204,12 @@ func (u CPUUsage) Busy() float64 {
 // process and its reaped children.
 func (u CPUUsage) String() string {
 	names := make([]string, 0, len(u.Services))
-	for n := range u.Services {
-		names = append(names, n)
+	for n, v := range u.Services {
+		// Below zero: a service whose processes all exited, their parents
+		// first (their time is elsewhere or gone; Sub says which).
+		if v > 0 {
+			names = append(names, n)
+		}
 	}
 	sort.Slice(names, func(i, j int) bool {
 		if u.Services[names[i]] != u.Services[names[j]] {
