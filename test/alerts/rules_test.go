@@ -16,6 +16,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/yaml"
 
 	"github.com/lethe-dev/lethe/controllers"
@@ -329,5 +330,38 @@ func TestTheServiceMonitorKeepsTheMetricsNamespace(t *testing.T) {
 		if !ep.HonorLabels {
 			t.Errorf("endpoint %q does not honor the metrics' labels: %d alerts would name the manager's namespace", ep.Port, byNamespace)
 		}
+	}
+}
+
+// descLabels is the label names of a metric description (its String form
+// is the only place client_golang shows them).
+var descLabels = regexp.MustCompile(`fqName: "([^"]+)".*constLabels: \{([^}]*)\}, variableLabels: \{([^}]*)\}`)
+
+// With honorLabels, a metric's own label wins over the scrape's target
+// label of the same name: a Lethe metric labelled job, instance or pod
+// would hide which target it came from. Only namespace is meant to win.
+func TestNoMetricLabelTakesATargetLabelsPlace(t *testing.T) {
+	target := map[string]bool{"job": true, "instance": true, "pod": true, "service": true, "endpoint": true, "container": true}
+	seen := 0
+	for _, c := range append(metrics.Collectors(), controllers.NewRequestCollector(nil)) {
+		ch := make(chan *prometheus.Desc)
+		go func() { c.Describe(ch); close(ch) }()
+		for d := range ch {
+			m := descLabels.FindStringSubmatch(d.String())
+			if m == nil {
+				t.Fatalf("cannot read the labels of %s", d)
+			}
+			seen++
+			for _, l := range strings.FieldsFunc(m[2]+","+m[3], func(r rune) bool { return r == ',' }) {
+				name, _, _ := strings.Cut(l, "=")
+				name = strings.TrimSuffix(strings.TrimPrefix(name, "c("), ")")
+				if target[name] {
+					t.Errorf("%s has the label %q, which would replace the scrape target's", m[1], name)
+				}
+			}
+		}
+	}
+	if seen < 10 {
+		t.Fatalf("only %d metrics described: the collectors look wrong", seen)
 	}
 }
