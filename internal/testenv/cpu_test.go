@@ -103,13 +103,17 @@ func startHelper(path string) (*cpuProc, error) {
 	return &cpuProc{cmd: c, in: in, out: bufio.NewScanner(out)}, nil
 }
 
-// send sends a command and returns its answer's value ("" for a bare "ok").
+// ask sends a command and returns its answer's value ("" for a bare "ok").
 func (p *cpuProc) ask(cmd string) (string, error) {
 	if _, err := fmt.Fprintln(p.in, cmd); err != nil {
 		return "", err
 	}
 	if !p.out.Scan() {
-		return "", fmt.Errorf("%s: the helper did not answer (%v)", cmd, p.out.Err())
+		err := p.out.Err()
+		if err == nil {
+			err = io.ErrUnexpectedEOF // it exited
+		}
+		return "", fmt.Errorf("%s: the helper did not answer: %w", cmd, err)
 	}
 	v, ok := strings.CutPrefix(p.out.Text(), "ok")
 	if !ok {
