@@ -32,3 +32,11 @@ func ContentCheckSQL(schema, table, column, tenantColumn string, tenantList bool
 	return leftContentSQL(ContentIndex{QColumn: QColumn{Table: Table{Schema: schema, Name: table}, Column: column},
 		TenantColumn: tenantColumn, TenantList: tenantList})
 }
+
+// ContentNearCopiesSQL is the residue probe's statement for the vector
+// column of a content index whose tenants are in tenantColumn (a text[]),
+// with the condition that skips entries an erasure still shares.
+func ContentNearCopiesSQL(schema, table, key, vector, tenantColumn string) string {
+	idx := ContentIndex{QColumn: QColumn{Table: Table{Schema: schema, Name: table}, Column: key}, TenantColumn: tenantColumn, TenantList: true}
+	return nearCopiesSQL(QColumn{Table: idx.Table, Column: vector}, probedContentRows(Layout{ContentIndexes: []ContentIndex{idx}})[idx.Table])
+}

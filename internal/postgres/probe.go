@@ -147,19 +147,22 @@ func readVectorColumns(ctx context.Context, q Querier) ([]vectorColumn, error) {
 }
 
 // nearCopiesSQL counts the vectors of the array $1 (vectors in their text
-// form: pgx has no encoding for an array of vectors) whose nearest vector of
-// c, on a row meeting the condition where ("" for every row), is within
-// the cosine distance $2. One statement for the whole sample: each vector
-// is one nearest-neighbour lookup (the column's index, when it has one),
-// planned once.
+// form: pgx has no encoding for an array of vectors) that have a vector of
+// c within the cosine distance $2 on a row meeting the condition where (""
+// for every row). One statement for the whole sample: each vector is one
+// nearest-neighbour lookup (the column's index, when it has one), planned
+// once. The distance is a condition of the lookup, not only of its
+// result: where may be costly (a ledger lookup per row), and the planner
+// tests the cheaper condition first, so where is asked only of rows as
+// near as a copy, whether the plan walks the index or scans the table.
 func nearCopiesSQL(c QColumn, where string) string {
 	if where != "" {
 		where = ` AND ` + where
 	}
 	return `SELECT count(*) FROM unnest($1::text[]::vector[]) AS p(v)
 		CROSS JOIN LATERAL (SELECT ` + c.Ident() + ` <=> p.v AS d FROM ` + c.Table.Ident() +
-		` WHERE ` + c.Ident() + ` IS NOT NULL` + where + ` ORDER BY ` + c.Ident() + ` <=> p.v LIMIT 1) n
-		WHERE n.d <= $2`
+		` WHERE ` + c.Ident() + ` IS NOT NULL AND ` + c.Ident() + ` <=> p.v <= $2` + where +
+		` ORDER BY ` + c.Ident() + ` <=> p.v LIMIT 1) n`
 }
 
 // queueNearCopies queues sql (a nearCopiesSQL) with the probe vectors of

@@ -86,3 +86,61 @@ func TestResidueProbeSeesAVectorColumnCreatedSinceTheLastProbe(t *testing.T) {
 		t.Errorf("second probe: residue %+v; want copies in public.early_copy.v and public.late_copy.v", residue)
 	}
 }
+
+// Skipping the entries of a content index that an erasure still shares
+// costs a ledger lookup (lethe.is_erased_content) per entry looked at. The
+// probe asks it only of an entry as near as a copy: a probe that finds no
+// copy asks nothing, whether the planner scans the table (a small one) or
+// walks its index.
+func TestResidueProbeAsksTheLedgerOnlyAboutNearEntries(t *testing.T) {
+	ctx := context.Background()
+	conn := connect(t, migratedDB(t))
+	mustExec(t, conn, `INSERT INTO memory_derived.embedding_cache (content_sha256, text, embedding, tenant_ids)
+		SELECT md5(i::text), 'cached', (SELECT array_agg(-0.01 - random())::vector FROM generate_series(1, 384) WHERE i > 0), ARRAY['t1']
+		FROM generate_series(1, 300) i`)
+	mustExec(t, conn, `ANALYZE memory_derived.embedding_cache`)
+	var stored string
+	if err := conn.QueryRow(ctx, `SELECT embedding::text FROM memory_derived.embedding_cache LIMIT 1`).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	far := "[" + strings.TrimSuffix(strings.Repeat("1,", 384), ",") + "]" // every stored vector is all negative
+	sql := postgres.ContentNearCopiesSQL("memory_derived", "embedding_cache", "content_sha256", "embedding", "tenant_ids")
+	asked := func(vs ...string) (copies, calls int64) {
+		t.Helper()
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if _, err := tx.Exec(ctx, `SET LOCAL track_functions = 'all'`); err != nil {
+			t.Fatal(err)
+		}
+		// The counts are this backend's not yet flushed: a difference.
+		lookups := func() (n int64) {
+			if err := tx.QueryRow(ctx, `SELECT coalesce(sum(pg_stat_get_xact_function_calls(p.oid)), 0)::bigint
+				FROM pg_proc p WHERE p.oid::regproc::text = 'lethe.is_erased_content'`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		before := lookups()
+		if err := tx.QueryRow(ctx, sql, vs, 1e-6).Scan(&copies); err != nil {
+			t.Fatal(err)
+		}
+		return copies, lookups() - before
+	}
+	for _, plan := range []string{"scan", "index"} {
+		if plan == "scan" {
+			mustExec(t, conn, `SET enable_indexscan = off`)
+		} else {
+			mustExec(t, conn, `RESET enable_indexscan`)
+			mustExec(t, conn, `SET enable_seqscan = off`)
+		}
+		if copies, calls := asked(far, far, far); copies != 0 || calls != 0 {
+			t.Errorf("%s: three vectors near no entry: %d copies, %d ledger lookups; want 0 and 0", plan, copies, calls)
+		}
+		if copies, calls := asked(stored, far); copies != 1 || calls == 0 || calls > 2 {
+			t.Errorf("%s: one vector with a copy: %d copies, %d ledger lookups; want 1 copy, its entry looked up", plan, copies, calls)
+		}
+	}
+}
