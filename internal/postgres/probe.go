@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgvector/pgvector-go"
 
 	"github.com/lethe-dev/lethe/internal/erasure"
@@ -52,6 +53,13 @@ func (e *Eraser) ProbeResidue(ctx context.Context, probe []erasure.Embedding, ma
 	cascade := l.inCascade()
 	rows := probedContentRows(l)
 	var p pipeline
+	// pgvector 0.8's iterative index scans, if a database turns them on,
+	// would walk up to hnsw.max_scan_tuples entries for every vector that
+	// has no copy (most of them) under nearCopiesSQL's distance condition.
+	// Off for this transaction; nothing where the setting does not exist.
+	p.exec("keep iterative index scans off", `SELECT CASE WHEN current_setting('hnsw.iterative_scan', true) IS NOT NULL
+		THEN set_config('hnsw.iterative_scan', 'off', true) END`, nil, func(pgconn.CommandTag) error { return nil })
+	setting := len(p.names)
 	found := map[string]int64{}
 	var order []string
 	for _, c := range cols {
@@ -62,7 +70,7 @@ func (e *Eraser) ProbeResidue(ctx context.Context, probe []erasure.Embedding, ma
 		order = append(order, name)
 		queueNearCopies(&p, c, nearCopiesSQL(c.col, rows[c.col.Table]), vecs, maxDistance, func(n int64) { found[name] += n })
 	}
-	if len(p.names) == 0 {
+	if len(p.names) == setting {
 		return nil, nil
 	}
 	// One round trip for every vector of the sample against every column,

@@ -130,11 +130,17 @@ func TestResidueProbeAsksTheLedgerOnlyAboutNearEntries(t *testing.T) {
 		return copies, lookups() - before
 	}
 	for _, plan := range []string{"scan", "index"} {
+		want := "Seq Scan on embedding_cache"
 		if plan == "scan" {
 			mustExec(t, conn, `SET enable_indexscan = off`)
 		} else {
 			mustExec(t, conn, `RESET enable_indexscan`)
 			mustExec(t, conn, `SET enable_seqscan = off`)
+			want = "Index Scan using embedding_cache_embedding_hnsw on embedding_cache"
+		}
+		literal := strings.NewReplacer("$1", `ARRAY['`+far+`']`, "$2", "1e-6").Replace(sql)
+		if got := strings.Join(queryStrings(t, conn, `EXPLAIN `+literal), "\n"); !strings.Contains(got, want) {
+			t.Fatalf("%s: the plan is not the one this case is about (%s):\n%s", plan, want, got)
 		}
 		if copies, calls := asked(far, far, far); copies != 0 || calls != 0 {
 			t.Errorf("%s: three vectors near no entry: %d copies, %d ledger lookups; want 0 and 0", plan, copies, calls)
