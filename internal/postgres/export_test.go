@@ -40,3 +40,7 @@ func ContentNearCopiesSQL(schema, table, key, vector, tenantColumn string) strin
 	idx := ContentIndex{QColumn: QColumn{Table: Table{Schema: schema, Name: table}, Column: key}, TenantColumn: tenantColumn, TenantList: true}
 	return nearCopiesSQL(QColumn{Table: idx.Table, Column: vector}, probedContentRows(Layout{ContentIndexes: []ContentIndex{idx}})[idx.Table])
 }
+
+// ParameterLoggingSQL is the audit's statement reading the settings that
+// log statement parameters.
+const ParameterLoggingSQL = parameterLoggingSQL

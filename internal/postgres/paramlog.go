@@ -86,19 +86,22 @@ func (p ParameterLogging) Fix() string {
 // bytes, milliseconds), as the current session has them. Statement
 // logging counts when it covers statements Lethe sends samples with
 // (log_statement mod: its DELETEs; all), by duration, or by sampling.
-// Each CASE arm casts only its own setting. (A server older than 13, which
-// has neither length setting, refuses the manager's connections: Connect.)
-const parameterLoggingSQL = `SELECT session_user::text, current_database()::text,
-	(SELECT setting::bigint FROM pg_settings WHERE name = 'log_parameter_max_length'),
-	(SELECT setting::bigint FROM pg_settings WHERE name = 'log_parameter_max_length_on_error'),
-	(SELECT source FROM pg_settings WHERE name = 'log_parameter_max_length'),
-	ARRAY(SELECT name || ' = ' || setting FROM pg_settings WHERE CASE name
+// pg_settings builds a row for every setting the server knows each time it
+// is read, so it is read once (s) and each setting taken from that. Each
+// CASE arm casts only its own setting. (A server older than 13, which has
+// neither length setting, refuses the manager's connections: Connect.)
+const parameterLoggingSQL = `WITH s AS MATERIALIZED (SELECT name, setting, source FROM pg_settings)
+SELECT session_user::text, current_database()::text,
+	(SELECT setting::bigint FROM s WHERE name = 'log_parameter_max_length'),
+	(SELECT setting::bigint FROM s WHERE name = 'log_parameter_max_length_on_error'),
+	(SELECT source FROM s WHERE name = 'log_parameter_max_length'),
+	ARRAY(SELECT name || ' = ' || setting FROM s WHERE CASE name
 		WHEN 'log_statement' THEN setting IN ('mod', 'all')
 		WHEN 'log_min_duration_statement' THEN setting::bigint >= 0
 		WHEN 'log_min_duration_sample' THEN setting::bigint >= 0 AND current_setting('log_statement_sample_rate', true)::float8 > 0
 		WHEN 'log_transaction_sample_rate' THEN setting::float8 > 0
 		ELSE false END ORDER BY name),
-	ARRAY(SELECT name || ' = ' || setting FROM pg_settings WHERE CASE name
+	ARRAY(SELECT name || ' = ' || setting FROM s WHERE CASE name
 		WHEN 'auto_explain.log_min_duration' THEN setting::bigint >= 0
 		WHEN 'pgaudit.log_parameter' THEN setting = 'on'
 		WHEN 'debug_print_parse' THEN setting = 'on'

@@ -269,3 +269,51 @@ func logThrough(t *testing.T, e *postgres.Eraser, from int, name string) string 
 		}
 	}
 }
+
+// The audit names every setting that writes a statement's values into the
+// server log, as the session has it, and none that does not; it reads
+// pg_settings (which builds a row for every setting the server knows) once.
+func TestTheParameterLoggingAuditNamesEverySettingThatLogsValues(t *testing.T) {
+	ctx := context.Background()
+	conn := connect(t, migratedDB(t))
+	read := func() postgres.ParameterLogging {
+		t.Helper()
+		p, err := postgres.AuditParameterLogging(ctx, conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	mustExec(t, conn, `SET log_parameter_max_length = 0`)
+	mustExec(t, conn, `SET log_parameter_max_length_on_error = 0`)
+	if p := read(); !p.Unlogged() || len(p.LoggingNow) != 0 || p.MaxLengthSource != "session" {
+		t.Fatalf("nothing logged: %+v, want unlogged, no logging now, the length from the session", p)
+	}
+	// Settings that log, but not the statements Lethe sends samples with,
+	// or not at all.
+	for _, s := range []string{`log_statement = 'ddl'`, `log_min_duration_statement = -1`, `log_min_duration_sample = 5`,
+		`log_statement_sample_rate = 0`, `log_transaction_sample_rate = 0`, `debug_print_plan = off`} {
+		mustExec(t, conn, `SET `+s)
+	}
+	if p := read(); len(p.LoggingNow) != 0 || len(p.ValuesLoggedBy) != 0 {
+		t.Fatalf("no setting that covers Lethe's statements: %+v, want none named", p)
+	}
+	for _, s := range []string{`log_statement = 'mod'`, `log_min_duration_statement = 0`, `log_statement_sample_rate = 0.5`,
+		`log_transaction_sample_rate = 0.1`, `log_parameter_max_length = 64`, `log_parameter_max_length_on_error = -1`,
+		`debug_print_parse = on`, `debug_print_rewritten = on`, `debug_print_plan = on`} {
+		mustExec(t, conn, `SET `+s)
+	}
+	mustExec(t, conn, `LOAD 'auto_explain'`)
+	mustExec(t, conn, `SET auto_explain.log_min_duration = 0`)
+	p := read()
+	wantNow := []string{"log_min_duration_sample = 5", "log_min_duration_statement = 0", "log_statement = mod", "log_transaction_sample_rate = 0.1"}
+	wantValues := []string{"auto_explain.log_min_duration = 0", "debug_print_parse = on", "debug_print_plan = on", "debug_print_rewritten = on"}
+	if !slices.Equal(p.LoggingNow, wantNow) || !slices.Equal(p.ValuesLoggedBy, wantValues) || p.MaxLength != 64 || p.MaxLengthOnError != -1 || p.Unlogged() {
+		t.Fatalf("every setting logging: %+v, want logging now by %v, values logged by %v, 64 bytes and every byte on error", p, wantNow, wantValues)
+	}
+
+	plan := strings.Join(queryStrings(t, conn, `EXPLAIN `+postgres.ParameterLoggingSQL), "\n")
+	if n := strings.Count(plan, "Function Scan on pg_show_all_settings"); n != 1 {
+		t.Errorf("the audit reads pg_settings %d times, want once:\n%s", n, plan)
+	}
+}
