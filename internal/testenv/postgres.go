@@ -94,7 +94,10 @@ func (p *Postgres) StartServer() error {
 		// Speed over durability: the cluster is thrown away after the tests.
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
 		"-c", "wal_level=replica", "-c", "max_wal_senders=4", "-c", "max_connections=200",
-		"-c", "autovacuum=off")
+		"-c", "autovacuum=off",
+		// The benches read the server's own time per statement; tracking is
+		// off until a bench turns it on for its database.
+		"-c", "shared_preload_libraries=pg_stat_statements", "-c", "pg_stat_statements.track=none")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred}
 	// SIGQUIT is PostgreSQL's immediate shutdown, should the test binary die.
 	proc, err := start("postgres", cmd, syscall.SIGQUIT)
