@@ -285,7 +285,6 @@ func BenchmarkP2OneThousandSessions(b *testing.B) {
 	letheFirst := p2Runs%2 == 0
 	var raw, lethe time.Duration
 	var rawServer, letheServer serverTime
-	var letheStatements []string
 	var res erasure.DeleteResult
 	rawWay := func() {
 		rawServer = clock.measure(func() {
@@ -306,7 +305,6 @@ func BenchmarkP2OneThousandSessions(b *testing.B) {
 			}
 			lethe = time.Since(t1)
 		})
-		letheStatements = clock.top(8)
 	}
 	b.ResetTimer()
 	if letheFirst {
@@ -338,7 +336,7 @@ func BenchmarkP2OneThousandSessions(b *testing.B) {
 		Setting: fmt.Sprintf("%d sessions of 20 child rows, batches of %d", n, *benchBatch), Unit: "×",
 		Runs: []float64{float64(letheServer.total()) / float64(rawServer.total())}})
 	b.Logf("P2 server time (pg_stat_statements, top-level statements): raw %s planning + %s execution in %d statements; Lethe %s + %s in %d, its cascade %s; the most:\n%s",
-		rawServer.plan, rawServer.exec, rawServer.calls, letheServer.plan, letheServer.exec, letheServer.calls, letheServer.cascade, strings.Join(letheStatements, "\n"))
+		rawServer.plan, rawServer.exec, rawServer.calls, letheServer.plan, letheServer.exec, letheServer.calls, letheServer.cascade, strings.Join(letheServer.top(8), "\n"))
 	b.Logf("P2: %d sessions in %d transactions: raw %s, lethe %s (Lethe first: %v); batches by way %+v; ledger rows updated %d, on their page (HOT) %d; ledger %d kB, its indexes %d kB",
 		n, len(res.Batches), raw, lethe, letheFirst, e.Ways(), upd, hot, heapKB, indexKB)
 }

@@ -273,6 +273,7 @@ func logThrough(t *testing.T, e *postgres.Eraser, from int, name string) string 
 // The audit names every setting that writes a statement's values into the
 // server log, as the session has it, and none that does not; it reads
 // pg_settings (which builds a row for every setting the server knows) once.
+// pgaudit is not installed in the test server: its arm is not exercised.
 func TestTheParameterLoggingAuditNamesEverySettingThatLogsValues(t *testing.T) {
 	ctx := context.Background()
 	conn := connect(t, migratedDB(t))
@@ -290,7 +291,8 @@ func TestTheParameterLoggingAuditNamesEverySettingThatLogsValues(t *testing.T) {
 		t.Fatalf("nothing logged: %+v, want unlogged, no logging now, the length from the session", p)
 	}
 	// Settings that log, but not the statements Lethe sends samples with,
-	// or not at all.
+	// or not at all (auto_explain loaded, at its default).
+	mustExec(t, conn, `LOAD 'auto_explain'`)
 	for _, s := range []string{`log_statement = 'ddl'`, `log_min_duration_statement = -1`, `log_min_duration_sample = 5`,
 		`log_statement_sample_rate = 0`, `log_transaction_sample_rate = 0`, `debug_print_plan = off`} {
 		mustExec(t, conn, `SET `+s)
@@ -303,7 +305,6 @@ func TestTheParameterLoggingAuditNamesEverySettingThatLogsValues(t *testing.T) {
 		`debug_print_parse = on`, `debug_print_rewritten = on`, `debug_print_plan = on`} {
 		mustExec(t, conn, `SET `+s)
 	}
-	mustExec(t, conn, `LOAD 'auto_explain'`)
 	mustExec(t, conn, `SET auto_explain.log_min_duration = 0`)
 	p := read()
 	wantNow := []string{"log_min_duration_sample = 5", "log_min_duration_statement = 0", "log_statement = mod", "log_transaction_sample_rate = 0.1"}
@@ -311,6 +312,12 @@ func TestTheParameterLoggingAuditNamesEverySettingThatLogsValues(t *testing.T) {
 	if !slices.Equal(p.LoggingNow, wantNow) || !slices.Equal(p.ValuesLoggedBy, wantValues) || p.MaxLength != 64 || p.MaxLengthOnError != -1 || p.Unlogged() {
 		t.Fatalf("every setting logging: %+v, want logging now by %v, values logged by %v, 64 bytes and every byte on error", p, wantNow, wantValues)
 	}
+	mustExec(t, conn, `SET log_statement = 'all'`)
+	if p := read(); !slices.Contains(p.LoggingNow, "log_statement = all") {
+		t.Fatalf("log_statement = all: %+v, want it named", p)
+	}
+	// Not the EXPLAIN below into the server's log.
+	mustExec(t, conn, `RESET ALL`)
 
 	plan := strings.Join(queryStrings(t, conn, `EXPLAIN `+postgres.ParameterLoggingSQL), "\n")
 	if n := strings.Count(plan, "Function Scan on pg_show_all_settings"); n != 1 {

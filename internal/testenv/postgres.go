@@ -47,7 +47,7 @@ func StartPostgres() (*Postgres, error) {
 			return nil, missing("PostgreSQL "+b, filepath.Join(bin, b), "postgres")
 		}
 	}
-	if err := checkPgvector(bin); err != nil {
+	if err := checkExtensions(bin); err != nil {
 		return nil, err
 	}
 	return startCluster(bin, "lethe-pg-", func(data string, cred *syscall.Credential) error {
@@ -131,15 +131,22 @@ func (p *Postgres) StopServer() {
 	p.proc.stop(syscall.SIGINT, 20*time.Second)
 }
 
-// checkPgvector fails with the install command when vector.control is missing.
-func checkPgvector(bin string) error {
+// checkExtensions fails with the install command when vector.control, or
+// pg_stat_statements.control (contrib, which the server preloads), is
+// missing.
+func checkExtensions(bin string) error {
 	out, err := exec.Command(filepath.Join(bin, "pg_config"), "--sharedir").Output()
 	if err != nil {
 		return missing("pg_config", filepath.Join(bin, "pg_config"), "postgres")
 	}
-	control := filepath.Join(string(trimNL(out)), "extension", "vector.control")
-	if _, err := os.Stat(control); err != nil {
-		return missing("the pgvector extension", control, "postgres")
+	for _, ext := range []struct{ what, control string }{
+		{"the pgvector extension", "vector.control"},
+		{"PostgreSQL's contrib extension pg_stat_statements", "pg_stat_statements.control"},
+	} {
+		control := filepath.Join(string(trimNL(out)), "extension", ext.control)
+		if _, err := os.Stat(control); err != nil {
+			return missing(ext.what, control, "postgres")
+		}
 	}
 	return nil
 }
