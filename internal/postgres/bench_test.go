@@ -80,13 +80,11 @@ func seedBench(t testing.TB, conn *pgx.Conn, prefix string, n, rounds, extra int
 func BenchmarkP1DeleteOneSession(b *testing.B) {
 	ctx := context.Background()
 	dsn := migratedDB(b)
-	trackServerTime(b, dsn)
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer func() { _ = conn.Close(ctx) }()
-	clock := serverClock{tb: b, conn: conn}
 	start := time.Now()
 	ids := seedBench(b, conn, "b1000000", *benchSessions, 400, 100, true)
 	var childRows, vectors int64
@@ -107,7 +105,6 @@ func BenchmarkP1DeleteOneSession(b *testing.B) {
 	// targets are about, take the short way. It is timed on its own.
 	cold := coldDelete(b, e, ids[len(ids)-1])
 	var raw, unsampled, lethe, verify, probe time.Duration
-	var rawServer, unsampledServer, letheServer serverTime
 	var probed int
 	var vacuums []time.Duration
 	// Every session is read before the loop, as a grace period before its
@@ -132,32 +129,26 @@ func BenchmarkP1DeleteOneSession(b *testing.B) {
 		var res erasure.DeleteResult
 		ways := []func(){
 			func() {
-				rawServer = rawServer.add(clock.measure(func() {
-					t0 := time.Now()
-					if _, err := conn.Exec(ctx, `DELETE FROM memory.sessions WHERE id = $1`, ids[3*i]); err != nil {
-						b.Fatal(err)
-					}
-					raw += time.Since(t0)
-				}))
+				t0 := time.Now()
+				if _, err := conn.Exec(ctx, `DELETE FROM memory.sessions WHERE id = $1`, ids[3*i]); err != nil {
+					b.Fatal(err)
+				}
+				raw += time.Since(t0)
 			},
 			func() {
-				unsampledServer = unsampledServer.add(clock.measure(func() {
-					t0 := time.Now()
-					if _, err := e.Delete(ctx, bare[i], 100, 0); err != nil {
-						b.Fatal(err)
-					}
-					unsampled += time.Since(t0)
-				}))
+				t0 := time.Now()
+				if _, err := e.Delete(ctx, bare[i], 100, 0); err != nil {
+					b.Fatal(err)
+				}
+				unsampled += time.Since(t0)
 			},
 			func() {
-				letheServer = letheServer.add(clock.measure(func() {
-					t0 := time.Now()
-					var err error
-					if res, err = e.Delete(ctx, sampled[i], 100, 8); err != nil {
-						b.Fatal(err)
-					}
-					lethe += time.Since(t0)
-				}))
+				t0 := time.Now()
+				var err error
+				if res, err = e.Delete(ctx, sampled[i], 100, 8); err != nil {
+					b.Fatal(err)
+				}
+				lethe += time.Since(t0)
 			},
 		}
 		// Each way goes first, second and third equally often: the first
@@ -199,18 +190,10 @@ func BenchmarkP1DeleteOneSession(b *testing.B) {
 	benchreport.Record(b, benchreport.Row{ID: "P1", Figure: "delete of one session without the residue sample (probe budget 0) / raw cascade", Setting: setting,
 		Unit: "×", Runs: []float64{float64(unsampled) / float64(raw)}})
 	benchreport.Record(b, benchreport.Row{ID: "P1", Figure: "raw cascade, one session", Setting: setting, Unit: "ms", Runs: []float64{ms(raw / n)}})
-	benchreport.Record(b, benchreport.Row{ID: "P1", Figure: "delete of one session, the server's own time (planning + execution) / the raw cascade's", Setting: setting,
-		Unit: "×", Runs: []float64{float64(letheServer.total()) / float64(rawServer.total())}})
-	benchreport.Record(b, benchreport.Row{ID: "P1", Figure: "delete of one session without the residue sample, the server's own time / the raw cascade's", Setting: setting,
-		Unit: "×", Runs: []float64{float64(unsampledServer.total()) / float64(rawServer.total())}})
 	benchreport.Record(b, benchreport.Row{ID: "P1", Figure: "first deletion after a start (long way: schema audit in its transaction) / raw cascade",
 		Setting: setting + "; one session", Unit: "×", Runs: []float64{float64(cold) / float64(raw/n)}})
 	b.Logf("P1: %d sessions each way; lethe/raw = %.2f (without the residue sample %.2f); verification %s, residue probe of %d embeddings %s per session; batches by way %+v (the first the untimed warm-up, %s)",
 		rounds, float64(lethe)/float64(raw), float64(unsampled)/float64(raw), verify/n, probed/rounds, probe/n, e.Ways(), cold)
-	b.Logf("P1 server time per session (pg_stat_statements, top-level statements): raw %s planning + %s execution in %d statements; "+
-		"Lethe %s + %s in %d, its cascade %s; without the residue sample %s + %s in %d, its cascade %s",
-		rawServer.plan/n, rawServer.exec/n, rawServer.calls/int64(rounds), letheServer.plan/n, letheServer.exec/n, letheServer.calls/int64(rounds), letheServer.cascade/n,
-		unsampledServer.plan/n, unsampledServer.exec/n, unsampledServer.calls/int64(rounds), unsampledServer.cascade/n)
 	b.Logf("P1 vacuum (lazy, the tables the deletion touched) after each erased session: median %s (min %s, max %s; %.2f× the raw delete's mean)",
 		vacuums[len(vacuums)/2], vacuums[0], vacuums[len(vacuums)-1], float64(vacuums[len(vacuums)/2])/float64(raw/n))
 }
@@ -243,13 +226,11 @@ var p2Runs int
 func BenchmarkP2OneThousandSessions(b *testing.B) {
 	ctx := context.Background()
 	dsn := migratedDB(b)
-	trackServerTime(b, dsn)
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer func() { _ = conn.Close(ctx) }()
-	clock := serverClock{tb: b, conn: conn}
 	n := *benchP2Sessions
 	rawIDs := seedBench(b, conn, "b2000000", n, 8, 2, false)
 	letheIDs := seedBench(b, conn, "b3000000", n+1, 8, 2, false)
@@ -284,27 +265,22 @@ func BenchmarkP2OneThousandSessions(b *testing.B) {
 	p2Runs++
 	letheFirst := p2Runs%2 == 0
 	var raw, lethe time.Duration
-	var rawServer, letheServer serverTime
 	var res erasure.DeleteResult
 	rawWay := func() {
-		rawServer = clock.measure(func() {
-			t0 := time.Now()
-			for start := 0; start < n; start += *benchBatch {
-				if _, err := conn.Exec(ctx, `DELETE FROM memory.sessions WHERE id = ANY($1::uuid[])`, rawIDs[start:min(start+*benchBatch, n)]); err != nil {
-					b.Fatal(err)
-				}
-			}
-			raw = time.Since(t0)
-		})
-	}
-	letheWay := func() {
-		letheServer = clock.measure(func() {
-			t1 := time.Now()
-			if res, err = e.Delete(ctx, req, *benchBatch, 0); err != nil {
+		t0 := time.Now()
+		for start := 0; start < n; start += *benchBatch {
+			if _, err := conn.Exec(ctx, `DELETE FROM memory.sessions WHERE id = ANY($1::uuid[])`, rawIDs[start:min(start+*benchBatch, n)]); err != nil {
 				b.Fatal(err)
 			}
-			lethe = time.Since(t1)
-		})
+		}
+		raw = time.Since(t0)
+	}
+	letheWay := func() {
+		t1 := time.Now()
+		if res, err = e.Delete(ctx, req, *benchBatch, 0); err != nil {
+			b.Fatal(err)
+		}
+		lethe = time.Since(t1)
 	}
 	b.ResetTimer()
 	if letheFirst {
@@ -332,11 +308,6 @@ func BenchmarkP2OneThousandSessions(b *testing.B) {
 	benchreport.Record(b, benchreport.Row{ID: "P2", Figure: "one request's Deleted step / raw cascade in the same batches",
 		Setting: fmt.Sprintf("%d sessions of 20 child rows, batches of %d", n, *benchBatch), Unit: "×",
 		Runs: []float64{float64(lethe) / float64(raw)}, Target: 1.10, HasTarget: true})
-	benchreport.Record(b, benchreport.Row{ID: "P2", Figure: "one request's Deleted step, the server's own time (planning + execution) / the raw cascade's",
-		Setting: fmt.Sprintf("%d sessions of 20 child rows, batches of %d", n, *benchBatch), Unit: "×",
-		Runs: []float64{float64(letheServer.total()) / float64(rawServer.total())}})
-	b.Logf("P2 server time (pg_stat_statements, top-level statements): raw %s planning + %s execution in %d statements; Lethe %s + %s in %d, its cascade %s; the most:\n%s",
-		rawServer.plan, rawServer.exec, rawServer.calls, letheServer.plan, letheServer.exec, letheServer.calls, letheServer.cascade, strings.Join(letheServer.top(8), "\n"))
 	b.Logf("P2: %d sessions in %d transactions: raw %s, lethe %s (Lethe first: %v); batches by way %+v; ledger rows updated %d, on their page (HOT) %d; ledger %d kB, its indexes %d kB",
 		n, len(res.Batches), raw, lethe, letheFirst, e.Ways(), upd, hot, heapKB, indexKB)
 }

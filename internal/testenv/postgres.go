@@ -47,7 +47,7 @@ func StartPostgres() (*Postgres, error) {
 			return nil, missing("PostgreSQL "+b, filepath.Join(bin, b), "postgres")
 		}
 	}
-	if err := checkExtensions(bin); err != nil {
+	if err := checkPgvector(bin); err != nil {
 		return nil, err
 	}
 	return startCluster(bin, "lethe-pg-", func(data string, cred *syscall.Credential) error {
@@ -94,10 +94,7 @@ func (p *Postgres) StartServer() error {
 		// Speed over durability: the cluster is thrown away after the tests.
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
 		"-c", "wal_level=replica", "-c", "max_wal_senders=4", "-c", "max_connections=200",
-		"-c", "autovacuum=off",
-		// The benches read the server's own time per statement; tracking is
-		// off until a bench turns it on for its database.
-		"-c", "shared_preload_libraries=pg_stat_statements", "-c", "pg_stat_statements.track=none")
+		"-c", "autovacuum=off")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred}
 	// SIGQUIT is PostgreSQL's immediate shutdown, should the test binary die.
 	proc, err := start("postgres", cmd, syscall.SIGQUIT)
@@ -131,22 +128,15 @@ func (p *Postgres) StopServer() {
 	p.proc.stop(syscall.SIGINT, 20*time.Second)
 }
 
-// checkExtensions fails with the install command when vector.control, or
-// pg_stat_statements.control (contrib, which the server preloads), is
-// missing.
-func checkExtensions(bin string) error {
+// checkPgvector fails with the install command when vector.control is missing.
+func checkPgvector(bin string) error {
 	out, err := exec.Command(filepath.Join(bin, "pg_config"), "--sharedir").Output()
 	if err != nil {
 		return missing("pg_config", filepath.Join(bin, "pg_config"), "postgres")
 	}
-	for _, ext := range []struct{ what, control string }{
-		{"the pgvector extension", "vector.control"},
-		{"PostgreSQL's contrib extension pg_stat_statements", "pg_stat_statements.control"},
-	} {
-		control := filepath.Join(string(trimNL(out)), "extension", ext.control)
-		if _, err := os.Stat(control); err != nil {
-			return missing(ext.what, control, "postgres")
-		}
+	control := filepath.Join(string(trimNL(out)), "extension", "vector.control")
+	if _, err := os.Stat(control); err != nil {
+		return missing("the pgvector extension", control, "postgres")
 	}
 	return nil
 }
