@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -56,8 +57,19 @@ func (r *MemoryStoreReconciler) reapTombstones(ctx context.Context, store *lethe
 		if err != nil {
 			return err
 		}
+		erased, err := r.recordedUIDs(ctx, store)
+		if err != nil {
+			return err
+		}
 		for _, h := range holds {
 			if live[h.UID] || h.Started && !compliant {
+				continue
+			}
+			if erased[h.UID] && !h.Started {
+				// The store's record says this request was erased: its rows
+				// in force came back with a restore. Lifting them would make
+				// the sessions readable and cancel what the store's audit
+				// erases again (checkRecord); they stay hidden until it does.
 				continue
 			}
 			if err := r.reap(ctx, store, ledger, h); err != nil {
@@ -90,6 +102,24 @@ func (r *MemoryStoreReconciler) requestUIDs(ctx context.Context) (map[string]boo
 	out := make(map[string]bool, len(list.Items))
 	for _, er := range list.Items {
 		out[string(er.UID)] = true
+	}
+	return out, nil
+}
+
+// recordedUIDs are the requests the store's record holds as erased (none
+// when the store keeps no record). A record that cannot be read is an
+// error: nothing is lifted on a guess.
+func (r *MemoryStoreReconciler) recordedUIDs(ctx context.Context, store *lethev1.MemoryStore) (map[string]bool, error) {
+	if r.Records == nil {
+		return nil, nil
+	}
+	rec, err := r.Records.Keeper.Load(ctx, store.Namespace, store.Name)
+	if err != nil {
+		return nil, fmt.Errorf("read the store's record before reaping: %w", err)
+	}
+	out := make(map[string]bool, len(rec.Entries))
+	for uid := range rec.Entries {
+		out[uid] = true
 	}
 	return out, nil
 }
