@@ -217,6 +217,10 @@ const (
 // ErrTooLateToCancel means some sessions of the request are already erased.
 var ErrTooLateToCancel = errors.New("the deletion has already started; the request can no longer be cancelled")
 
+// ErrCancelled means the request holds a Cancelled receipt: its sessions
+// are not tombstoned again (a pass that read the request before its cancel).
+var ErrCancelled = errors.New("the request was cancelled; its sessions are not tombstoned")
+
 // GraphAttachedKey counts relationships not of the erased provenance (another's,
 // or none) deleted with the erased nodes they were attached to.
 const GraphAttachedKey = "(other provenance, attached to erased nodes)"

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -91,5 +92,74 @@ func waitForLock(t *testing.T, conn *pgx.Conn, pattern string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no statement like %q waited on a lock", pattern)
 		}
+	}
+}
+
+// A request is cancelled while a pass that read it before the cancel is
+// tombstoning its sessions. The worst point: the tombstone's transaction
+// has begun and waits for a session's lock (a derivation in flight holds
+// it) while the cancel, which finds no ledger row yet, runs. Whichever
+// order they commit in, no session may stay tombstoned by a cancelled
+// request, and no ledger row of it may stay in force. A tombstone that
+// starts after the cancel refuses (ErrCancelled) and touches nothing.
+func TestCancelDuringTheTombstoneLeavesNothingHidden(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	seedTenants(t, conn)
+	e := eraser(t, dsn, "t1")
+	req := erasure.Request{UID: "uid-cancelled-mid-tombstone", SessionIDs: []string{sessA}, Grace: time.Hour}
+
+	derivation := connect(t, dsn)
+	if _, err := derivation.Exec(ctx, `SELECT pg_advisory_lock(hashtext('lethe.session'), hashtext($1::text))`, sessA); err != nil {
+		t.Fatal(err)
+	}
+	tombstoned := make(chan error, 1)
+	go func() {
+		_, err := e.Tombstone(ctx, req)
+		tombstoned <- err
+	}()
+	waitForLock(t, conn, "%lethe.session%")
+	cancelled := make(chan error, 1)
+	go func() {
+		_, err := e.Cancel(ctx, req.UID)
+		cancelled <- err
+	}()
+	// Give the cancel time to run to its end, or to wait on the tombstone.
+	select {
+	case err := <-cancelled:
+		cancelled <- err
+	case <-time.After(2 * time.Second):
+	}
+	if _, err := derivation.Exec(ctx, `SELECT pg_advisory_unlock(hashtext('lethe.session'), hashtext($1::text))`, sessA); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-tombstoned; err != nil && !errors.Is(err, erasure.ErrCancelled) {
+		t.Fatalf("tombstone: %v", err)
+	}
+	if err := <-cancelled; err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	assertNothingHidden(t, conn, req)
+
+	// A tombstone that starts once the cancel committed refuses.
+	if _, err := e.Tombstone(ctx, req); !errors.Is(err, erasure.ErrCancelled) {
+		t.Fatalf("a tombstone after the cancel: %v, want ErrCancelled", err)
+	}
+	assertNothingHidden(t, conn, req)
+}
+
+// assertNothingHidden checks that none of req's sessions is tombstoned and
+// that none of its ledger rows is in force, under its Cancelled receipt.
+func assertNothingHidden(t *testing.T, conn *pgx.Conn, req erasure.Request) {
+	t.Helper()
+	if n := count(t, conn, `SELECT count(*) FROM memory.sessions WHERE id = ANY($1::uuid[]) AND tombstoned_at IS NOT NULL`, req.SessionIDs); n != 0 {
+		t.Errorf("%d session(s) tombstoned after their request was cancelled", n)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = $1 AND erased_at IS NULL AND cancelled_at IS NULL`, req.UID); n != 0 {
+		t.Errorf("%d ledger row(s) of the cancelled request in force", n)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM lethe.erasure_receipts WHERE request_uid = $1 AND step = $2`, req.UID, erasure.StepCancelled); n != 1 {
+		t.Errorf("%d Cancelled receipts, want 1", n)
 	}
 }

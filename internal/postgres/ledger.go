@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -78,6 +79,15 @@ func hiddenAtSQL(l Layout) string {
 func (e *Eraser) Tombstone(ctx context.Context, req erasure.Request) (erasure.Plan, error) {
 	var plan erasure.Plan
 	err := e.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx, l Layout) error {
+		// After the request's cancel, or before it (which then lifts what
+		// this writes): never a tombstone committed after the cancel.
+		if _, err := tx.Exec(ctx, lockRequestSQL, req.UID); err != nil {
+			return fmt.Errorf("lock the request: %w", err)
+		}
+		var c erasure.Cancellation
+		if cancelled, err := previousCancel(ctx, tx, req.UID, &c); err != nil || cancelled {
+			return cmp.Or(err, erasure.ErrCancelled)
+		}
 		// The sessions' locks before their rows, in the order a cancel takes
 		// them: the other order deadlocked with an overlapping cancel.
 		if _, err := tx.Exec(ctx, lockSessionsSQL, req.SessionIDs); err != nil {
@@ -248,6 +258,10 @@ func (e *Eraser) Grace(ctx context.Context, uid string) (erasure.GraceState, err
 func (e *Eraser) Cancel(ctx context.Context, uid string) (erasure.Cancellation, error) {
 	var c erasure.Cancellation
 	err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		// A tombstone of the request in flight commits first, and is lifted.
+		if _, err := tx.Exec(ctx, lockRequestSQL, uid); err != nil {
+			return fmt.Errorf("lock the request: %w", err)
+		}
 		// Already cancelled (a retry after a lost status write): report the first run's figures.
 		if done, err := previousCancel(ctx, tx, uid, &c); err != nil || done {
 			return err
@@ -272,6 +286,12 @@ func (e *Eraser) Cancel(ctx context.Context, uid string) (erasure.Cancellation, 
 	})
 	return c, err
 }
+
+// lockRequestSQL takes the request $1's exclusive transaction-scoped lock,
+// before any session's: its tombstone and its cancel run one after the
+// other. A cancel that finds no ledger row locks no session, so without it
+// a tombstone already past its check could commit after the cancel.
+const lockRequestSQL = `SELECT pg_advisory_xact_lock(hashtext('lethe.request'), hashtext($1))`
 
 // lockLedgerSessionsSQL takes, in a fixed order, the sessions' exclusive
 // locks (those of lockSessionsSQL) for every session the request $1 holds
