@@ -7,6 +7,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/erasure"
 )
 
 // CacheOptions is the manager's cache: managedFields dropped from every
@@ -33,7 +34,9 @@ func CacheOptions(stripManagedFields bool) cache.Options {
 // whole, latest object uncached (Reconcile); every other reader of the
 // cache (the store audit, the reaper, the store finalizer, the metrics, the
 // Velero watch, heldCheckpoints) reads only metadata, spec, conditions,
-// phase, plan and the receipt's digest and log checkpoint, which are kept.
+// phase, plan and the receipt's digest and log checkpoint, which are kept,
+// and, until the Backups are rotated, the Backups the step recorded (the
+// metrics' projection of when they expire: backupsInCache).
 //
 // It looks only at what trimming keeps, so it says the same of the object
 // before and after trimming.
@@ -57,7 +60,7 @@ func trimErasureRequests(next toolscache.TransformFunc) toolscache.TransformFunc
 			return obj, nil
 		}
 		st := &er.Status
-		st.History, st.Evidence = nil, nil
+		st.History, st.Evidence = nil, backupsInCache(er)
 		if rc := st.Receipt; rc != nil {
 			kept := &lethev1.Receipt{Digest: rc.Digest, KeyID: rc.KeyID, IssuedAt: rc.IssuedAt}
 			if l := rc.Log; l != nil {
@@ -67,4 +70,23 @@ func trimErasureRequests(next toolscache.TransformFunc) toolscache.TransformFunc
 		}
 		return er, nil
 	}
+}
+
+// backupsInCache is the evidence a trimmed request keeps: while its Backups
+// are not rotated yet, the BackupsRotated step's Backups, each with only
+// what the metrics read (name, expiration, its DeleteBackupRequest, when
+// it was gone); else none.
+func backupsInCache(er *lethev1.ErasureRequest) *lethev1.ErasureEvidence {
+	if er.Status.Phase == lethev1.PhaseBackupsRotated || meta.IsStatusConditionTrue(er.Status.Conditions, lethev1.ConditionBackupsRotated) {
+		return nil
+	}
+	recorded := erasure.RecordedBackups(er)
+	if len(recorded) == 0 {
+		return nil
+	}
+	kept := make([]lethev1.BackupEvidence, len(recorded))
+	for i, b := range recorded {
+		kept[i] = lethev1.BackupEvidence{Name: b.Name, Expiration: b.Expiration, DeleteBackupRequest: b.DeleteBackupRequest, GoneAt: b.GoneAt}
+	}
+	return &lethev1.ErasureEvidence{Steps: []lethev1.StepEvidence{{Step: lethev1.ConditionBackupsRotated, Backups: kept}}}
 }

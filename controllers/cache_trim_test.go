@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -107,5 +108,46 @@ func TestCacheOptionsStripManagedFieldsThenTrim(t *testing.T) {
 	}
 	if keep := CacheOptions(false); keep.DefaultTransform != nil {
 		t.Error("--cache-strip-managed-fields=false still strips")
+	}
+}
+
+// A request past its deletion whose Backups outlive its deadline, as the
+// manager's cache holds it (trimmed): the metrics still project the
+// Backups late and export when they expire, until they are rotated.
+func TestTrimmedRequestStillProjectsItsBackupsLate(t *testing.T) {
+	in := completedForCache(metav1.ConditionTrue)
+	in.Status.Phase = lethev1.PhaseGraphReconciled
+	deadline := metav1.NewTime(time.Now().Add(24 * time.Hour))
+	late := metav1.NewTime(deadline.Add(48 * time.Hour))
+	early := metav1.NewTime(deadline.Add(-time.Hour))
+	in.Status.Deadline = &deadline
+	in.Status.Evidence = &lethev1.ErasureEvidence{Steps: []lethev1.StepEvidence{
+		{Step: lethev1.ConditionDeleted, Note: "deleted"},
+		{Step: lethev1.ConditionBackupsRotated, Note: "shortened", Backups: []lethev1.BackupEvidence{
+			{Name: "nightly-1", StartedAt: &early, OriginalExpiration: &late, Expiration: &late},
+			{Name: "nightly-2", Expiration: &early},
+		}},
+	}}
+	out, err := trimErasureRequests(nil)(in.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*lethev1.ErasureRequest)
+	d := tallyRequests([]lethev1.ErasureRequest{*got}).byNS["ns"]
+	if d == nil || d.lateBackups != 1 || !d.backupsExpireBy.Equal(late.Time) {
+		t.Fatalf("the trimmed request's Backups: %+v, want 1 projected late, expiring by %v", d, late.Time)
+	}
+	if n := len(got.Status.Evidence.Steps); n != 1 || got.Status.Evidence.Steps[0].Note != "" || got.Status.Evidence.Steps[0].Backups[0].OriginalExpiration != nil {
+		t.Errorf("the cache keeps more than the Backups' names and expirations: %+v", got.Status.Evidence)
+	}
+
+	in.Status.Phase = lethev1.PhaseBackupsRotated
+	in.Status.Conditions = append(in.Status.Conditions, metav1.Condition{Type: lethev1.ConditionBackupsRotated, Status: metav1.ConditionTrue, Reason: "BackupsGone"})
+	out, err = trimErasureRequests(nil)(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := out.(*lethev1.ErasureRequest).Status.Evidence; ev != nil {
+		t.Errorf("a request whose Backups are rotated keeps evidence in the cache: %+v", ev)
 	}
 }
