@@ -106,6 +106,10 @@ const (
 	// RuleMissingLineageRequirement: a registered derived table has no enabled lethe.require_lineage
 	// trigger: a derived record without lineage escapes the guard and the deletion.
 	RuleMissingLineageRequirement = "MissingLineageRequirement"
+	// RuleMissingSourceGuard: a column registered in lethe.source_columns has no enabled
+	// lethe.refuse_erased_source trigger on insert and on update of it: re-ingesting an erased
+	// transcript is not refused.
+	RuleMissingSourceGuard = "MissingSourceGuard"
 	// RuleEmptyRegistry: lethe.content_indexes or lethe.lineage_tables has no row (or does not exist):
 	// Lethe cleans only the content-keyed and derived tables registered there.
 	RuleEmptyRegistry = "EmptyRegistry"
@@ -313,7 +317,7 @@ type MemoryStoreSpec struct {
 type SchemaViolation struct {
 	// rule that was broken (MissingTable, NoCascade, VectorOffCascade, NonCascadingKey,
 	// RowSecurityDisabled, RowSecurityNotForced, MissingPolicy, MissingLineageGuard,
-	// MissingLineageRequirement, EmptyRegistry).
+	// MissingLineageRequirement, MissingSourceGuard, EmptyRegistry).
 	// +kubebuilder:validation:MaxLength=64
 	Rule string `json:"rule"`
 	// table the finding is about (schema-qualified).

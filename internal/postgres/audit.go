@@ -48,6 +48,8 @@ type Catalog struct {
 	ContentIndexes []string
 	// Lineages are the tables registered in lethe.lineage_tables, with their triggers.
 	Lineages []GuardedLineage
+	// Sources are the columns registered in lethe.source_columns, with their triggers.
+	Sources []GuardedSource
 }
 
 // Column is a qualified table and one of its columns.
@@ -94,7 +96,8 @@ func (r SchemaReport) Compliant() bool { return len(r.Violations) == 0 }
 //  5. sessions, the tables cascading from it, the registered derived tables
 //     and content indexes have row-level security on, forced, with a policy;
 //  6. every registered lineage table has its guard trigger, every derived
-//     table its lineage requirement;
+//     table its lineage requirement, every registered source column its
+//     refusal trigger;
 //  7. the registries of content indexes and lineage tables are not empty.
 func AuditCatalog(cat Catalog) SchemaReport {
 	reach := cascadeReach(cat)
@@ -115,6 +118,7 @@ func AuditCatalog(cat Catalog) SchemaReport {
 	rep.Violations = append(rep.Violations, nonCascadingKeys(cat, reach, noCascade)...)
 	rep.Violations = append(rep.Violations, rowSecurityOff(cat, reach)...)
 	rep.Violations = append(rep.Violations, lineageUnguarded(cat)...)
+	rep.Violations = append(rep.Violations, sourcesUnguarded(cat)...)
 	rep.Violations = append(rep.Violations, emptyRegistries(cat)...)
 	return rep
 }

@@ -33,6 +33,16 @@ type RowSecurity struct {
 	Policies int
 }
 
+// GuardedSource is a registered source column (lethe.source_columns) and
+// whether its refusal trigger is in place.
+type GuardedSource struct {
+	Table  string
+	Column string
+	// Guarded: an enabled row trigger on insert and on update of Column
+	// runs lethe.refuse_erased_source on Column of Table.
+	Guarded bool
+}
+
 // GuardedLineage is a registered lineage table and its triggers.
 type GuardedLineage struct {
 	Table        string
@@ -50,6 +60,7 @@ type GuardedLineage struct {
 const (
 	contentIndexRegistry = "lethe.content_indexes"
 	lineageRegistry      = "lethe.lineage_tables"
+	sourceRegistry       = "lethe.source_columns"
 )
 
 // nonCascadingKeys are the foreign keys to sessions or to a table cascading
@@ -132,6 +143,19 @@ func lineageUnguarded(cat Catalog) []Violation {
 	return out
 }
 
+// sourcesUnguarded names each registered source column without its
+// refusal trigger.
+func sourcesUnguarded(cat Catalog) []Violation {
+	var out []Violation
+	for _, src := range cat.Sources {
+		if !src.Guarded {
+			out = append(out, Violation{Rule: lethev1.RuleMissingSourceGuard, Table: src.Table, Column: src.Column,
+				Message: fmt.Sprintf("%s has no enabled trigger running lethe.refuse_erased_source('%s') on insert and on update of it: re-ingesting an erased transcript is not refused (as in migration 00006)", src.Table, src.Column)})
+		}
+	}
+	return out
+}
+
 // emptyRegistries names the registry that lists nothing: Lethe cleans only
 // the content-keyed and derived tables registered there.
 func emptyRegistries(cat Catalog) []Violation {
@@ -176,11 +200,26 @@ const (
 		WHERE c.relkind IN ('r', 'p')
 		  AND (c.relrowsecurity OR c.relforcerowsecurity OR EXISTS (SELECT 1 FROM pg_policy p WHERE p.polrelid = c.oid))`
 	// registryExistsSQL: are Lethe's registry tables there (migration 00002)?
-	registryExistsSQL = `SELECT to_regclass('lethe.content_indexes') IS NOT NULL AND to_regclass('lethe.lineage_tables') IS NOT NULL`
+	registryExistsSQL = `SELECT to_regclass('lethe.content_indexes') IS NOT NULL AND to_regclass('lethe.lineage_tables') IS NOT NULL,
+		to_regclass('lethe.source_columns') IS NOT NULL`
 	// contentIndexTablesSQL lists the registered content-keyed tables.
 	contentIndexTablesSQL = `SELECT n.nspname || '.' || c.relname
 		FROM lethe.content_indexes i JOIN pg_class c ON c.oid = i.index_table JOIN pg_namespace n ON n.oid = c.relnamespace
 		ORDER BY 1`
+	// sourceGuardsSQL lists the registered source columns and whether an
+	// enabled row trigger on insert and update (tgtype bits 1, 4 and 16),
+	// its update not narrowed to other columns, runs
+	// lethe.refuse_erased_source with the column as its first argument.
+	sourceGuardsSQL = `SELECT n.nspname || '.' || c.relname, s.source_column::text,
+			EXISTS (SELECT 1 FROM pg_trigger g JOIN pg_proc f ON f.oid = g.tgfoid JOIN pg_namespace fn ON fn.oid = f.pronamespace
+				WHERE g.tgrelid = s.source_table AND fn.nspname = 'lethe' AND f.proname = 'refuse_erased_source'
+				  AND g.tgenabled IN ('O', 'A') AND g.tgtype & 21 = 21 AND g.tgnargs >= 1
+				  AND split_part(encode(g.tgargs, 'escape'), '\000', 1) = s.source_column::text
+				  AND (cardinality(g.tgattr::int2[]) = 0 OR EXISTS (SELECT 1 FROM pg_attribute a
+					WHERE a.attrelid = s.source_table AND a.attname = s.source_column AND a.attnum = ANY (g.tgattr::int2[]))))
+		FROM lethe.source_columns s
+		JOIN pg_class c ON c.oid = s.source_table JOIN pg_namespace n ON n.oid = c.relnamespace
+		ORDER BY 1, 2`
 	// lineageGuardsSQL lists the registered lineage tables, whether an
 	// enabled row trigger on insert (tgtype bits 1 and 4) runs
 	// lethe.refuse_erased_lineage with the source column as its first
@@ -233,12 +272,17 @@ func readRowSecurity(ctx context.Context, q Querier) (map[string]RowSecurity, er
 // readRegistryGuards reads the registered content indexes and lineage
 // tables with their triggers; none when the registry does not exist.
 func readRegistryGuards(ctx context.Context, q Querier, cat *Catalog) error {
-	var exists bool
-	if err := q.QueryRow(ctx, registryExistsSQL).Scan(&exists); err != nil {
+	var exists, sources bool
+	if err := q.QueryRow(ctx, registryExistsSQL).Scan(&exists, &sources); err != nil {
 		return fmt.Errorf("look for Lethe's registry: %w", err)
 	}
 	if cat.RegistryMissing = !exists; cat.RegistryMissing {
 		return nil
+	}
+	if sources {
+		if err := readSourceGuards(ctx, q, cat); err != nil {
+			return err
+		}
 	}
 	var err error
 	if cat.ContentIndexes, err = collectStrings(ctx, q, contentIndexTablesSQL); err != nil {
@@ -255,6 +299,23 @@ func readRegistryGuards(ctx context.Context, q Querier, cat *Catalog) error {
 	})
 	if err != nil {
 		return fmt.Errorf("read %s: %w", lineageRegistry, err)
+	}
+	return nil
+}
+
+// readSourceGuards reads the registered source columns with their triggers.
+func readSourceGuards(ctx context.Context, q Querier, cat *Catalog) error {
+	rows, err := q.Query(ctx, sourceGuardsSQL)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", sourceRegistry, err)
+	}
+	var src GuardedSource
+	_, err = pgx.ForEachRow(rows, []any{&src.Table, &src.Column, &src.Guarded}, func() error {
+		cat.Sources = append(cat.Sources, src)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read %s: %w", sourceRegistry, err)
 	}
 	return nil
 }

@@ -83,6 +83,32 @@ var auditCases = map[string]struct {
 			FOR EACH ROW EXECUTE FUNCTION lethe.refuse_erased_lineage('derived_id')`,
 		[]string{"MissingLineageGuard memory_derived.derivations.source_session_id"},
 	},
+	"source guard dropped": {
+		`DROP TRIGGER sessions_refuse_erased_source ON memory.sessions`,
+		[]string{"MissingSourceGuard memory.sessions.source_path"},
+	},
+	"source guard disabled": {
+		`ALTER TABLE memory.sessions DISABLE TRIGGER sessions_refuse_erased_source`,
+		[]string{"MissingSourceGuard memory.sessions.source_path"},
+	},
+	"source guard on the wrong column": {
+		`DROP TRIGGER sessions_refuse_erased_source ON memory.sessions;
+		 CREATE TRIGGER sessions_refuse_erased_source BEFORE INSERT OR UPDATE ON memory.sessions
+			FOR EACH ROW EXECUTE FUNCTION lethe.refuse_erased_source('tenant_id')`,
+		[]string{"MissingSourceGuard memory.sessions.source_path"},
+	},
+	"source guard on insert only": {
+		`DROP TRIGGER sessions_refuse_erased_source ON memory.sessions;
+		 CREATE TRIGGER sessions_refuse_erased_source BEFORE INSERT ON memory.sessions
+			FOR EACH ROW EXECUTE FUNCTION lethe.refuse_erased_source('source_path')`,
+		[]string{"MissingSourceGuard memory.sessions.source_path"},
+	},
+	"source guard on updates of another column": {
+		`DROP TRIGGER sessions_refuse_erased_source ON memory.sessions;
+		 CREATE TRIGGER sessions_refuse_erased_source BEFORE INSERT OR UPDATE OF tenant_id ON memory.sessions
+			FOR EACH ROW EXECUTE FUNCTION lethe.refuse_erased_source('source_path')`,
+		[]string{"MissingSourceGuard memory.sessions.source_path"},
+	},
 	"lineage requirement dropped": {
 		`DROP TRIGGER profiles_require_lineage ON memory_derived.profiles`,
 		[]string{"MissingLineageRequirement memory_derived.profiles"},
