@@ -249,10 +249,14 @@ func (r Rotator) requestDeletion(ctx context.Context, b *velerov1.Backup, req Re
 }
 
 // finished reports whether Velero is done taking the Backup (whatever the
-// outcome): only then does it process a DeleteBackupRequest for it.
+// outcome): only then does it process a DeleteBackupRequest for it. A
+// Backup in phase Deleting is too: Velero sets that phase before it
+// deletes, never takes it back when the deletion fails, and deletes a
+// Backup in that phase when asked again.
 func finished(b *velerov1.Backup) bool {
 	switch b.Status.Phase {
-	case velerov1.BackupPhaseCompleted, velerov1.BackupPhasePartiallyFailed, velerov1.BackupPhaseFailed, velerov1.BackupPhaseFailedValidation:
+	case velerov1.BackupPhaseCompleted, velerov1.BackupPhasePartiallyFailed, velerov1.BackupPhaseFailed, velerov1.BackupPhaseFailedValidation,
+		velerov1.BackupPhaseDeleting:
 		return true
 	}
 	return false
