@@ -52,6 +52,13 @@ func (r *ErasureRequestReconciler) scope(ctx context.Context, p *pass) (*erasure
 		out := erasure.Outcome{Kind: erasure.Errored, Err: err}
 		if apierrors.IsNotFound(err) {
 			out = erasure.Outcome{Kind: erasure.Waiting, RequeueAfter: r.RetryAfter}
+			if er.Status.Phase == lethev1.PhaseBackupsRotated {
+				// A completed request kept as evidence after its store went
+				// re-verifies at its own interval, not at the retry's: each
+				// pass reads it uncached, and thousands of them would crowd
+				// the API server.
+				out.RequeueAfter = r.ReverifyInterval
+			}
 			if !meta.IsStatusConditionTrue(er.Status.Conditions, lethev1.ConditionTombstoned) {
 				out.Kind = erasure.Stalled
 				out.Condition = &erasure.Condition{Type: lethev1.ConditionTombstoned, Reason: lethev1.ReasonStoreNotFound,
