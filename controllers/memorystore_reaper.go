@@ -53,31 +53,41 @@ func (r *MemoryStoreReconciler) reapTombstones(ctx context.Context, store *lethe
 		return err
 	}
 	if len(holds) > 0 {
-		live, err := r.requestUIDs(ctx)
-		if err != nil {
+		if err := r.reapGone(ctx, store, ledger, holds, compliant); err != nil {
 			return err
-		}
-		erased, err := r.recordedUIDs(ctx, store)
-		if err != nil {
-			return err
-		}
-		for _, h := range holds {
-			if live[h.UID] || h.Started && !compliant {
-				continue
-			}
-			if erased[h.UID] && !h.Started {
-				// The store's record says this request was erased: its rows
-				// in force came back with a restore. Lifting them would make
-				// the sessions readable and cancel what the store's audit
-				// erases again (checkRecord); they stay hidden until it does.
-				continue
-			}
-			if err := r.reap(ctx, store, ledger, h); err != nil {
-				return err
-			}
 		}
 	}
 	return setTombstoneGauges(ctx, store, ledger)
+}
+
+// reapGone reaps the holds whose request is gone, but not those it must
+// leave: a started deletion while the schema is not compliant, and a
+// restored erasure the store's record holds.
+func (r *MemoryStoreReconciler) reapGone(ctx context.Context, store *lethev1.MemoryStore, ledger *postgres.Eraser, holds []erasure.TombstoneHold, compliant bool) error {
+	live, err := r.requestUIDs(ctx)
+	if err != nil {
+		return err
+	}
+	erased, err := r.recordedUIDs(ctx, store)
+	if err != nil {
+		return err
+	}
+	for _, h := range holds {
+		if live[h.UID] || h.Started && !compliant {
+			continue
+		}
+		if erased[h.UID] && !h.Started {
+			// The store's record says this request was erased: its rows
+			// in force came back with a restore. Lifting them would make
+			// the sessions readable and cancel what the store's audit
+			// erases again (checkRecord); they stay hidden until it does.
+			continue
+		}
+		if err := r.reap(ctx, store, ledger, h); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // setTombstoneGauges reads the store's tombstones into its gauges.

@@ -79,14 +79,8 @@ func hiddenAtSQL(l Layout) string {
 func (e *Eraser) Tombstone(ctx context.Context, req erasure.Request) (erasure.Plan, error) {
 	var plan erasure.Plan
 	err := e.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx, l Layout) error {
-		// After the request's cancel, or before it (which then lifts what
-		// this writes): never a tombstone committed after the cancel.
-		if _, err := tx.Exec(ctx, lockRequestSQL, req.UID); err != nil {
-			return fmt.Errorf("lock the request: %w", err)
-		}
-		var c erasure.Cancellation
-		if cancelled, err := previousCancel(ctx, tx, req.UID, &c); err != nil || cancelled {
-			return cmp.Or(err, erasure.ErrCancelled)
+		if err := lockUncancelled(ctx, tx, req.UID); err != nil {
+			return err
 		}
 		// The sessions' locks before their rows, in the order a cancel takes
 		// them: the other order deadlocked with an overlapping cancel.
@@ -285,6 +279,22 @@ func (e *Eraser) Cancel(ctx context.Context, uid string) (erasure.Cancellation, 
 		return receipt{uid: uid, step: erasure.StepCancelled, sessions: int(lifted), of: map[string]string{"cancelled": uid}}.write(ctx, tx)
 	})
 	return c, err
+}
+
+// lockUncancelled takes the request's lock and refuses with
+// erasure.ErrCancelled when it was cancelled: a tombstone runs after the
+// request's cancel, or before it (which then lifts what it writes), never
+// commits after it.
+func lockUncancelled(ctx context.Context, tx pgx.Tx, uid string) error {
+	if _, err := tx.Exec(ctx, lockRequestSQL, uid); err != nil {
+		return fmt.Errorf("lock the request: %w", err)
+	}
+	var c erasure.Cancellation
+	cancelled, err := previousCancel(ctx, tx, uid, &c)
+	if err != nil || cancelled {
+		return cmp.Or(err, erasure.ErrCancelled)
+	}
+	return nil
 }
 
 // lockRequestSQL takes the request $1's exclusive transaction-scoped lock,
