@@ -259,7 +259,7 @@ func (r *MemoryStoreReconciler) observeDatabase(ctx context.Context, store *leth
 		// The condition says only that the check failed; the cause is here.
 		ctrl.LoggerFrom(ctx).Error(f.receiptLog.err, "check the store's receipt log against the checkpoints its requests hold")
 	}
-	if err := r.reapTombstones(ctx, store, f.schema != nil && f.schema.Compliant()); err != nil {
+	if _, err := r.reapTombstones(ctx, store, f.schema != nil && f.schema.Compliant()); err != nil {
 		// Retried on the next audit; the tombstones keep hiding the sessions meanwhile.
 		ctrl.LoggerFrom(ctx).Error(err, "reap tombstones whose request is gone")
 	}

@@ -55,9 +55,17 @@ func (r *MemoryStoreReconciler) release(ctx context.Context, store *lethev1.Memo
 		return ctrl.Result{RequeueAfter: r.NotReadyRetry}, nil
 	}
 	// Tombstones of requests deleted before (without a status that said
-	// so) end now: nothing would reap them once the store is gone.
-	if err := r.reapTombstones(ctx, store, true); err != nil {
+	// so) end now: nothing would reap them once the store is gone. A
+	// restored erasure of a gone request is erased again by the store's
+	// audit, not lifted: the store waits for it.
+	left, err := r.reapTombstones(ctx, store, true)
+	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("a last reap of the store's tombstones before it goes: %w", err)
+	}
+	if left > 0 {
+		r.Recorder.Eventf(store, nil, corev1.EventTypeNormal, ReasonWaitingForRequests, "Finalize",
+			"deleted while %d request(s) that are gone have erasures a restore took back: held until its audit erases them again", left)
+		return ctrl.Result{RequeueAfter: r.NotReadyRetry}, nil
 	}
 	controllerutil.RemoveFinalizer(store, StoreFinalizer)
 	if err := patchFinalizers(ctx, r.Client, store); err != nil && !apierrors.IsNotFound(err) {

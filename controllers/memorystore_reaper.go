@@ -34,11 +34,14 @@ const (
 // graph pruned) when it had. No tombstone is a soft delete that lasts.
 // It sets the gauge of the store's tombstoned sessions.
 // A deletion is finished only when the schema is compliant (finishing
-// could leave rows behind otherwise); lifting needs nothing.
-func (r *MemoryStoreReconciler) reapTombstones(ctx context.Context, store *lethev1.MemoryStore, compliant bool) error {
+// could leave rows behind otherwise); lifting needs nothing. Tombstones of
+// an erasure a restore took back, which a record holds, are neither: the
+// store's audit erases them again. It returns how many requests' such
+// tombstones it left.
+func (r *MemoryStoreReconciler) reapTombstones(ctx context.Context, store *lethev1.MemoryStore, compliant bool) (int, error) {
 	ledger, err := r.Connector.Ledger(ctx, store)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	minAge := r.ReapMinAge
 	if minAge <= 0 {
@@ -46,48 +49,56 @@ func (r *MemoryStoreReconciler) reapTombstones(ctx context.Context, store *lethe
 	}
 	// The gauges first: a reap that fails must not leave them stale.
 	if err := setTombstoneGauges(ctx, store, ledger); err != nil {
-		return err
+		return 0, err
 	}
 	holds, err := ledger.HeldTombstones(ctx, minAge)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	left := 0
 	if len(holds) > 0 {
-		if err := r.reapGone(ctx, store, ledger, holds, compliant); err != nil {
-			return err
+		if left, err = r.reapGone(ctx, store, ledger, holds, compliant); err != nil {
+			return 0, err
 		}
 	}
-	return setTombstoneGauges(ctx, store, ledger)
+	return left, setTombstoneGauges(ctx, store, ledger)
 }
 
 // reapGone reaps the holds whose request is gone, but not those it must
 // leave: a started deletion while the schema is not compliant, and a
-// restored erasure the store's record holds.
-func (r *MemoryStoreReconciler) reapGone(ctx context.Context, store *lethev1.MemoryStore, ledger *postgres.Eraser, holds []erasure.TombstoneHold, compliant bool) error {
+// restored erasure a store's record holds. It returns how many of the
+// latter it left.
+func (r *MemoryStoreReconciler) reapGone(ctx context.Context, store *lethev1.MemoryStore, ledger *postgres.Eraser, holds []erasure.TombstoneHold, compliant bool) (int, error) {
 	live, err := r.requestUIDs(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	erased, err := r.recordedUIDs(ctx, store)
-	if err != nil {
-		return err
-	}
+	var erased map[string]bool
+	left := 0
 	for _, h := range holds {
 		if live[h.UID] || h.Started && !compliant {
 			continue
 		}
-		if erased[h.UID] && !h.Started {
-			// The store's record says this request was erased: its rows
-			// in force came back with a restore. Lifting them would make
-			// the sessions readable and cancel what the store's audit
-			// erases again (checkRecord); they stay hidden until it does.
-			continue
+		if !h.Started {
+			if erased == nil {
+				if erased, err = r.recordedUIDs(ctx); err != nil {
+					return 0, err
+				}
+			}
+			if erased[h.UID] {
+				// A record says this request was erased: its rows in force
+				// came back with a restore. Lifting them would make the
+				// sessions readable and cancel what the store's audit erases
+				// again (checkRecord); they stay hidden until it does.
+				left++
+				continue
+			}
 		}
 		if err := r.reap(ctx, store, ledger, h); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return nil
+	return left, nil
 }
 
 // setTombstoneGauges reads the store's tombstones into its gauges.
@@ -116,22 +127,18 @@ func (r *MemoryStoreReconciler) requestUIDs(ctx context.Context) (map[string]boo
 	return out, nil
 }
 
-// recordedUIDs are the requests the store's record holds as erased (none
-// when the store keeps no record). A record that cannot be read is an
+// recordedUIDs are the requests every store's record holds as erased
+// (none when no record is kept). Records that cannot be read are an
 // error: nothing is lifted on a guess.
-func (r *MemoryStoreReconciler) recordedUIDs(ctx context.Context, store *lethev1.MemoryStore) (map[string]bool, error) {
+func (r *MemoryStoreReconciler) recordedUIDs(ctx context.Context) (map[string]bool, error) {
 	if r.Records == nil {
-		return nil, nil
+		return map[string]bool{}, nil
 	}
-	rec, err := r.Records.Keeper.Load(ctx, store.Namespace, store.Name)
+	uids, err := r.Records.Keeper.RecordedUIDs(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("read the store's record before reaping: %w", err)
+		return nil, fmt.Errorf("read the erasure records before reaping: %w", err)
 	}
-	out := make(map[string]bool, len(rec.Entries))
-	for uid := range rec.Entries {
-		out[uid] = true
-	}
-	return out, nil
+	return uids, nil
 }
 
 // reap ends one gone request's tombstones.

@@ -4,26 +4,40 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/controllers"
 )
 
 // A request erased and then deleted; the database is restored (a real
 // pg_dump taken in its grace period, a real pg_restore) to a state where
 // its sessions are tombstoned with its ledger rows in force, and where the
 // store's audit cannot erase them again yet (a table holding session rows
-// without a cascading key, in the dump too). The reaper sees tombstones of
-// a gone request whose deletion never started: it must not lift them, the
-// store's record says the request was erased. Once the schema is fixed the
-// audit erases them again.
+// without a cascading key, in the dump too). The reapers of its store and
+// of another store on the same database see tombstones of a gone request
+// whose deletion never started: they must not lift them, a store's record
+// says the request was erased. The store, deleted then,
+// waits; once the schema is fixed its audit erases them again and it goes.
 func TestReaperLeavesARestoredErasureToTheRecord(t *testing.T) {
 	ctx := context.Background()
 	e := newMemoryEnv(t, "restore-reap")
 	db := databaseOf(t, e.dsn)
+	// Another store, in another namespace, on the same database and tenant:
+	// its reaper sees the same tombstones, and its own record lacks the
+	// request.
+	shared := newNamespace(t, "restore-reap-shared")
+	createSecret(t, shared, "pg", map[string]string{"dsn": e.dsn})
+	other := newStore(shared, func(s *lethev1.MemoryStore) { s.Spec.TenantID = "t1" })
+	if err := k8s.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, other, lethev1.MemoryStoreReady, metav1.ConditionTrue, lethev1.ReasonAllReady)
 	er := e.request(t, "forget", func(er *lethev1.ErasureRequest) {
 		er.Spec.Immediate, er.Spec.Reason = false, ""
 		er.Spec.GracePeriod = &metav1.Duration{Duration: time.Hour}
@@ -63,9 +77,24 @@ func TestReaperLeavesARestoredErasureToTheRecord(t *testing.T) {
 	if n, m := e.count(t, hidden, []string{erasedA, erasedA2}), e.count(t, inForce, uid); n != 2 || m != 2 {
 		t.Fatalf("after the restore: %d sessions tombstoned, %d ledger rows in force, want 2 and 2: the restore did not happen", n, m)
 	}
-	// The status patch follows the reaper in the same audit: once the store
-	// reads non-compliant, an audit of the restored database has reaped.
-	waitCondition(t, e.store, lethev1.MemoryStoreSchemaCompliant, metav1.ConditionFalse, lethev1.ReasonViolationsFound)
+	// The status patch follows the reaper in the same audit: once each store
+	// names a violation made after the restore, an audit of the restored
+	// database has reaped.
+	if _, err := e.conn.Exec(ctx, `CREATE TABLE memory.session_tags (session_id uuid, tag text)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, store := range []*lethev1.MemoryStore{e.store, other} {
+		eventually(t, 30*time.Second, func() error {
+			got := &lethev1.MemoryStore{}
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(store), got); err != nil {
+				return err
+			}
+			if sc := got.Status.Schema; sc == nil || !slices.ContainsFunc(sc.Violations, func(v lethev1.SchemaViolation) bool { return v.Table == "memory.session_tags" }) {
+				return fmt.Errorf("the audit of store %s/%s does not name memory.session_tags yet", store.Namespace, store.Name)
+			}
+			return nil
+		})
+	}
 	if n := e.count(t, hidden, []string{erasedA, erasedA2}); n != 2 {
 		t.Errorf("%d of 2 restored sessions of the erased request still tombstoned: the reaper lifted an erasure the store's record holds", n)
 	}
@@ -73,7 +102,22 @@ func TestReaperLeavesARestoredErasureToTheRecord(t *testing.T) {
 		t.Errorf("%d Cancelled receipts for an erased request", n)
 	}
 
-	if _, err := e.conn.Exec(ctx, `DROP TABLE memory.session_notes`); err != nil {
+	// The store deleted now waits for the re-erasure: its last reap leaves
+	// the restored erasure too, and nothing would erase it once it is gone.
+	if err := k8s.Delete(ctx, e.store); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		if n := storeEvents(t, e.store, controllers.ReasonWaitingForRequests); n == 0 {
+			return fmt.Errorf("no %s event: the store did not wait for the re-erasure", controllers.ReasonWaitingForRequests)
+		}
+		return nil
+	})
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(e.store), &lethev1.MemoryStore{}); err != nil {
+		t.Fatalf("the store went with a restored erasure not erased again: %v", err)
+	}
+
+	if _, err := e.conn.Exec(ctx, `DROP TABLE memory.session_notes; DROP TABLE memory.session_tags`); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, func() error {
@@ -88,5 +132,11 @@ func TestReaperLeavesARestoredErasureToTheRecord(t *testing.T) {
 			t.Errorf("session %s: the ledger does not hold it erased again (%v)", id, err)
 		}
 	}
-	waitCondition(t, e.store, lethev1.MemoryStoreErasuresIntact, metav1.ConditionTrue, lethev1.ReasonErasuresHeld)
+	eventually(t, 30*time.Second, func() error {
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(e.store), &lethev1.MemoryStore{})
+		if err == nil {
+			return fmt.Errorf("the store is still there after the re-erasure")
+		}
+		return client.IgnoreNotFound(err)
+	})
 }

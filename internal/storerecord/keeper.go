@@ -113,6 +113,23 @@ func (k *Keeper) shards(ctx context.Context, namespace, store string) ([]*corev1
 	return out, nil
 }
 
+// RecordedUIDs are the requests every store's record in the cluster
+// holds: a database may be shared by stores, and a store renamed leaves
+// its record under its old name. Only the entries' names are read.
+func (k *Keeper) RecordedUIDs(ctx context.Context) (map[string]bool, error) {
+	list := &corev1.ConfigMapList{}
+	if err := k.Reader.List(ctx, list, client.HasLabels{LabelStore}); err != nil {
+		return nil, fmt.Errorf("read the erasure records: %w", err)
+	}
+	out := map[string]bool{}
+	for _, cm := range list.Items {
+		for uid := range cm.Data {
+			out[uid] = true
+		}
+	}
+	return out, nil
+}
+
 // key reads the records' key, creating it when create is set.
 func (k *Keeper) key(ctx context.Context, create bool) ([]byte, error) {
 	if k.KeySecret.Name == "" {
