@@ -163,6 +163,9 @@ const (
 	ReasonGraceElapsed        = "GracePeriodElapsed"
 	ReasonImmediate           = "Immediate"
 	ReasonCancelled           = "Cancelled"
+	// ReasonCancelledInDatabase: the database holds a Cancelled receipt for a request whose spec
+	// does not cancel it (its tombstones were lifted as if it were gone); it is not tombstoned again.
+	ReasonCancelledInDatabase = "CancelledInDatabase"
 	ReasonDryRun              = "DryRun"
 	ReasonDeleting            = "Deleting"
 	ReasonSessionsDeleted     = "SessionsDeleted"

@@ -119,6 +119,9 @@ func (g GraceWait) tombstoneAgain(ctx context.Context, s *Scope, gs GraceState, 
 	// after the recorded end.
 	req.Grace = max(end.Add(retombstoneMargin).Sub(gs.Now), retombstoneMargin)
 	plan, err := s.Ledger.Tombstone(ctx, req)
+	if errors.Is(err, ErrCancelled) {
+		return cancelledInTheDatabase(g.Config, lethev1.ConditionGracePeriodElapsed)
+	}
 	if err != nil {
 		return failed(g.Config, lethev1.ConditionGracePeriodElapsed, lethev1.ReasonDatabaseUnavailable,
 			"the database holds no ledger row of the request (restored from before it?); tombstoning its sessions again failed: retried", err)

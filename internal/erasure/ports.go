@@ -29,7 +29,8 @@ type Ledger interface {
 	Plan(ctx context.Context, req Request) (Plan, error)
 	// Tombstone hides the request's sessions, writes their ledger rows and
 	// the Tombstoned receipt in one transaction; a repeat reports the first
-	// run's clock readings.
+	// run's clock readings. ErrCancelled once the request's cancel ran: a
+	// tombstone never commits after it.
 	Tombstone(ctx context.Context, req Request) (Plan, error)
 	// Grace reads the end of the request's grace period by the database's clock.
 	Grace(ctx context.Context, uid string) (GraceState, error)

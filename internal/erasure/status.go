@@ -66,6 +66,7 @@ var stalledReasons = map[string]bool{
 	lethev1.ReasonStoreNotFound:        true,
 	lethev1.ReasonGracePeriodTooShort:  true,
 	lethev1.ReasonBackupDeletionFailed: true,
+	lethev1.ReasonCancelledInDatabase:  true,
 }
 
 // summary computes Ready and Stalled from the step conditions.

@@ -2,6 +2,7 @@ package erasure
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -45,6 +46,9 @@ func (t Tombstoning) Run(ctx context.Context, s *Scope) Outcome {
 		return out
 	}
 	plan, err := s.Ledger.Tombstone(ctx, req)
+	if errors.Is(err, ErrCancelled) {
+		return cancelledInTheDatabase(t.Config, lethev1.ConditionTombstoned)
+	}
 	if err != nil {
 		return failed(t.Config, lethev1.ConditionTombstoned, lethev1.ReasonDatabaseUnavailable,
 			"the tombstone transaction failed; Lethe retries", err)
@@ -66,6 +70,17 @@ func (t Tombstoning) Run(ctx context.Context, s *Scope) Outcome {
 		CompletedAt: mtime(plan.TombstonedAt), Counts: ps.Rows, Note: note}
 	out.Milestone = &Milestone{Phase: lethev1.PhaseTombstoned, At: plan.TombstonedAt, Evidence: ps, Note: note}
 	return out
+}
+
+// cancelledInTheDatabase is the outcome of a tombstone the database
+// refused (ErrCancelled) for a request whose spec does not cancel it: a
+// Cancelled receipt says its tombstones were lifted as if it were gone. A
+// pass that read the request before its cancel ends here too; its status
+// write then conflicts and the next pass reads the cancel.
+func cancelledInTheDatabase(cfg Config, cond string) Outcome {
+	return stalled(cfg.ReverifyInterval, cond, lethev1.ReasonCancelledInDatabase,
+		"the database holds a Cancelled receipt for this request (its tombstones were lifted as if it were gone): "+
+			"its sessions are not tombstoned again; apply the request again under a new name")
 }
 
 // graceAllowed refuses, before anything is touched, a grace period below

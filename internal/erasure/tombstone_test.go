@@ -72,6 +72,8 @@ func TestTombstoningRun(t *testing.T) {
 		Message: "tombstoned on the primary; waiting for every replica to replay the tombstone (until then a replica serves the sessions)"}
 	tombReplicaDown := &Condition{Type: lethev1.ConditionTombstoned, Reason: lethev1.ReasonReplicaLagging,
 		Message: "tombstoned on the primary; a replica could not be asked whether it replayed the tombstone and is retried"}
+	cancelledOut := Outcome{Kind: Stalled, RequeueAfter: testConfig.ReverifyInterval, Condition: &Condition{Type: lethev1.ConditionTombstoned, Reason: lethev1.ReasonCancelledInDatabase,
+		Message: "the database holds a Cancelled receipt for this request (its tombstones were lifted as if it were gone): its sessions are not tombstoned again; apply the request again under a new name"}}
 	runCases(t, runTombstoning, map[string]stepCase{
 		"SessionsFound": {reason: "The sessions found are tombstoned: plan, grace end, evidence and milestone come from the transaction, by the database's clock.",
 			er: atTombstone(), fakes: fakes{ledger: tombstoneReturns(foundPlan(), nil), replicas: replicasAt(true, nil)},
@@ -98,6 +100,9 @@ func TestTombstoningRun(t *testing.T) {
 			er: atTombstone(), fakes: fakes{ledger: tombstoneReturns(Plan{}, fmt.Errorf("open primary: %w", errConfig))},
 			want: stepWant{out: Outcome{Kind: Waiting, Condition: configCond, RequeueAfter: testConfig.RetryAfter},
 				status: after(atTombstone(), withCond(configCond)), calls: []string{tombCall}}},
+		"CancelledInTheDatabase": {reason: "A request whose cancel the database holds (its tombstones lifted as if it were gone) is not tombstoned again: it stalls, saying so, for a human to apply it again.",
+			er: atTombstone(), fakes: fakes{ledger: tombstoneReturns(Plan{}, fmt.Errorf("tombstone: %w", ErrCancelled))},
+			want: stepWant{out: cancelledOut, status: after(atTombstone(), withCond(cancelledOut.Condition)), calls: []string{tombCall}}},
 		"AlreadyTombstoned": {reason: "A step whose condition is True is done without calling any port, even with spec.cancel set (the grace step's business).",
 			er: reached(1, cancelled), want: stepWant{out: Outcome{Kind: Done}, status: after(reached(1))}},
 	})

@@ -125,12 +125,9 @@ func TestCancelDuringTheTombstoneLeavesNothingHidden(t *testing.T) {
 		_, err := e.Cancel(ctx, req.UID)
 		cancelled <- err
 	}()
-	// Give the cancel time to run to its end, or to wait on the tombstone.
-	select {
-	case err := <-cancelled:
-		cancelled <- err
-	case <-time.After(2 * time.Second):
-	}
+	// The cancel waits for the tombstone's transaction, which holds the
+	// request's lock.
+	waitForLock(t, conn, "%lethe.request%")
 	if _, err := derivation.Exec(ctx, `SELECT pg_advisory_unlock(hashtext('lethe.session'), hashtext($1::text))`, sessA); err != nil {
 		t.Fatal(err)
 	}
