@@ -12,8 +12,9 @@ import (
 
 // CacheOptions is the manager's cache: managedFields dropped from every
 // object when stripManagedFields is set (the controllers never read them),
-// and requests past their deletion kept without their evidence
-// (trimForCache). The cache holds every request ever applied, so what a
+// and requests past their deletion kept without their evidence but, while
+// they wait for their Backups, the latest expiration among them
+// (trimErasureRequests). The cache holds every request ever applied, so what a
 // completed one keeps there is most of the manager's memory at 10,000 (P3).
 func CacheOptions(stripManagedFields bool) cache.Options {
 	var strip toolscache.TransformFunc
@@ -35,7 +36,7 @@ func CacheOptions(stripManagedFields bool) cache.Options {
 // cache (the store audit, the reaper, the store finalizer, the metrics, the
 // Velero watch, heldCheckpoints) reads only metadata, spec, conditions,
 // phase, plan and the receipt's digest and log checkpoint, which are kept,
-// and, until the Backups are rotated, the Backups the step recorded (the
+// and, until the Backups are rotated, the one that expires last (the
 // metrics' projection of when they expire: backupsInCache).
 //
 // It looks only at what trimming keeps, so it says the same of the object
@@ -73,20 +74,23 @@ func trimErasureRequests(next toolscache.TransformFunc) toolscache.TransformFunc
 }
 
 // backupsInCache is the evidence a trimmed request keeps: while its Backups
-// are not rotated yet, the BackupsRotated step's Backups, each with only
-// what the metrics read (name, expiration, its DeleteBackupRequest, when
-// it was gone); else none.
+// are not rotated yet, the one of them not gone that expires last, with
+// its name and expiration only (what the metrics' projection reads:
+// latestRemainingExpiration); else none.
 func backupsInCache(er *lethev1.ErasureRequest) *lethev1.ErasureEvidence {
 	if er.Status.Phase == lethev1.PhaseBackupsRotated || meta.IsStatusConditionTrue(er.Status.Conditions, lethev1.ConditionBackupsRotated) {
 		return nil
 	}
-	recorded := erasure.RecordedBackups(er)
-	if len(recorded) == 0 {
+	latest, ok := latestRemainingExpiration(er)
+	if !ok {
 		return nil
 	}
-	kept := make([]lethev1.BackupEvidence, len(recorded))
-	for i, b := range recorded {
-		kept[i] = lethev1.BackupEvidence{Name: b.Name, Expiration: b.Expiration, DeleteBackupRequest: b.DeleteBackupRequest, GoneAt: b.GoneAt}
+	var kept lethev1.BackupEvidence
+	for _, b := range erasure.RecordedBackups(er) {
+		if b.GoneAt == nil && b.DeleteBackupRequest == "" && b.Expiration != nil && b.Expiration.Time.Equal(latest) {
+			kept = lethev1.BackupEvidence{Name: b.Name, Expiration: b.Expiration}
+			break
+		}
 	}
-	return &lethev1.ErasureEvidence{Steps: []lethev1.StepEvidence{{Step: lethev1.ConditionBackupsRotated, Backups: kept}}}
+	return &lethev1.ErasureEvidence{Steps: []lethev1.StepEvidence{{Step: lethev1.ConditionBackupsRotated, Backups: []lethev1.BackupEvidence{kept}}}}
 }

@@ -137,8 +137,9 @@ func TestTrimmedRequestStillProjectsItsBackupsLate(t *testing.T) {
 	if d == nil || d.lateBackups != 1 || !d.backupsExpireBy.Equal(late.Time) {
 		t.Fatalf("the trimmed request's Backups: %+v, want 1 projected late, expiring by %v", d, late.Time)
 	}
-	if n := len(got.Status.Evidence.Steps); n != 1 || got.Status.Evidence.Steps[0].Note != "" || got.Status.Evidence.Steps[0].Backups[0].OriginalExpiration != nil {
-		t.Errorf("the cache keeps more than the Backups' names and expirations: %+v", got.Status.Evidence)
+	if st := got.Status.Evidence.Steps; len(st) != 1 || st[0].Note != "" || len(st[0].Backups) != 1 ||
+		st[0].Backups[0].Name != "nightly-1" || st[0].Backups[0].OriginalExpiration != nil || st[0].Backups[0].StartedAt != nil {
+		t.Errorf("the cache keeps more than the name and expiration of the Backup that expires last: %+v", got.Status.Evidence)
 	}
 
 	in.Status.Phase = lethev1.PhaseBackupsRotated
