@@ -34,12 +34,13 @@ type RowSecurity struct {
 }
 
 // GuardedSource is a registered source column (lethe.source_columns) and
-// whether its refusal trigger is in place.
+// whether its refusal is in place.
 type GuardedSource struct {
 	Table  string
 	Column string
-	// Guarded: an enabled row trigger on insert and on update of Column
-	// runs lethe.refuse_erased_source on Column of Table.
+	// Guarded: enabled row triggers without a WHEN condition run
+	// lethe.refuse_erased_source on Column of Table on insert and on
+	// update of Column.
 	Guarded bool
 }
 
@@ -206,19 +207,25 @@ const (
 	contentIndexTablesSQL = `SELECT n.nspname || '.' || c.relname
 		FROM lethe.content_indexes i JOIN pg_class c ON c.oid = i.index_table JOIN pg_namespace n ON n.oid = c.relnamespace
 		ORDER BY 1`
-	// sourceGuardsSQL lists the registered source columns and whether an
-	// enabled row trigger on insert and update (tgtype bits 1, 4 and 16),
-	// its update not narrowed to other columns, runs
-	// lethe.refuse_erased_source with the column as its first argument.
+	// sourceGuardsSQL lists the registered source columns and whether
+	// enabled row triggers without a WHEN condition run
+	// lethe.refuse_erased_source with the column as their first argument
+	// (compared as bytes) on insert (tgtype bits 1 and 4) and on update
+	// of the column (bits 1 and 16, not narrowed to other columns): one
+	// trigger or two.
 	sourceGuardsSQL = `SELECT n.nspname || '.' || c.relname, s.source_column::text,
-			EXISTS (SELECT 1 FROM pg_trigger g JOIN pg_proc f ON f.oid = g.tgfoid JOIN pg_namespace fn ON fn.oid = f.pronamespace
-				WHERE g.tgrelid = s.source_table AND fn.nspname = 'lethe' AND f.proname = 'refuse_erased_source'
-				  AND g.tgenabled IN ('O', 'A') AND g.tgtype & 21 = 21 AND g.tgnargs >= 1
-				  AND split_part(encode(g.tgargs, 'escape'), '\000', 1) = s.source_column::text
-				  AND (cardinality(g.tgattr::int2[]) = 0 OR EXISTS (SELECT 1 FROM pg_attribute a
-					WHERE a.attrelid = s.source_table AND a.attname = s.source_column AND a.attnum = ANY (g.tgattr::int2[]))))
+			coalesce(bool_or(g.tgtype & 5 = 5), false)
+			AND coalesce(bool_or(g.tgtype & 17 = 17 AND (cardinality(g.tgattr::int2[]) = 0 OR a.attnum = ANY (g.tgattr::int2[]))), false)
 		FROM lethe.source_columns s
 		JOIN pg_class c ON c.oid = s.source_table JOIN pg_namespace n ON n.oid = c.relnamespace
+		LEFT JOIN pg_attribute a ON a.attrelid = s.source_table AND a.attname = s.source_column
+		LEFT JOIN LATERAL (SELECT t.tgtype, t.tgattr FROM pg_trigger t
+			JOIN pg_proc f ON f.oid = t.tgfoid JOIN pg_namespace fn ON fn.oid = f.pronamespace
+			WHERE t.tgrelid = s.source_table AND fn.nspname = 'lethe' AND f.proname = 'refuse_erased_source'
+			  AND t.tgenabled IN ('O', 'A') AND t.tgqual IS NULL AND t.tgnargs >= 1
+			  AND substring(t.tgargs FROM 1 FOR octet_length(convert_to(s.source_column::text, current_setting('server_encoding'))) + 1)
+				= convert_to(s.source_column::text, current_setting('server_encoding')) || '\x00'::bytea) g ON true
+		GROUP BY 1, 2
 		ORDER BY 1, 2`
 	// lineageGuardsSQL lists the registered lineage tables, whether an
 	// enabled row trigger on insert (tgtype bits 1 and 4) runs

@@ -109,6 +109,12 @@ var auditCases = map[string]struct {
 			FOR EACH ROW EXECUTE FUNCTION lethe.refuse_erased_source('source_path')`,
 		[]string{"MissingSourceGuard memory.sessions.source_path"},
 	},
+	"source guard only under a WHEN condition": {
+		`DROP TRIGGER sessions_refuse_erased_source ON memory.sessions;
+		 CREATE TRIGGER sessions_refuse_erased_source BEFORE INSERT OR UPDATE OF source_path ON memory.sessions
+			FOR EACH ROW WHEN (NEW.tenant_id = 'nobody') EXECUTE FUNCTION lethe.refuse_erased_source('source_path')`,
+		[]string{"MissingSourceGuard memory.sessions.source_path"},
+	},
 	"lineage requirement dropped": {
 		`DROP TRIGGER profiles_require_lineage ON memory_derived.profiles`,
 		[]string{"MissingLineageRequirement memory_derived.profiles"},
@@ -246,4 +252,33 @@ func primedPasses(t *testing.T, dsn string, conn *pgx.Conn) func() *postgres.Era
 		}
 	}
 	return pass
+}
+
+// Every shape of refusal that covers a registered source column on insert
+// and on update of it passes the audit: one trigger on every update, or
+// one trigger per event.
+func TestAuditTakesEverySourceGuardThatRefuses(t *testing.T) {
+	for name, setup := range map[string]string{
+		"on insert or any update": `DROP TRIGGER sessions_refuse_erased_source ON memory.sessions;
+			CREATE TRIGGER sessions_refuse_erased_source BEFORE INSERT OR UPDATE ON memory.sessions
+				FOR EACH ROW EXECUTE FUNCTION lethe.refuse_erased_source('source_path')`,
+		"a trigger per event": `DROP TRIGGER sessions_refuse_erased_source ON memory.sessions;
+			CREATE TRIGGER sessions_refuse_erased_source_ins BEFORE INSERT ON memory.sessions
+				FOR EACH ROW EXECUTE FUNCTION lethe.refuse_erased_source('source_path');
+			CREATE TRIGGER sessions_refuse_erased_source_upd BEFORE UPDATE OF tenant_id, source_path ON memory.sessions
+				FOR EACH ROW EXECUTE FUNCTION lethe.refuse_erased_source('source_path')`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			conn := connect(t, migratedDB(t))
+			mustExec(t, conn, setup)
+			rep, err := postgres.AuditSchema(ctx, conn, "memory")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := violationNames(rep); len(got) != 0 {
+				t.Errorf("audit reports %v, want none", got)
+			}
+		})
+	}
 }
