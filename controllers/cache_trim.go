@@ -7,7 +7,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
-	"github.com/lethe-dev/lethe/internal/erasure"
 )
 
 // CacheOptions is the manager's cache: managedFields dropped from every
@@ -76,21 +75,15 @@ func trimErasureRequests(next toolscache.TransformFunc) toolscache.TransformFunc
 // backupsInCache is the evidence a trimmed request keeps: while its Backups
 // are not rotated yet, the one of them not gone that expires last, with
 // its name and expiration only (what the metrics' projection reads:
-// latestRemainingExpiration); else none.
+// lastToExpire); else none.
 func backupsInCache(er *lethev1.ErasureRequest) *lethev1.ErasureEvidence {
 	if er.Status.Phase == lethev1.PhaseBackupsRotated || meta.IsStatusConditionTrue(er.Status.Conditions, lethev1.ConditionBackupsRotated) {
 		return nil
 	}
-	latest, ok := latestRemainingExpiration(er)
+	last, ok := lastToExpire(er)
 	if !ok {
 		return nil
 	}
-	var kept lethev1.BackupEvidence
-	for _, b := range erasure.RecordedBackups(er) {
-		if b.GoneAt == nil && b.DeleteBackupRequest == "" && b.Expiration != nil && b.Expiration.Time.Equal(latest) {
-			kept = lethev1.BackupEvidence{Name: b.Name, Expiration: b.Expiration}
-			break
-		}
-	}
+	kept := lethev1.BackupEvidence{Name: last.Name, Expiration: last.Expiration}
 	return &lethev1.ErasureEvidence{Steps: []lethev1.StepEvidence{{Step: lethev1.ConditionBackupsRotated, Backups: []lethev1.BackupEvidence{kept}}}}
 }

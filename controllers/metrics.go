@@ -205,16 +205,27 @@ func (c *requestCollector) export(ch chan<- prometheus.Metric, t requestTally) {
 // recorded Backups that are not gone yet. A Backup Velero was asked to delete
 // (immediate) goes now, whatever its expiration says.
 func latestRemainingExpiration(er *lethev1.ErasureRequest) (time.Time, bool) {
-	var latest time.Time
+	b, ok := lastToExpire(er)
+	if !ok {
+		return time.Time{}, false
+	}
+	return b.Expiration.Time, true
+}
+
+// lastToExpire is the recorded Backup, not gone and not asked to be
+// deleted, whose expiration is the latest.
+func lastToExpire(er *lethev1.ErasureRequest) (lethev1.BackupEvidence, bool) {
+	var last lethev1.BackupEvidence
+	found := false
 	for _, b := range erasure.RecordedBackups(er) {
 		if b.GoneAt != nil || b.DeleteBackupRequest != "" || b.Expiration == nil {
 			continue
 		}
-		if b.Expiration.After(latest) {
-			latest = b.Expiration.Time
+		if !found || b.Expiration.After(last.Expiration.Time) {
+			last, found = b, true
 		}
 	}
-	return latest, !latest.IsZero()
+	return last, found
 }
 
 func unix(t time.Time) float64 { return float64(t.UnixMilli()) / 1000 }
