@@ -32,16 +32,17 @@ func (e *ErasureRecords) Add(ctx context.Context, store *lethev1.MemoryStore, er
 		return nil
 	}
 	var sources []string
+	var ledgerKey string
 	if store != nil {
 		var err error
-		if sources, err = e.Connector.SourceHashes(ctx, store, string(er.UID)); err != nil {
+		if sources, ledgerKey, err = e.Connector.SourceHashes(ctx, store, string(er.UID)); err != nil {
 			return err
 		}
 	}
 	found := erasure.FoundRequest(er).SessionIDs
 	erasedAt := deleted.LastTransitionTime.Time
 	return e.Keeper.Add(ctx, er.Namespace, er.Spec.StoreRef.Name, string(er.UID), func(key []byte) storerecord.Entry {
-		return storerecord.NewEntry(key, erasedAt, found, sources)
+		return storerecord.NewEntry(key, erasedAt, found, sources, ledgerKey)
 	})
 }
 
@@ -51,12 +52,12 @@ func (e *ErasureRecords) AddErased(ctx context.Context, store *lethev1.MemorySto
 	if e == nil {
 		return nil
 	}
-	sources, err := e.Connector.SourceHashes(ctx, store, string(uid))
+	sources, ledgerKey, err := e.Connector.SourceHashes(ctx, store, string(uid))
 	if err != nil {
 		return err
 	}
 	return e.Keeper.Add(ctx, store.Namespace, store.Name, string(uid), func(key []byte) storerecord.Entry {
-		return storerecord.NewEntry(key, erasedAt, sessionIDs, sources)
+		return storerecord.NewEntry(key, erasedAt, sessionIDs, sources, ledgerKey)
 	})
 }
 

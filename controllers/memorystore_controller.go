@@ -109,10 +109,11 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 
 	before := store.DeepCopy()
 	wasReady := meta.IsStatusConditionTrue(store.Status.Conditions, lethev1.MemoryStoreReady)
-	wasIntact := !meta.IsStatusConditionFalse(store.Status.Conditions, lethev1.MemoryStoreErasuresIntact)
+	intactWas := erasuresIntactWas(store)
 	wasConsistent := !meta.IsStatusConditionFalse(store.Status.Conditions, lethev1.MemoryStoreReceiptLogConsistent)
 	r.setStatus(store, facts)
-	r.reportRestore(store, facts, wasIntact)
+	r.reportRestore(store, facts, intactWas != lethev1.ReasonRestoreDetected)
+	r.reportKeyChange(store, facts, intactWas)
 	r.reportReceiptLog(ctx, store, facts.receiptLog, wasConsistent)
 	requeue := auditRetry(facts, r.sweepIfDue(ctx, store, facts), r.NotReadyRetry)
 
@@ -238,13 +239,14 @@ func (r *MemoryStoreReconciler) observeDatabase(ctx context.Context, store *leth
 		f.schema = &rep
 	}
 	ectx, ecancel := context.WithTimeout(ctx, r.ProbeTimeout)
-	f.restores, f.affected, f.erasuresErr = r.checkErasures(ectx, store)
+	f.erasuresErr = r.checkErasures(ectx, store, f)
 	ecancel()
 	if f.erasuresErr != nil {
 		// The condition says only that the check failed; the cause is here.
 		ctrl.LoggerFrom(ctx).Error(f.erasuresErr, "check the erasures of the store's requests")
 	} else {
 		metrics.StoreLastAudit.WithLabelValues(store.Namespace, store.Name).Set(float64(r.Clock.Now().Unix()))
+		metrics.ErasuresUnderAnotherKey.WithLabelValues(store.Namespace, store.Name).Set(float64(len(f.underAnotherKey)))
 	}
 	rctx, rcancel := context.WithTimeout(ctx, r.ProbeTimeout)
 	f.redaction, f.redactionErr = r.Connector.AuditRedaction(rctx, store, r.RedactionSample)
@@ -292,7 +294,9 @@ func (r *MemoryStoreReconciler) forget(key types.NamespacedName) {
 // while another finalizer keeps it, is audited no more, and its age must
 // not raise LetheStoreAuditOverdue.
 func forgetAudits(key types.NamespacedName) {
-	metrics.StoreLastAudit.Delete(prometheus.Labels{"namespace": key.Namespace, "store": key.Name})
+	labels := prometheus.Labels{"namespace": key.Namespace, "store": key.Name}
+	metrics.StoreLastAudit.Delete(labels)
+	metrics.ErasuresUnderAnotherKey.Delete(labels)
 }
 
 func sameSchema(a, b *lethev1.SchemaStatus) bool {

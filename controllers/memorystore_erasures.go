@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -21,13 +22,14 @@ import (
 // restore of the database brings erased sessions back and takes the ledger
 // back with them. The store's record does the same for requests whose
 // object is gone, and those are erased again here (no request is left to
-// do it). It returns the findings and the live requests they concern.
-func (r *MemoryStoreReconciler) checkErasures(ctx context.Context, store *lethev1.MemoryStore) ([]erasure.RestoreFinding, []*lethev1.ErasureRequest, error) {
+// do it). It sets the findings, the live requests they concern and the
+// recorded erasures under another ledger key in f.
+func (r *MemoryStoreReconciler) checkErasures(ctx context.Context, store *lethev1.MemoryStore, f *storeFacts) error {
 	list := &lethev1.ErasureRequestList{}
 	// Read from the cache without copying (the namespace's every request, each
 	// audit); nothing here or in what it returns is changed.
 	if err := r.Client.List(ctx, list, client.InNamespace(store.Namespace), client.UnsafeDisableDeepCopy); err != nil {
-		return nil, nil, err
+		return err
 	}
 	byUID := map[string]*lethev1.ErasureRequest{}
 	var reqs []erasure.Request
@@ -41,43 +43,55 @@ func (r *MemoryStoreReconciler) checkErasures(ctx context.Context, store *lethev
 	}
 	findings, err := r.Connector.CheckErasures(ctx, store, reqs)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	if r.Records != nil {
-		more, err := r.checkRecord(ctx, store, byUID)
+		more, otherKey, err := r.checkRecord(ctx, store, byUID)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		findings = mergeFindings(findings, more)
+		f.underAnotherKey = otherKey
 	}
-	affected := make([]*lethev1.ErasureRequest, 0, len(findings))
-	for _, f := range findings {
-		if er := byUID[f.UID]; er != nil {
-			affected = append(affected, er)
+	f.restores = findings
+	f.affected = make([]*lethev1.ErasureRequest, 0, len(findings))
+	for _, fd := range findings {
+		if er := byUID[fd.UID]; er != nil {
+			f.affected = append(f.affected, er)
 		}
 	}
-	return findings, affected, nil
+	return nil
 }
 
 // checkRecord records the live requests the store's record lacks, checks
 // the database against every recorded erasure, and erases again those
-// whose request object is gone.
-func (r *MemoryStoreReconciler) checkRecord(ctx context.Context, store *lethev1.MemoryStore, live map[string]*lethev1.ErasureRequest) ([]erasure.RestoreFinding, error) {
+// whose request object is gone. It also returns the recorded requests
+// whose erasure was taken under another erasure key than the database's:
+// erasing again cannot mend those, only the key they were taken under.
+func (r *MemoryStoreReconciler) checkRecord(ctx context.Context, store *lethev1.MemoryStore,
+	live map[string]*lethev1.ErasureRequest) (findings []erasure.RestoreFinding, underAnotherKey []string, err error) {
 	rec, err := r.Records.Keeper.Load(ctx, store.Namespace, store.Name)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for uid, er := range live {
 		if _, ok := rec.Entries[uid]; !ok {
 			if err := r.Records.Add(ctx, store, er); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 	}
+	if len(rec.Entries) > 0 {
+		current, err := r.Connector.ErasureKeyID(ctx, store)
+		if err != nil {
+			return nil, nil, err
+		}
+		underAnotherKey = rec.UnderOtherKey(current)
+	}
 	all, gone := recorded(rec, live)
-	findings, err := r.Connector.CheckRecorded(ctx, store, all)
+	findings, err = r.Connector.CheckRecorded(ctx, store, all)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, f := range findings {
 		entry, ok := gone[f.UID]
@@ -85,19 +99,19 @@ func (r *MemoryStoreReconciler) checkRecord(ctx context.Context, store *lethev1.
 			// The request erases its sessions again itself; the sources
 			// only the record still knows.
 			if _, err := r.Connector.RestoreSources(ctx, store, f.UID, rec.Entries[f.UID].Sources); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			continue
 		}
 		rc := erasure.Recorded{UID: f.UID, Sessions: len(entry.Sessions), Sources: entry.Sources}
 		res, err := r.Connector.ReeraseRecorded(ctx, store, rc, rec.Matcher(entry))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, lethev1.ReasonResurrected, "Erase",
 			"recorded erasure %s (request object gone): %d session(s) erased again, %d ledger row(s) put back", f.UID, res.Sessions, res.LedgerRowsRestored)
 	}
-	return findings, nil
+	return findings, underAnotherKey, nil
 }
 
 // mergeFindings adds to a the findings of b for requests a does not name.
@@ -137,6 +151,26 @@ func (r *MemoryStoreReconciler) reportRestore(store *lethev1.MemoryStore, facts 
 		default:
 		}
 	}
+}
+
+// erasuresIntactWas is the reason of the store's ErasuresIntact condition
+// when it is False, else empty: what the audits already reported.
+func erasuresIntactWas(store *lethev1.MemoryStore) string {
+	if c := meta.FindStatusCondition(store.Status.Conditions, lethev1.MemoryStoreErasuresIntact); c != nil && c.Status == metav1.ConditionFalse {
+		return c.Reason
+	}
+	return ""
+}
+
+// reportKeyChange says, when the condition comes to say it, that recorded
+// erasures were taken under another erasure key than the database's. No
+// request can mend it by erasing again: a human puts the key back.
+func (r *MemoryStoreReconciler) reportKeyChange(store *lethev1.MemoryStore, facts storeFacts, was string) {
+	if was == lethev1.ReasonErasureKeyChanged || erasuresIntactWas(store) != lethev1.ReasonErasureKeyChanged {
+		return
+	}
+	r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, lethev1.ReasonErasureKeyChanged, "Audit",
+		"%d recorded erasure(s) were taken under another erasure key than the database's: their erased sources are no longer refused at ingestion", len(facts.underAnotherKey))
 }
 
 // auditRetry is how soon the store is audited again, given requeue (the

@@ -18,8 +18,11 @@ const (
 	MemoryStoreReady = "Ready"
 	// MemoryStoreErasuresIntact: the database still holds every erasure the
 	// store's requests completed (False, RestoreDetected, after a restore of
-	// the database brought erased sessions or took ledger rows back). It is
-	// not part of Ready: the requests erase again by themselves.
+	// the database brought erased sessions or took ledger rows back; False,
+	// ErasureKeyChanged, when the database's erasure key is not the one the
+	// store's record says they were taken under). It is not part of Ready:
+	// the requests erase again by themselves, and new erasures hold under a
+	// new key; an alert asks a human to put a changed key back.
 	MemoryStoreErasuresIntact = "ErasuresIntact"
 	// MemoryStoreRedactionCompliant: every column spec.postgres.redactedColumns
 	// names has Lethe's redaction trigger, enabled, and a bounded sample of
@@ -63,6 +66,10 @@ const (
 	ReasonNotReady           = "NotReady"
 	ReasonErasuresHeld       = "ErasuresHeld"
 	ReasonRestoreDetected    = "RestoreDetected"
+	// ReasonErasureKeyChanged: the database's erasure key is not the one
+	// the store's record says its erasures were taken under; erasing again
+	// cannot mend it, putting the key back does.
+	ReasonErasureKeyChanged  = "ErasureKeyChanged"
 	ReasonErasureCheckFailed = "ErasureCheckFailed"
 	// RedactionCompliant reasons.
 	ReasonRedacted                = "Redacted"

@@ -13,13 +13,24 @@ import (
 const graphPruneLimit = 10000
 
 // SourceHashes lists the keyed source hashes the request uid holds in the
-// store's ledger, for the store's record.
-func (c *Connector) SourceHashes(ctx context.Context, store *lethev1.MemoryStore, uid string) ([]string, error) {
+// store's ledger, and the fingerprint of the key they are hashed under, for
+// the store's record.
+func (c *Connector) SourceHashes(ctx context.Context, store *lethev1.MemoryStore, uid string) ([]string, string, error) {
 	ledger, err := c.Ledger(ctx, store)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	return ledger.SourceHashes(ctx, uid)
+}
+
+// ErasureKeyID is the fingerprint of the store's database's erasure key;
+// empty when the database has none.
+func (c *Connector) ErasureKeyID(ctx context.Context, store *lethev1.MemoryStore) (string, error) {
+	ledger, err := c.Ledger(ctx, store)
+	if err != nil {
+		return "", err
+	}
+	return ledger.ErasureKeyID(ctx)
 }
 
 // CheckRecorded reports the recorded requests whose erasure the store's

@@ -49,6 +49,15 @@ var (
 		Help: "Unix time of the last MemoryStore audit that checked the store's erasures against its database (restore detection), whatever it found.",
 	}, []string{"namespace", "store"})
 
+	// ErasuresUnderAnotherKey is how many of each store's recorded erasures
+	// were taken under another erasure key than its database holds now:
+	// the database matches none of their keyed hashes (a restore into a
+	// freshly migrated database). It does not heal by itself.
+	ErasuresUnderAnotherKey = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "lethe_memorystore_erasures_under_another_key",
+		Help: "Erasures in the MemoryStore's record taken under another erasure key (lethe.erasure_key) than the database's now: their erased sources are no longer refused at ingestion.",
+	}, []string{"namespace", "store"})
+
 	// GraphSweepRemoved counts graph elements removed by sweeps.
 	GraphSweepRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lethe_graph_sweep_removed_total",
@@ -137,7 +146,8 @@ var (
 // controller-runtime's registry at start.
 func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{GraphPruned, GraphReappearedPruned, GraphSweeps, GraphSweepRemoved, GraphSweepLastCompletion, GraphProvenanceless, GraphSweepDuration,
-		StepDuration, RowsDeleted, TombstoneReaper, TombstoneReaperRows, TombstonedSessions, TombstoneOverdue, TombstonesReaped, BackupWork, RestoresDetected, StoreLastAudit}
+		StepDuration, RowsDeleted, TombstoneReaper, TombstoneReaperRows, TombstonedSessions, TombstoneOverdue, TombstonesReaped, BackupWork, RestoresDetected, StoreLastAudit,
+		ErasuresUnderAnotherKey}
 }
 
 func init() {

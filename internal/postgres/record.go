@@ -15,8 +15,11 @@ import (
 // found by hashing the IDs the database holds.
 
 const (
-	// sourceLedgerSQL lists the keyed source hashes the request $1 holds.
-	sourceLedgerSQL = `SELECT record_id FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'source' AND cancelled_at IS NULL ORDER BY 1`
+	// sourceLedgerSQL lists the keyed source hashes the request $1 holds,
+	// with the fingerprint of the key they are hashed under.
+	// With no key (its row deleted) the fingerprint is empty.
+	sourceLedgerSQL = `SELECT coalesce(lethe.erasure_key_id(), ''), array(SELECT record_id FROM lethe.erasure_ledger
+		WHERE request_uid = $1 AND scope = 'source' AND cancelled_at IS NULL ORDER BY 1)`
 	// recordedSQL compares, per request $1 with $2 sessions and $3 sources
 	// recorded, the ledger's erased session rows and source rows: what is
 	// missing, and how many of the sessions its rows name exist again.
@@ -36,9 +39,21 @@ const (
 		SELECT count(*) FROM i`
 )
 
-// SourceHashes lists the keyed hashes of the sources the request uid erased.
-func (e *Eraser) SourceHashes(ctx context.Context, uid string) ([]string, error) {
-	return collectStrings(ctx, e.Pool, sourceLedgerSQL, uid)
+// SourceHashes lists the keyed hashes of the sources the request uid
+// erased, and the fingerprint of the database's erasure key
+// (lethe.erasure_key_id) they are hashed under; empty when the database
+// has no key.
+func (e *Eraser) SourceHashes(ctx context.Context, uid string) (hashes []string, keyID string, err error) {
+	err = e.Pool.QueryRow(ctx, sourceLedgerSQL, uid).Scan(&keyID, &hashes)
+	return hashes, keyID, err
+}
+
+// ErasureKeyID is the fingerprint of the database's erasure key, under
+// which every keyed hash in the ledger is taken; empty when it has none.
+func (e *Eraser) ErasureKeyID(ctx context.Context) (string, error) {
+	var id string
+	err := e.Pool.QueryRow(ctx, `SELECT coalesce(lethe.erasure_key_id(), '')`).Scan(&id)
+	return id, err
 }
 
 // CheckRecorded reports the recorded requests whose erasure the database no

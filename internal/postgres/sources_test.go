@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -153,5 +155,47 @@ func TestOverlappingRequestsBothEnd(t *testing.T) {
 	}
 	if res, err := e.Reerase(ctx, second); err != nil || !res.Skipped {
 		t.Errorf("re-erasure of the second request: %+v %v, want nothing to do", res, err)
+	}
+}
+
+// The erasure key's fingerprint names the key: stable while it stays,
+// another once it is replaced, empty without one. Lethe's role reads it
+// (with the source hashes it records), the application's cannot.
+func TestErasureKeyIDNamesTheKey(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	conn := connect(t, dsn)
+	e := eraser(t, asRole(t, conn, dsn, "lethe_manager", "lethe_operator"), "t1")
+	id, err := e.ErasureKeyID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^hmac-sha256:[0-9a-f]{32}$`).MatchString(id) {
+		t.Fatalf("key fingerprint %q, want hmac-sha256: and 32 hex digits", id)
+	}
+	if _, keyID, err := e.SourceHashes(ctx, "uid-none"); err != nil || keyID != id {
+		t.Errorf("the source hashes' key %q (%v), want the database's %q", keyID, err, id)
+	}
+	if again, err := e.ErasureKeyID(ctx); err != nil || again != id {
+		t.Errorf("fingerprint read again: %q (%v), want %q", again, err, id)
+	}
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `SET LOCAL ROLE memory_app; SELECT lethe.erasure_key_id()`)
+		return err
+	})
+	if !strings.Contains(fmt.Sprint(err), "permission denied") {
+		t.Errorf("the application role read the key's fingerprint: %v, want permission denied", err)
+	}
+	if _, err := conn.Exec(ctx, `UPDATE lethe.erasure_key SET key = lethe.gen_random_bytes(32)`); err != nil {
+		t.Fatal(err)
+	}
+	if other, err := e.ErasureKeyID(ctx); err != nil || other == id || other == "" {
+		t.Errorf("fingerprint after the key was replaced: %q (%v), want another than %q", other, err, id)
+	}
+	if _, err := conn.Exec(ctx, `DELETE FROM lethe.erasure_key`); err != nil {
+		t.Fatal(err)
+	}
+	if none, err := e.ErasureKeyID(ctx); err != nil || none != "" {
+		t.Errorf("fingerprint without a key: %q (%v), want empty", none, err)
 	}
 }

@@ -30,6 +30,12 @@ type Entry struct {
 	// Sources are the ledger's keyed hashes of the erased sessions' source
 	// identifiers (lethe.source_hash), sorted.
 	Sources []string `json:"sources,omitempty"`
+	// LedgerKey is the fingerprint (lethe.erasure_key_id) of the database's
+	// erasure key when the erasure was recorded: Sources, and the ledger's
+	// content rows, are HMACs under it, and a database with another key
+	// matches none of them. Empty in entries recorded before it was kept,
+	// or without the store.
+	LedgerKey string `json:"ledgerKey,omitempty"`
 }
 
 // Record is a store's record: the key and the entries by request UID.
@@ -45,9 +51,10 @@ func Hash(key []byte, sessionID string) string {
 	return hex.EncodeToString(m.Sum(nil)[:16])
 }
 
-// NewEntry hashes the session IDs with key.
-func NewEntry(key []byte, erasedAt time.Time, sessionIDs, sources []string) Entry {
-	e := Entry{ErasedAt: erasedAt.UTC().Truncate(time.Second), Sources: slices.Sorted(slices.Values(sources))}
+// NewEntry hashes the session IDs with key; ledgerKey is the fingerprint
+// of the database's erasure key that sources are hashed under.
+func NewEntry(key []byte, erasedAt time.Time, sessionIDs, sources []string, ledgerKey string) Entry {
+	e := Entry{ErasedAt: erasedAt.UTC().Truncate(time.Second), Sources: slices.Sorted(slices.Values(sources)), LedgerKey: ledgerKey}
 	for _, id := range sessionIDs {
 		e.Sessions = append(e.Sessions, Hash(key, id))
 	}
@@ -61,6 +68,21 @@ func (r Record) Matcher(e Entry) func(sessionID string) bool {
 		_, found := slices.BinarySearch(e.Sessions, Hash(r.Key, id))
 		return found
 	}
+}
+
+// UnderOtherKey lists, sorted, the requests whose entry was recorded under
+// a ledger key other than current (the database's now; empty when it has
+// none): the database matches none of their keyed hashes. Entries that do
+// not say their key are not listed.
+func (r Record) UnderOtherKey(current string) []string {
+	var uids []string
+	for uid, e := range r.Entries {
+		if e.LedgerKey != "" && e.LedgerKey != current {
+			uids = append(uids, uid)
+		}
+	}
+	slices.Sort(uids)
+	return uids
 }
 
 func encode(e Entry) (string, error) {

@@ -3,6 +3,7 @@ package storerecord_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +24,7 @@ const id1, id2, other = "00000000-0000-4000-8000-000000000001", "00000000-0000-4
 // key does not match, and the entry's text holds no ID.
 func TestEntryMatchesItsSessionsOnlyUnderItsKey(t *testing.T) {
 	key, otherKey := []byte(strings.Repeat("k", 32)), []byte(strings.Repeat("x", 32))
-	e := storerecord.NewEntry(key, time.Unix(1e9, 0), []string{id2, id1}, []string{"b", "a"})
+	e := storerecord.NewEntry(key, time.Unix(1e9, 0), []string{id2, id1}, []string{"b", "a"}, "hmac-sha256:k1")
 	match := storerecord.Record{Key: key}.Matcher(e)
 	if !match(id1) || !match(id2) || match(other) {
 		t.Errorf("matcher: %v %v %v, want true true false", match(id1), match(id2), match(other))
@@ -36,6 +37,29 @@ func TestEntryMatchesItsSessionsOnlyUnderItsKey(t *testing.T) {
 	}
 	if e.Sources[0] != "a" {
 		t.Errorf("sources %v not sorted", e.Sources)
+	}
+	if e.LedgerKey != "hmac-sha256:k1" {
+		t.Errorf("ledger key %q, want the one given", e.LedgerKey)
+	}
+}
+
+// The entries recorded under another ledger key than the database's are
+// named; those that do not say theirs are not (recorded before it was kept).
+func TestRecordNamesTheEntriesUnderAnotherLedgerKey(t *testing.T) {
+	r := storerecord.Record{Entries: map[string]storerecord.Entry{
+		"b-old": {LedgerKey: "hmac-sha256:k1"},
+		"a-old": {LedgerKey: "hmac-sha256:k1"},
+		"now":   {LedgerKey: "hmac-sha256:k2"},
+		"older": {},
+	}}
+	if got := r.UnderOtherKey("hmac-sha256:k2"); !slices.Equal(got, []string{"a-old", "b-old"}) {
+		t.Errorf("under another key than k2: %v, want [a-old b-old]", got)
+	}
+	if got := r.UnderOtherKey(""); !slices.Equal(got, []string{"a-old", "b-old", "now"}) {
+		t.Errorf("with no key in the database: %v, want every entry that says its key", got)
+	}
+	if got := r.UnderOtherKey("hmac-sha256:k1"); !slices.Equal(got, []string{"now"}) {
+		t.Errorf("under another key than k1: %v, want [now]", got)
 	}
 }
 
@@ -53,7 +77,7 @@ func TestKeeperShardsAndReadsBack(t *testing.T) {
 	for i := range 5 {
 		uid := fmt.Sprintf("uid-%d", i)
 		if err := k.Add(ctx, "ns", "memory", uid, func(key []byte) storerecord.Entry {
-			return storerecord.NewEntry(key, time.Unix(1e9, 0), []string{id1}, nil)
+			return storerecord.NewEntry(key, time.Unix(1e9, 0), []string{id1}, nil, "")
 		}); err != nil {
 			t.Fatal(err)
 		}

@@ -329,6 +329,22 @@ func (p *Postgres) Restore(ctx context.Context, db, file string) error {
 // database's creation and pg_restore: a test can take a lock in the new
 // database that holds back what a client would do once it is filled.
 func (p *Postgres) RestoreWith(ctx context.Context, db, file string, whileEmpty func() error) error {
+	if err := p.Recreate(ctx, db); err != nil {
+		return err
+	}
+	if whileEmpty != nil {
+		if err := whileEmpty(); err != nil {
+			return err
+		}
+	}
+	if out, err := p.PgRestore(db, file, "--exit-on-error"); err != nil {
+		return fmt.Errorf("pg_restore: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// Recreate drops database db, ending its connections, and creates it empty.
+func (p *Postgres) Recreate(ctx context.Context, db string) error {
 	ident := pgx.Identifier{db}.Sanitize()
 	if err := p.Exec(ctx, "postgres", "DROP DATABASE "+ident+" WITH (FORCE)"); err != nil {
 		return fmt.Errorf("drop %s: %w", db, err)
@@ -336,14 +352,26 @@ func (p *Postgres) RestoreWith(ctx context.Context, db, file string, whileEmpty 
 	if err := p.Exec(ctx, "postgres", "CREATE DATABASE "+ident); err != nil {
 		return fmt.Errorf("create %s: %w", db, err)
 	}
-	if whileEmpty != nil {
-		if err := whileEmpty(); err != nil {
-			return err
-		}
-	}
-	cmd := exec.Command(filepath.Join(p.bin, "pg_restore"), "--exit-on-error", "--dbname="+p.DSN(db), file)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("pg_restore: %w\n%s", err, out)
-	}
 	return nil
+}
+
+// PgRestoreScript returns the SQL script pg_restore makes of file with args.
+func (p *Postgres) PgRestoreScript(file string, args ...string) ([]byte, error) {
+	cmd := exec.Command(filepath.Join(p.bin, "pg_restore"), append(args, "--file=-", file)...)
+	cmd.Stderr = os.Stderr
+	return cmd.Output()
+}
+
+// Psql runs psql against database db with args and returns its output.
+func (p *Postgres) Psql(db string, args ...string) ([]byte, error) {
+	args = append([]string{"--no-psqlrc", "--set=ON_ERROR_STOP=1", "--dbname=" + p.DSN(db)}, args...)
+	return exec.Command(filepath.Join(p.bin, "psql"), args...).CombinedOutput()
+}
+
+// PgRestore runs pg_restore of file into database db with args and returns
+// its output. Without --exit-on-error pg_restore goes on past the
+// statements that fail and exits with status 1 if any did.
+func (p *Postgres) PgRestore(db, file string, args ...string) ([]byte, error) {
+	args = append(args, "--dbname="+p.DSN(db), file)
+	return exec.Command(filepath.Join(p.bin, "pg_restore"), args...).CombinedOutput()
 }
