@@ -64,6 +64,11 @@ func ReadBundle(b []byte) (*Bundle, error) {
 	if out.Request == nil {
 		return nil, errors.New("the bundle holds no request")
 	}
+	if out.Request.Name == "" || out.Request.Namespace == "" {
+		// An export always names the request; its signed statement names
+		// it too.
+		return nil, errors.New("the bundle's request has no name or namespace: an export always has both")
+	}
 	if out.EvidenceFormat != out.Request.Status.EvidenceFormat {
 		return nil, fmt.Errorf("the bundle says evidence format %q, its request %q", out.EvidenceFormat, out.Request.Status.EvidenceFormat)
 	}

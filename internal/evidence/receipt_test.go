@@ -155,6 +155,9 @@ func TestTamperingIsNamed(t *testing.T) {
 		"moved requestedAt": {func(er *lethev1.ErasureRequest) { er.CreationTimestamp.Time = er.CreationTimestamp.AddDate(0, -1, 0) },
 			"requested"},
 		"removed receipt": {func(er *lethev1.ErasureRequest) { er.Status.Receipt = nil }, "has no receipt"},
+		"moved receipt issuedAt": {func(er *lethev1.ErasureRequest) {
+			er.Status.Receipt.IssuedAt.Time = er.Status.Receipt.IssuedAt.AddDate(0, -1, 0)
+		}, "status.receipt.issuedAt"},
 		"removed receipt and phase set back": {func(er *lethev1.ErasureRequest) {
 			er.Status.Receipt, er.Status.Phase = nil, lethev1.PhaseDeleted
 			er.Status.Evidence.Steps[0].Counts[0].Rows = 30
@@ -207,6 +210,43 @@ func TestOldReceiptVerifiesAfterKeyRotation(t *testing.T) {
 	err := verify(er, ks)
 	if err == nil || !strings.Contains(err.Error(), "outside the period it was current") {
 		t.Fatalf("a retired key's late signature: %v", err)
+	}
+}
+
+// The anonymous receipt (kept in the database, naming the request by UID
+// only) signed the same dates as the named one: a request with its name
+// and namespace cleared and that receipt put in is still held to them, and
+// a bundle never holds a request without a name.
+func TestAnonymousReceiptStillBindsTheDates(t *testing.T) {
+	key := newKey(t)
+	ks := keySet(t, key)
+	er := completed(t, key, "a")
+	anon := er.DeepCopy()
+	anon.Name, anon.Namespace = "", ""
+	r, err := evidence.Issue(context.Background(), anon, key, er.Status.Receipt.IssuedAt.Time)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon.Status.Receipt = r
+	if err := verify(anon, ks); err != nil {
+		t.Fatalf("the anonymous receipt of an unedited request: %v", err)
+	}
+	for name, edit := range map[string]func(*lethev1.ErasureRequest){
+		"deadline":  func(f *lethev1.ErasureRequest) { f.Status.Deadline.Time = f.Status.Deadline.AddDate(0, 1, 0) },
+		"requested": func(f *lethev1.ErasureRequest) { f.CreationTimestamp.Time = f.CreationTimestamp.AddDate(0, 0, 20) },
+	} {
+		f := anon.DeepCopy()
+		edit(f)
+		if err := verify(f, ks); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s edited under the anonymous receipt: %v, want an error naming it", name, err)
+		}
+	}
+	raw, err := json.Marshal(evidence.NewBundle(anon, ks, "test", t0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := evidence.ReadBundle(raw); err == nil || !strings.Contains(err.Error(), "no name or namespace") {
+		t.Errorf("a bundle whose request has no name: %v, want it refused", err)
 	}
 }
 

@@ -273,6 +273,9 @@ func verifyReceipt(ctx context.Context, rep *Report, er *lethev1.ErasureRequest,
 	if err != nil {
 		return nil, fmt.Errorf("receipt: the signed issuedAt %q is not a time", pred.IssuedAt)
 	}
+	if r.IssuedAt != nil && rfc3339(&r.IssuedAt.Time) != pred.IssuedAt {
+		return nil, fmt.Errorf("receipt: status.receipt.issuedAt %s is not the signed %s (edited?)", rfc3339(&r.IssuedAt.Time), pred.IssuedAt)
+	}
 	if key, err = opts.KeySet.currentAt(r.KeyID, issued); err != nil {
 		return nil, fmt.Errorf("receipt: %w", err)
 	}
@@ -317,9 +320,12 @@ func checkPredicate(pred *ReceiptPredicate, er *lethev1.ErasureRequest, at int, 
 	if pred.Phase != string(e.Phase) {
 		return fmt.Errorf("the signed statement says phase %s, the covered entry %s", pred.Phase, e.Phase)
 	}
-	if er.Name == "" || opts.SessionsDigest != "" {
+	if opts.SessionsDigest != "" {
 		return nil // a proof from the database: no name, dates or IDs to compare
 	}
+	// A request without a name is compared too (its anonymous receipt
+	// signed the same dates): otherwise clearing the name would let its
+	// dates be edited.
 	if pred.Request.Name != er.Name || pred.Request.Namespace != er.Namespace {
 		return fmt.Errorf("the signed statement names %s/%s, the request is %s/%s", pred.Request.Namespace, pred.Request.Name, er.Namespace, er.Name)
 	}
