@@ -22,8 +22,8 @@ import (
 // the migration's and is skipped — holds every ledger row and no erased
 // session, so it reads intact, yet its keyed hashes match nothing: an erased
 // transcript is ingested again without LE002. The store's audit must say
-// so, from the key its record noted with the erasure; putting back the key
-// row of the dump, the remedy it names, mends it.
+// so, from the key the ledger rows say they are under; putting back the
+// key row of the dump, the remedy the runbook names, mends it.
 func TestRestoreUnderAnotherErasureKeyIsReported(t *testing.T) {
 	ctx := context.Background()
 	e := newMemoryEnv(t, "key-change")

@@ -66,10 +66,15 @@ func (e *ErasureRecords) AddErased(ctx context.Context, store *lethev1.MemorySto
 func recorded(rec storerecord.Record, live map[string]*lethev1.ErasureRequest) (all []erasure.Recorded, gone map[string]storerecord.Entry) {
 	gone = map[string]storerecord.Entry{}
 	for uid, e := range rec.Entries {
-		all = append(all, erasure.Recorded{UID: uid, Sessions: len(e.Sessions), Sources: e.Sources})
+		all = append(all, recordedOf(uid, e))
 		if live[uid] == nil {
 			gone[uid] = e
 		}
 	}
 	return all, gone
+}
+
+// recordedOf is the entry uid of the record as the database checks see it.
+func recordedOf(uid string, e storerecord.Entry) erasure.Recorded {
+	return erasure.Recorded{UID: uid, Sessions: len(e.Sessions), Sources: e.Sources, SourcesKey: e.LedgerKey}
 }

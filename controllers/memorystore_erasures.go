@@ -22,8 +22,9 @@ import (
 // restore of the database brings erased sessions back and takes the ledger
 // back with them. The store's record does the same for requests whose
 // object is gone, and those are erased again here (no request is left to
-// do it). It sets the findings, the live requests they concern and the
-// recorded erasures under another ledger key in f.
+// do it). Last, it counts the requests whose keyed ledger rows are under
+// another erasure key than the database's: erasing again cannot mend
+// those, only the key they were taken under. It sets what it found in f.
 func (r *MemoryStoreReconciler) checkErasures(ctx context.Context, store *lethev1.MemoryStore, f *storeFacts) error {
 	list := &lethev1.ErasureRequestList{}
 	// Read from the cache without copying (the namespace's every request, each
@@ -46,12 +47,15 @@ func (r *MemoryStoreReconciler) checkErasures(ctx context.Context, store *lethev
 		return err
 	}
 	if r.Records != nil {
-		more, otherKey, err := r.checkRecord(ctx, store, byUID)
+		more, err := r.checkRecord(ctx, store, byUID)
 		if err != nil {
 			return err
 		}
 		findings = mergeFindings(findings, more)
-		f.underAnotherKey = otherKey
+	}
+	// After the record put source rows back: they say their key too.
+	if f.underAnotherKey, err = r.Connector.UnderOtherKeys(ctx, store); err != nil {
+		return err
 	}
 	f.restores = findings
 	f.affected = make([]*lethev1.ErasureRequest, 0, len(findings))
@@ -65,53 +69,42 @@ func (r *MemoryStoreReconciler) checkErasures(ctx context.Context, store *lethev
 
 // checkRecord records the live requests the store's record lacks, checks
 // the database against every recorded erasure, and erases again those
-// whose request object is gone. It also returns the recorded requests
-// whose erasure was taken under another erasure key than the database's:
-// erasing again cannot mend those, only the key they were taken under.
-func (r *MemoryStoreReconciler) checkRecord(ctx context.Context, store *lethev1.MemoryStore,
-	live map[string]*lethev1.ErasureRequest) (findings []erasure.RestoreFinding, underAnotherKey []string, err error) {
+// whose request object is gone.
+func (r *MemoryStoreReconciler) checkRecord(ctx context.Context, store *lethev1.MemoryStore, live map[string]*lethev1.ErasureRequest) ([]erasure.RestoreFinding, error) {
 	rec, err := r.Records.Keeper.Load(ctx, store.Namespace, store.Name)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	for uid, er := range live {
 		if _, ok := rec.Entries[uid]; !ok {
 			if err := r.Records.Add(ctx, store, er); err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 		}
 	}
-	if len(rec.Entries) > 0 {
-		current, err := r.Connector.ErasureKeyID(ctx, store)
-		if err != nil {
-			return nil, nil, err
-		}
-		underAnotherKey = rec.UnderOtherKey(current)
-	}
 	all, gone := recorded(rec, live)
-	findings, err = r.Connector.CheckRecorded(ctx, store, all)
+	findings, err := r.Connector.CheckRecorded(ctx, store, all)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	for _, f := range findings {
 		entry, ok := gone[f.UID]
 		if !ok {
 			// The request erases its sessions again itself; the sources
 			// only the record still knows.
-			if _, err := r.Connector.RestoreSources(ctx, store, f.UID, rec.Entries[f.UID].Sources); err != nil {
-				return nil, nil, err
+			if _, err := r.Connector.RestoreSources(ctx, store, recordedOf(f.UID, rec.Entries[f.UID])); err != nil {
+				return nil, err
 			}
 			continue
 		}
-		rc := erasure.Recorded{UID: f.UID, Sessions: len(entry.Sessions), Sources: entry.Sources}
-		res, err := r.Connector.ReeraseRecorded(ctx, store, rc, rec.Matcher(entry))
+		res, err := r.Connector.ReeraseRecorded(ctx, store, recordedOf(f.UID, entry), rec.Matcher(entry))
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, lethev1.ReasonResurrected, "Erase",
 			"recorded erasure %s (request object gone): %d session(s) erased again, %d ledger row(s) put back", f.UID, res.Sessions, res.LedgerRowsRestored)
 	}
-	return findings, underAnotherKey, nil
+	return findings, nil
 }
 
 // mergeFindings adds to a the findings of b for requests a does not name.
@@ -170,7 +163,7 @@ func (r *MemoryStoreReconciler) reportKeyChange(store *lethev1.MemoryStore, fact
 		return
 	}
 	r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, lethev1.ReasonErasureKeyChanged, "Audit",
-		"%d recorded erasure(s) were taken under another erasure key than the database's: their erased sources are no longer refused at ingestion", len(facts.underAnotherKey))
+		"%d request(s) hold erasure ledger rows under another erasure key than the database's: their erased sources are no longer refused at ingestion", facts.underAnotherKey)
 }
 
 // auditRetry is how soon the store is audited again, given requeue (the

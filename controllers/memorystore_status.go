@@ -32,9 +32,9 @@ type storeFacts struct {
 	restores    []erasure.RestoreFinding
 	affected    []*lethev1.ErasureRequest
 	erasuresErr error
-	// underAnotherKey are the recorded requests whose erasure was taken
-	// under another erasure key than the database holds now.
-	underAnotherKey []string
+	// underAnotherKey is how many requests hold keyed ledger rows under
+	// another erasure key than the database has now.
+	underAnotherKey int64
 
 	veleroConfigured bool
 	veleroInstalled  bool
@@ -277,9 +277,9 @@ func erasuresCondition(f storeFacts, cond func(string, bool, string, string) met
 	case len(f.restores) > 0:
 		return cond(lethev1.MemoryStoreErasuresIntact, false, lethev1.ReasonRestoreDetected,
 			"the database holds less erasure than the store's requests say (a restore?): erased sessions exist again or ledger rows are gone; the requests erase them again")
-	case len(f.underAnotherKey) > 0:
+	case f.underAnotherKey > 0:
 		return cond(lethev1.MemoryStoreErasuresIntact, false, lethev1.ReasonErasureKeyChanged,
-			"the database's erasure key (lethe.erasure_key) is not the one the store's erasures were recorded under (a restore into a freshly migrated database?): "+
+			"the database's erasure key (lethe.erasure_key) is not the one its erasure ledger's keyed hashes were taken under (a restore into a freshly migrated database?): "+
 				"the ledger's keyed hashes match nothing, so erased transcripts are ingested again without LE002; put back the key row of the backup the ledger came from")
 	default:
 		return cond(lethev1.MemoryStoreErasuresIntact, true, lethev1.ReasonErasuresHeld,

@@ -13,8 +13,8 @@ import (
 const graphPruneLimit = 10000
 
 // SourceHashes lists the keyed source hashes the request uid holds in the
-// store's ledger, and the fingerprint of the key they are hashed under, for
-// the store's record.
+// store's ledger, and the key their rows say they are under, for the
+// store's record.
 func (c *Connector) SourceHashes(ctx context.Context, store *lethev1.MemoryStore, uid string) ([]string, string, error) {
 	ledger, err := c.Ledger(ctx, store)
 	if err != nil {
@@ -23,14 +23,14 @@ func (c *Connector) SourceHashes(ctx context.Context, store *lethev1.MemoryStore
 	return ledger.SourceHashes(ctx, uid)
 }
 
-// ErasureKeyID is the fingerprint of the store's database's erasure key;
-// empty when the database has none.
-func (c *Connector) ErasureKeyID(ctx context.Context, store *lethev1.MemoryStore) (string, error) {
+// UnderOtherKeys counts the requests whose keyed ledger rows are under
+// another erasure key than the store's database has.
+func (c *Connector) UnderOtherKeys(ctx context.Context, store *lethev1.MemoryStore) (int64, error) {
 	ledger, err := c.Ledger(ctx, store)
 	if err != nil {
-		return "", err
+		return 0, err
 	}
-	return ledger.ErasureKeyID(ctx)
+	return ledger.UnderOtherKeys(ctx)
 }
 
 // CheckRecorded reports the recorded requests whose erasure the store's
@@ -67,7 +67,7 @@ func (c *Connector) ReeraseRecorded(ctx context.Context, store *lethev1.MemorySt
 	if err := ledger.RecordErasedElsewhere(ctx, rec.UID, match); err != nil {
 		return res, err
 	}
-	n, err := ledger.RestoreSources(ctx, rec.UID, rec.Sources)
+	n, err := ledger.RestoreSources(ctx, rec.UID, rec.Sources, rec.SourcesKey)
 	if err != nil {
 		return res, err
 	}
@@ -93,12 +93,12 @@ func (c *Connector) PruneGraph(ctx context.Context, store *lethev1.MemoryStore, 
 	return nil
 }
 
-// RestoreSources puts back the recorded source rows of the request uid
-// that the store's ledger lacks; it returns how many it wrote.
-func (c *Connector) RestoreSources(ctx context.Context, store *lethev1.MemoryStore, uid string, hashes []string) (int64, error) {
+// RestoreSources puts back the recorded source rows of rec that the
+// store's ledger lacks; it returns how many it wrote.
+func (c *Connector) RestoreSources(ctx context.Context, store *lethev1.MemoryStore, rec erasure.Recorded) (int64, error) {
 	ledger, err := c.Ledger(ctx, store)
 	if err != nil {
 		return 0, err
 	}
-	return ledger.RestoreSources(ctx, uid, hashes)
+	return ledger.RestoreSources(ctx, rec.UID, rec.Sources, rec.SourcesKey)
 }

@@ -377,11 +377,13 @@ type TombstoneHold struct {
 }
 
 // Recorded is what the store's record (kept in the API server) says one
-// request erased: how many sessions, and the keyed hashes of their sources.
+// request erased: how many sessions, and the keyed hashes of their sources
+// with the erasure key they are under (SourcesKey, empty: unknown).
 type Recorded struct {
-	UID      string
-	Sessions int
-	Sources  []string
+	UID        string
+	Sessions   int
+	Sources    []string
+	SourcesKey string
 }
 
 // The verification checks of residue a deletion can leave and

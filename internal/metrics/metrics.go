@@ -49,13 +49,13 @@ var (
 		Help: "Unix time of the last MemoryStore audit that checked the store's erasures against its database (restore detection), whatever it found.",
 	}, []string{"namespace", "store"})
 
-	// ErasuresUnderAnotherKey is how many of each store's recorded erasures
-	// were taken under another erasure key than its database holds now:
-	// the database matches none of their keyed hashes (a restore into a
+	// ErasuresUnderAnotherKey is how many requests hold keyed ledger rows
+	// in each store's database under another erasure key than the one it
+	// has now: the database matches none of those hashes (a restore into a
 	// freshly migrated database). It does not heal by itself.
 	ErasuresUnderAnotherKey = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "lethe_memorystore_erasures_under_another_key",
-		Help: "Erasures in the MemoryStore's record taken under another erasure key (lethe.erasure_key) than the database's now: their erased sources are no longer refused at ingestion.",
+		Help: "Requests whose erasure ledger rows in the MemoryStore's database are keyed hashes under another erasure key (lethe.erasure_key) than the database's now: their erased sources are no longer refused at ingestion.",
 	}, []string{"namespace", "store"})
 
 	// GraphSweepRemoved counts graph elements removed by sweeps.

@@ -44,3 +44,7 @@ func ContentNearCopiesSQL(schema, table, key, vector, tenantColumn string) strin
 // ParameterLoggingSQL is the audit's statement reading the settings that
 // log statement parameters.
 const ParameterLoggingSQL = parameterLoggingSQL
+
+// UnderOtherKeysSQL is the audit's count of requests under another erasure
+// key, for its plan test.
+const UnderOtherKeysSQL = underOtherKeysSQL

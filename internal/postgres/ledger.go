@@ -35,9 +35,12 @@ func (e *Eraser) Plan(ctx context.Context, req erasure.Request) (erasure.Plan, e
 }
 
 const (
-	// ledgerInsertSQL writes the ledger rows of scope $5 for the records $1.
-	ledgerInsertSQL = `INSERT INTO lethe.erasure_ledger (scope, record_id, request_uid, tenant_id, tombstoned_at, grace_ends_at)
-		SELECT $5::text, r, $2, $3, now(), now() + make_interval(secs => $4) FROM unnest($1::text[]) AS r
+	// ledgerInsertSQL writes the ledger rows of scope $5 for the records $1;
+	// a keyed scope's rows say the key they are under (key_id, read once).
+	ledgerInsertSQL = `INSERT INTO lethe.erasure_ledger (scope, record_id, request_uid, tenant_id, tombstoned_at, grace_ends_at, key_id)
+		SELECT $5::text, r, $2, $3, now(), now() + make_interval(secs => $4),
+			CASE WHEN $5::text <> 'session' THEN (SELECT lethe.erasure_key_id()) END
+		FROM unnest($1::text[]) AS r
 		ON CONFLICT DO NOTHING`
 	// firstTombstoneSQL reads the request's first tombstone's clock readings.
 	firstTombstoneSQL = `SELECT coalesce(min(tombstoned_at), now()), coalesce(min(grace_ends_at), now() + make_interval(secs => $2))
@@ -50,8 +53,9 @@ const (
 // the database with its key), so that the ledger is no dictionary of erased
 // content.
 func contentLedgerSQL(l Layout) string {
-	return `INSERT INTO lethe.erasure_ledger (scope, record_id, request_uid, tenant_id, tombstoned_at, grace_ends_at)
-		SELECT 'content', lethe.content_hash(h), $2, $3, now(), now() + make_interval(secs => $4) FROM (` + sessionHashesSQL(l) + `) c
+	return `INSERT INTO lethe.erasure_ledger (scope, record_id, request_uid, tenant_id, tombstoned_at, grace_ends_at, key_id)
+		SELECT 'content', lethe.content_hash(h), $2, $3, now(), now() + make_interval(secs => $4), (SELECT lethe.erasure_key_id())
+		FROM (` + sessionHashesSQL(l) + `) c
 		ON CONFLICT DO NOTHING`
 }
 

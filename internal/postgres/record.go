@@ -16,10 +16,9 @@ import (
 
 const (
 	// sourceLedgerSQL lists the keyed source hashes the request $1 holds,
-	// with the fingerprint of the key they are hashed under.
-	// With no key (its row deleted) the fingerprint is empty.
-	sourceLedgerSQL = `SELECT coalesce(lethe.erasure_key_id(), ''), array(SELECT record_id FROM lethe.erasure_ledger
-		WHERE request_uid = $1 AND scope = 'source' AND cancelled_at IS NULL ORDER BY 1)`
+	// with the key they are under (empty when none says).
+	sourceLedgerSQL = `SELECT coalesce(max(key_id), ''), coalesce(array_agg(record_id ORDER BY record_id), '{}') FROM lethe.erasure_ledger
+		WHERE request_uid = $1 AND scope = 'source' AND cancelled_at IS NULL`
 	// recordedSQL compares, per request $1 with $2 sessions and $3 sources
 	// recorded, the ledger's erased session rows and source rows: what is
 	// missing, and how many of the sessions its rows name exist again.
@@ -31,21 +30,39 @@ const (
 		+ greatest(0, r.sources - (SELECT count(*) FROM lethe.erasure_ledger l
 			WHERE l.request_uid = r.uid AND l.scope = 'source' AND l.cancelled_at IS NULL))
 		FROM unnest($1::text[], $2::int[], $3::int[]) AS r(uid, sessions, sources)`
-	// restoreSourcesSQL re-creates the source rows $1 of the request $2.
+	// restoreSourcesSQL re-creates the source rows $1 of the request $2,
+	// under the key $4 the record says (NULL: unknown).
 	restoreSourcesSQL = `WITH i AS (
-		INSERT INTO lethe.erasure_ledger (scope, record_id, request_uid, tenant_id, tombstoned_at, grace_ends_at, erased_at)
-		SELECT 'source', r, $2, $3, now(), now(), now() FROM unnest($1::text[]) AS r
+		INSERT INTO lethe.erasure_ledger (scope, record_id, request_uid, tenant_id, tombstoned_at, grace_ends_at, erased_at, key_id)
+		SELECT 'source', r, $2, $3, now(), now(), now(), nullif($4, '') FROM unnest($1::text[]) AS r
 		ON CONFLICT DO NOTHING RETURNING 1)
 		SELECT count(*) FROM i`
+	// underOtherKeysSQL counts the requests holding keyed rows in force
+	// under another key than $1 (the database's), by the partial index.
+	underOtherKeysSQL = `SELECT count(DISTINCT request_uid) FROM lethe.erasure_ledger
+		WHERE (key_id < $1 OR key_id > $1) AND cancelled_at IS NULL`
 )
 
 // SourceHashes lists the keyed hashes of the sources the request uid
-// erased, and the fingerprint of the database's erasure key
-// (lethe.erasure_key_id) they are hashed under; empty when the database
-// has no key.
+// erased, and the fingerprint (lethe.erasure_key_id) of the erasure key
+// their ledger rows say they are under; empty when none says.
 func (e *Eraser) SourceHashes(ctx context.Context, uid string) (hashes []string, keyID string, err error) {
 	err = e.Pool.QueryRow(ctx, sourceLedgerSQL, uid).Scan(&keyID, &hashes)
 	return hashes, keyID, err
+}
+
+// UnderOtherKeys counts the requests whose keyed ledger rows in force are
+// under another erasure key than the database's (every one that says its
+// key, when the database has none): the database matches none of them.
+// Rows that do not say their key are not counted.
+func (e *Eraser) UnderOtherKeys(ctx context.Context) (int64, error) {
+	id, err := e.ErasureKeyID(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	err = e.Pool.QueryRow(ctx, underOtherKeysSQL, id).Scan(&n)
+	return n, err
 }
 
 // ErasureKeyID is the fingerprint of the database's erasure key, under
@@ -110,14 +127,15 @@ func (e *Eraser) MatchSessions(ctx context.Context, match func(sessionID string)
 }
 
 // RestoreSources re-creates, in force, the source rows of the request uid
-// that a restore took away, so that re-ingestion is refused again; it
-// returns how many it wrote.
-func (e *Eraser) RestoreSources(ctx context.Context, uid string, hashes []string) (int64, error) {
+// that a restore took away, so that re-ingestion is refused again, under
+// the key keyID they were taken under (empty: unknown); it returns how
+// many it wrote.
+func (e *Eraser) RestoreSources(ctx context.Context, uid string, hashes []string, keyID string) (int64, error) {
 	var n int64
 	if len(hashes) == 0 {
 		return 0, nil
 	}
-	err := e.Pool.QueryRow(ctx, restoreSourcesSQL, hashes, uid, e.tenant()).Scan(&n)
+	err := e.Pool.QueryRow(ctx, restoreSourcesSQL, hashes, uid, e.tenant(), keyID).Scan(&n)
 	return n, err
 }
 

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -159,12 +161,15 @@ func TestOverlappingRequestsBothEnd(t *testing.T) {
 }
 
 // The erasure key's fingerprint names the key: stable while it stays,
-// another once it is replaced, empty without one. Lethe's role reads it
-// (with the source hashes it records), the application's cannot.
-func TestErasureKeyIDNamesTheKey(t *testing.T) {
+// another once it is replaced, empty without one. Lethe's role reads it, the
+// application's cannot. A tombstone's keyed ledger rows (sources, content)
+// say the key; the count of requests under another key is 0 until the key
+// is replaced, then names the request, and a cancel takes it off.
+func TestLedgerRowsSayTheirErasureKey(t *testing.T) {
 	ctx := context.Background()
 	dsn := migratedDB(t)
 	conn := connect(t, dsn)
+	seedTenants(t, conn)
 	e := eraser(t, asRole(t, conn, dsn, "lethe_manager", "lethe_operator"), "t1")
 	id, err := e.ErasureKeyID(ctx)
 	if err != nil {
@@ -173,12 +178,6 @@ func TestErasureKeyIDNamesTheKey(t *testing.T) {
 	if !regexp.MustCompile(`^hmac-sha256:[0-9a-f]{32}$`).MatchString(id) {
 		t.Fatalf("key fingerprint %q, want hmac-sha256: and 32 hex digits", id)
 	}
-	if _, keyID, err := e.SourceHashes(ctx, "uid-none"); err != nil || keyID != id {
-		t.Errorf("the source hashes' key %q (%v), want the database's %q", keyID, err, id)
-	}
-	if again, err := e.ErasureKeyID(ctx); err != nil || again != id {
-		t.Errorf("fingerprint read again: %q (%v), want %q", again, err, id)
-	}
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `SET LOCAL ROLE memory_app; SELECT lethe.erasure_key_id()`)
 		return err
@@ -186,16 +185,72 @@ func TestErasureKeyIDNamesTheKey(t *testing.T) {
 	if !strings.Contains(fmt.Sprint(err), "permission denied") {
 		t.Errorf("the application role read the key's fingerprint: %v, want permission denied", err)
 	}
-	if _, err := conn.Exec(ctx, `UPDATE lethe.erasure_key SET key = lethe.gen_random_bytes(32)`); err != nil {
+
+	transcriptOf(t, conn, sessA)
+	req := erasure.Request{UID: "uid-key", SessionIDs: []string{sessA}, Grace: time.Hour}
+	if _, err := e.Tombstone(ctx, req); err != nil {
 		t.Fatal(err)
 	}
+	rows := func(keyed string) int64 {
+		return count(t, conn, `SELECT count(*) FROM lethe.erasure_ledger WHERE request_uid = 'uid-key' AND `+keyed)
+	}
+	if n, m := rows(`scope = 'source' AND key_id = '`+id+`'`), rows(`scope = 'content' AND key_id = '`+id+`'`); n != 1 || m == 0 {
+		t.Fatalf("%d source and %d content rows under the database's key, want 1 and some", n, m)
+	}
+	if n := rows(`(scope = 'session') <> (key_id IS NULL)`); n != 0 {
+		t.Errorf("%d rows with a key where there is no hash or none where there is", n)
+	}
+	if _, keyID, err := e.SourceHashes(ctx, "uid-key"); err != nil || keyID != id {
+		t.Errorf("the source rows' key %q (%v), want %q", keyID, err, id)
+	}
+	under := func(want int64, when string) {
+		t.Helper()
+		if n, err := e.UnderOtherKeys(ctx); err != nil || n != want {
+			t.Errorf("%s: %d request(s) under another key (%v), want %d", when, n, err, want)
+		}
+	}
+	under(0, "under the database's key")
+	mustExec(t, conn, `UPDATE lethe.erasure_key SET key = lethe.gen_random_bytes(32)`)
 	if other, err := e.ErasureKeyID(ctx); err != nil || other == id || other == "" {
 		t.Errorf("fingerprint after the key was replaced: %q (%v), want another than %q", other, err, id)
 	}
-	if _, err := conn.Exec(ctx, `DELETE FROM lethe.erasure_key`); err != nil {
-		t.Fatal(err)
-	}
+	under(1, "the key replaced")
+	mustExec(t, conn, `DELETE FROM lethe.erasure_key`)
 	if none, err := e.ErasureKeyID(ctx); err != nil || none != "" {
 		t.Errorf("fingerprint without a key: %q (%v), want empty", none, err)
+	}
+	under(1, "no key at all")
+	if _, err := e.Cancel(ctx, "uid-key"); err != nil {
+		t.Fatal(err)
+	}
+	under(0, "the request cancelled")
+}
+
+// Migration 00022 takes the keyed rows already written to be under the key
+// the database has when it runs, and leaves sessions without one; down
+// drops the column and the function.
+func TestMigrationDatesTheKeyedRowsWithTheKey(t *testing.T) {
+	ctx := context.Background()
+	dsn, p := databaseAt(t, 21)
+	conn := connect(t, dsn)
+	for _, scope := range []string{"session", "source", "content"} {
+		mustExec(t, conn, `INSERT INTO lethe.erasure_ledger (scope, record_id, request_uid, tombstoned_at, grace_ends_at)
+			VALUES ($1, 'r-' || $1, 'uid-old', now(), now())`, scope)
+	}
+	migrateTo(t, p, 22)
+	var id string
+	if err := conn.QueryRow(ctx, `SELECT lethe.erasure_key_id()`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	got := queryStrings(t, conn, `SELECT scope || '=' || coalesce(key_id, '') FROM lethe.erasure_ledger ORDER BY scope`)
+	if want := []string{"content=" + id, "session=", "source=" + id}; !slices.Equal(got, want) {
+		t.Errorf("after the migration: %v, want %v", got, want)
+	}
+	migrateTo(t, p, 21)
+	if n := count(t, conn, `SELECT count(*) FROM pg_attribute WHERE attrelid = 'lethe.erasure_ledger'::regclass AND attname = 'key_id' AND NOT attisdropped`); n != 0 {
+		t.Error("down left the key_id column")
+	}
+	if n := count(t, conn, `SELECT count(*) FROM pg_proc WHERE proname = 'erasure_key_id'`); n != 0 {
+		t.Error("down left lethe.erasure_key_id()")
 	}
 }

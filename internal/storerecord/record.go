@@ -30,11 +30,10 @@ type Entry struct {
 	// Sources are the ledger's keyed hashes of the erased sessions' source
 	// identifiers (lethe.source_hash), sorted.
 	Sources []string `json:"sources,omitempty"`
-	// LedgerKey is the fingerprint (lethe.erasure_key_id) of the database's
-	// erasure key when the erasure was recorded: Sources, and the ledger's
-	// content rows, are HMACs under it, and a database with another key
-	// matches none of them. Empty in entries recorded before it was kept,
-	// or without the store.
+	// LedgerKey is the fingerprint (lethe.erasure_key_id) of the erasure
+	// key the ledger's source rows say Sources are HMACs under; the rows
+	// put back from the record say it again, so that the audit finds them
+	// under another key if the database's changed. Empty when unknown.
 	LedgerKey string `json:"ledgerKey,omitempty"`
 }
 
@@ -52,7 +51,7 @@ func Hash(key []byte, sessionID string) string {
 }
 
 // NewEntry hashes the session IDs with key; ledgerKey is the fingerprint
-// of the database's erasure key that sources are hashed under.
+// of the erasure key sources are HMACs under.
 func NewEntry(key []byte, erasedAt time.Time, sessionIDs, sources []string, ledgerKey string) Entry {
 	e := Entry{ErasedAt: erasedAt.UTC().Truncate(time.Second), Sources: slices.Sorted(slices.Values(sources)), LedgerKey: ledgerKey}
 	for _, id := range sessionIDs {
@@ -68,21 +67,6 @@ func (r Record) Matcher(e Entry) func(sessionID string) bool {
 		_, found := slices.BinarySearch(e.Sessions, Hash(r.Key, id))
 		return found
 	}
-}
-
-// UnderOtherKey lists, sorted, the requests whose entry was recorded under
-// a ledger key other than current (the database's now; empty when it has
-// none): the database matches none of their keyed hashes. Entries that do
-// not say their key are not listed.
-func (r Record) UnderOtherKey(current string) []string {
-	var uids []string
-	for uid, e := range r.Entries {
-		if e.LedgerKey != "" && e.LedgerKey != current {
-			uids = append(uids, uid)
-		}
-	}
-	slices.Sort(uids)
-	return uids
 }
 
 func encode(e Entry) (string, error) {

@@ -3,7 +3,6 @@ package storerecord_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,26 +39,6 @@ func TestEntryMatchesItsSessionsOnlyUnderItsKey(t *testing.T) {
 	}
 	if e.LedgerKey != "hmac-sha256:k1" {
 		t.Errorf("ledger key %q, want the one given", e.LedgerKey)
-	}
-}
-
-// The entries recorded under another ledger key than the database's are
-// named; those that do not say theirs are not (recorded before it was kept).
-func TestRecordNamesTheEntriesUnderAnotherLedgerKey(t *testing.T) {
-	r := storerecord.Record{Entries: map[string]storerecord.Entry{
-		"b-old": {LedgerKey: "hmac-sha256:k1"},
-		"a-old": {LedgerKey: "hmac-sha256:k1"},
-		"now":   {LedgerKey: "hmac-sha256:k2"},
-		"older": {},
-	}}
-	if got := r.UnderOtherKey("hmac-sha256:k2"); !slices.Equal(got, []string{"a-old", "b-old"}) {
-		t.Errorf("under another key than k2: %v, want [a-old b-old]", got)
-	}
-	if got := r.UnderOtherKey(""); !slices.Equal(got, []string{"a-old", "b-old", "now"}) {
-		t.Errorf("with no key in the database: %v, want every entry that says its key", got)
-	}
-	if got := r.UnderOtherKey("hmac-sha256:k1"); !slices.Equal(got, []string{"now"}) {
-		t.Errorf("under another key than k1: %v, want [now]", got)
 	}
 }
 
