@@ -16,6 +16,10 @@ import (
 const (
 	// LabelStore names the MemoryStore on the record's ConfigMaps and key Secret.
 	LabelStore = "erasure.lethe.dev/erasure-record"
+	// AnnotationKeyID on each of the record's ConfigMaps is the fingerprint
+	// (KeyID) of the key its entries are hashed with: a key Secret lost and
+	// made again would match none of them.
+	AnnotationKeyID = "erasure.lethe.dev/record-key-id"
 	// keyField is the key's field in the Secret.
 	keyField = "key"
 	// DefaultShardBytes bounds one ConfigMap's data, well inside the API
@@ -39,17 +43,27 @@ type Keeper struct {
 }
 
 // Load reads the store's record; an empty record (no key) when none exists.
+// A record whose key is gone, or was replaced, is an error: its entries
+// would match no session.
 func (k *Keeper) Load(ctx context.Context, namespace, store string) (Record, error) {
 	rec := Record{Entries: map[string]Entry{}}
-	key, err := k.key(ctx, false)
-	if err != nil || key == nil {
-		return rec, err
-	}
-	rec.Key = key
 	shards, err := k.shards(ctx, namespace, store)
 	if err != nil {
 		return rec, err
 	}
+	key, err := k.key(ctx, false)
+	switch {
+	case err != nil:
+		return rec, err
+	case key == nil && len(shards) > 0:
+		return rec, fmt.Errorf("the erasure record of %s exists but its key Secret %s is gone: restore the Secret from a backup (a new key would match none of its sessions)", store, k.KeySecret)
+	case key == nil:
+		return rec, nil
+	}
+	if err := sameKey(shards, key, k.KeySecret); err != nil {
+		return rec, err
+	}
+	rec.Key = key
 	for _, cm := range shards {
 		for uid, s := range cm.Data {
 			e, err := decode(uid, s)
@@ -62,9 +76,10 @@ func (k *Keeper) Load(ctx context.Context, namespace, store string) (Record, err
 	return rec, nil
 }
 
-// Add records what the request uid erased, creating the key on first use;
-// a request already recorded is left as it is. A write conflict is
-// returned: the caller retries.
+// Add records what the request uid erased, creating the key on first use
+// (never while any record exists: its entries would match nothing under a
+// new one); a request already recorded is left as it is. A write conflict
+// is returned: the caller retries.
 func (k *Keeper) Add(ctx context.Context, namespace, store, uid string, entry func(key []byte) Entry) error {
 	key, err := k.key(ctx, true)
 	if err != nil {
@@ -72,6 +87,9 @@ func (k *Keeper) Add(ctx context.Context, namespace, store, uid string, entry fu
 	}
 	shards, err := k.shards(ctx, namespace, store)
 	if err != nil {
+		return err
+	}
+	if err := sameKey(shards, key, k.KeySecret); err != nil {
 		return err
 	}
 	for _, cm := range shards {
@@ -89,11 +107,27 @@ func (k *Keeper) Add(ctx context.Context, namespace, store, uid string, entry fu
 			cm.Data = map[string]string{}
 		}
 		cm.Data[uid] = s
+		// A part written before the fingerprint was kept gets it now.
+		metav1.SetMetaDataAnnotation(&cm.ObjectMeta, AnnotationKeyID, KeyID(key))
 		return k.Client.Update(ctx, cm)
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: shardName(store, len(shards)),
-		Labels: map[string]string{LabelStore: store}}, Data: map[string]string{uid: s}}
+		Labels: map[string]string{LabelStore: store}, Annotations: map[string]string{AnnotationKeyID: KeyID(key)}},
+		Data: map[string]string{uid: s}}
 	return k.Client.Create(ctx, cm)
+}
+
+// sameKey checks that every part of a record that says its key's
+// fingerprint says key's.
+func sameKey(shards []*corev1.ConfigMap, key []byte, secret types.NamespacedName) error {
+	want := KeyID(key)
+	for _, cm := range shards {
+		if got, ok := cm.Annotations[AnnotationKeyID]; ok && got != want {
+			return fmt.Errorf("the erasure record part %s was written under record key %s, the key Secret %s now holds %s: restore the Secret from a backup (entries would match no session under this one)",
+				cm.Name, got, secret, want)
+		}
+	}
+	return nil
 }
 
 // shards lists the store's record ConfigMaps in order.
@@ -147,6 +181,16 @@ func (k *Keeper) key(ctx context.Context, create bool) ([]byte, error) {
 		return nil, fmt.Errorf("read the erasure record key: %w", err)
 	case !create:
 		return nil, nil
+	}
+	// A lost key is put back, not replaced: a record anywhere in the
+	// cluster was hashed with it.
+	records := &corev1.ConfigMapList{}
+	if err := k.Reader.List(ctx, records, client.HasLabels{LabelStore}, client.Limit(1)); err != nil {
+		return nil, fmt.Errorf("read the erasure records: %w", err)
+	}
+	if len(records.Items) > 0 {
+		return nil, fmt.Errorf("the erasure record key Secret %s is gone but records exist (%s/%s): restore the Secret from a backup; a new key would match none of their sessions",
+			k.KeySecret, records.Items[0].Namespace, records.Items[0].Name)
 	}
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {

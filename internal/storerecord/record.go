@@ -50,6 +50,14 @@ func Hash(key []byte, sessionID string) string {
 	return hex.EncodeToString(m.Sum(nil)[:16])
 }
 
+// KeyID is the fingerprint of the records' key kept on each part of a
+// record (AnnotationKeyID): it does not reveal the key.
+func KeyID(key []byte) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("lethe.dev/erasure-record-key-id"))
+	return "hmac-sha256:" + hex.EncodeToString(m.Sum(nil)[:16])
+}
+
 // NewEntry hashes the session IDs with key; ledgerKey is the fingerprint
 // of the erasure key sources are HMACs under.
 func NewEntry(key []byte, erasedAt time.Time, sessionIDs, sources []string, ledgerKey string) Entry {

@@ -85,3 +85,88 @@ func TestKeeperShardsAndReadsBack(t *testing.T) {
 		t.Error("the loaded key does not match what was recorded with the created one")
 	}
 }
+
+// A record's key is put back, never replaced: with the key Secret gone,
+// Load and Add refuse (and make no new key) while any record exists in the
+// cluster; a key Secret holding another key is refused by the parts that
+// say theirs; a part written before the fingerprint was kept gets it on
+// its next write.
+func TestALostOrReplacedRecordKeyIsRefused(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).Build()
+	secret := types.NamespacedName{Namespace: "lethe-system", Name: "record-key"}
+	k := &storerecord.Keeper{Client: c, Reader: c, KeySecret: secret}
+	add := func(ns, uid string) error {
+		return k.Add(ctx, ns, "memory", uid, func(key []byte) storerecord.Entry {
+			return storerecord.NewEntry(key, time.Unix(1e9, 0), []string{id1}, nil, "")
+		})
+	}
+	if err := add("ns", "uid-1"); err != nil {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "ns", Name: "memory-erasure-record-0"}, cm); err != nil {
+		t.Fatal(err)
+	}
+	key := &corev1.Secret{}
+	if err := c.Get(ctx, secret, key); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cm.Annotations[storerecord.AnnotationKeyID], storerecord.KeyID(key.Data["key"]); got != want || got == "" {
+		t.Fatalf("the part says key %q, want %q", got, want)
+	}
+
+	if err := c.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Load(ctx, "ns", "memory"); err == nil || !strings.Contains(err.Error(), "key Secret lethe-system/record-key is gone") {
+		t.Errorf("load with the key gone: %v, want refused", err)
+	}
+	// Another store's record is refused too: its namespace holds no record yet,
+	// but the cluster does.
+	if err := add("other", "uid-2"); err == nil || !strings.Contains(err.Error(), "records exist") {
+		t.Errorf("add with the key gone: %v, want refused", err)
+	}
+	if err := c.Get(ctx, secret, &corev1.Secret{}); err == nil {
+		t.Error("a new key was made while records exist")
+	}
+
+	replaced := key.DeepCopy()
+	replaced.ResourceVersion = ""
+	replaced.Data = map[string][]byte{"key": []byte(strings.Repeat("z", 32))}
+	if err := c.Create(ctx, replaced); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Load(ctx, "ns", "memory"); err == nil || !strings.Contains(err.Error(), "was written under record key") {
+		t.Errorf("load under a replaced key: %v, want refused", err)
+	}
+	if err := add("ns", "uid-3"); err == nil || !strings.Contains(err.Error(), "was written under record key") {
+		t.Errorf("add under a replaced key: %v, want refused", err)
+	}
+
+	// A part without the fingerprint (written before it was kept) is
+	// read, and says it once written again.
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "ns", Name: "memory-erasure-record-0"}, cm); err != nil {
+		t.Fatal(err)
+	}
+	delete(cm.Annotations, storerecord.AnnotationKeyID)
+	if err := c.Update(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Load(ctx, "ns", "memory"); err != nil {
+		t.Errorf("load of a part without a fingerprint: %v", err)
+	}
+	if err := add("ns", "uid-4"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "ns", Name: "memory-erasure-record-0"}, cm); err != nil {
+		t.Fatal(err)
+	}
+	if got := cm.Annotations[storerecord.AnnotationKeyID]; got != storerecord.KeyID([]byte(strings.Repeat("z", 32))) {
+		t.Errorf("the part written again says key %q", got)
+	}
+}
