@@ -246,7 +246,6 @@ func (r *MemoryStoreReconciler) observeDatabase(ctx context.Context, store *leth
 		ctrl.LoggerFrom(ctx).Error(f.erasuresErr, "check the erasures of the store's requests")
 	} else {
 		metrics.StoreLastAudit.WithLabelValues(store.Namespace, store.Name).Set(float64(r.Clock.Now().Unix()))
-		metrics.ErasuresUnderAnotherKey.WithLabelValues(store.Namespace, store.Name).Set(float64(f.underAnotherKey))
 	}
 	rctx, rcancel := context.WithTimeout(ctx, r.ProbeTimeout)
 	f.redaction, f.redactionErr = r.Connector.AuditRedaction(rctx, store, r.RedactionSample)

@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -46,17 +48,22 @@ func (r *MemoryStoreReconciler) checkErasures(ctx context.Context, store *lethev
 	if err != nil {
 		return err
 	}
+	// A record that cannot be read (its key lost) fails the check, but
+	// what the ledger alone says is still found and reported.
+	var recordErr error
 	if r.Records != nil {
 		more, err := r.checkRecord(ctx, store, byUID)
 		if err != nil {
-			return err
+			recordErr = fmt.Errorf("the store's erasure record: %w", err)
+		} else {
+			findings = mergeFindings(findings, more)
 		}
-		findings = mergeFindings(findings, more)
 	}
 	// After the record put source rows back: they say their key too.
 	if f.underAnotherKey, err = r.Connector.UnderOtherKeys(ctx, store); err != nil {
-		return err
+		return errors.Join(recordErr, err)
 	}
+	metrics.ErasuresUnderAnotherKey.WithLabelValues(store.Namespace, store.Name).Set(float64(f.underAnotherKey))
 	f.restores = findings
 	f.affected = make([]*lethev1.ErasureRequest, 0, len(findings))
 	for _, fd := range findings {
@@ -64,7 +71,7 @@ func (r *MemoryStoreReconciler) checkErasures(ctx context.Context, store *lethev
 			f.affected = append(f.affected, er)
 		}
 	}
-	return nil
+	return recordErr
 }
 
 // checkRecord records the live requests the store's record lacks, checks

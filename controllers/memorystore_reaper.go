@@ -155,6 +155,13 @@ func (r *MemoryStoreReconciler) reap(ctx context.Context, store *lethev1.MemoryS
 			return err
 		}
 	}
+	// Once the deletion is done the hold is gone and nothing would record
+	// it again: a record that cannot be written leaves it held.
+	if r.Records != nil {
+		if err := r.Records.Keeper.Writable(ctx, store.Namespace, store.Name); err != nil {
+			return err
+		}
+	}
 	// The request's whole session list, as its own deletion chunked it, so
 	// that each batch keeps its receipt key; erased sessions are skipped.
 	done, err := ledger.ErasedSessions(ctx, h.UID)

@@ -272,15 +272,16 @@ func erasuresCondition(f storeFacts, cond func(string, bool, string, string) met
 	switch {
 	case f.postgres != nil:
 		return asUnknown(cond(lethev1.MemoryStoreErasuresIntact, false, lethev1.ReasonPostgresNotReady, "the erasures cannot be checked until Postgres is reachable"))
+	case f.underAnotherKey > 0:
+		// First: nothing mends it by itself, and the rest still runs.
+		return cond(lethev1.MemoryStoreErasuresIntact, false, lethev1.ReasonErasureKeyChanged,
+			"the database's erasure key (lethe.erasure_key) is not the one its erasure ledger's keyed hashes were taken under (a restore into a freshly migrated database?): "+
+				"the ledger's keyed hashes match nothing, so erased transcripts are ingested again without LE002; put back the key row of the backup the ledger came from")
 	case f.erasuresErr != nil:
 		return asUnknown(cond(lethev1.MemoryStoreErasuresIntact, false, lethev1.ReasonErasureCheckFailed, "the erasure check could not run; it is retried on the next audit"))
 	case len(f.restores) > 0:
 		return cond(lethev1.MemoryStoreErasuresIntact, false, lethev1.ReasonRestoreDetected,
 			"the database holds less erasure than the store's requests say (a restore?): erased sessions exist again or ledger rows are gone; the requests erase them again")
-	case f.underAnotherKey > 0:
-		return cond(lethev1.MemoryStoreErasuresIntact, false, lethev1.ReasonErasureKeyChanged,
-			"the database's erasure key (lethe.erasure_key) is not the one its erasure ledger's keyed hashes were taken under (a restore into a freshly migrated database?): "+
-				"the ledger's keyed hashes match nothing, so erased transcripts are ingested again without LE002; put back the key row of the backup the ledger came from")
 	default:
 		return cond(lethev1.MemoryStoreErasuresIntact, true, lethev1.ReasonErasuresHeld,
 			"every session the store's requests erased is absent and held erased by the ledger")

@@ -35,7 +35,7 @@ GRANT EXECUTE ON FUNCTION lethe.erasure_key_id() TO lethe_operator;
 ALTER TABLE lethe.erasure_ledger ADD COLUMN key_id text;
 COMMENT ON COLUMN lethe.erasure_ledger.key_id IS
     'lethe.erasure_key_id() of the key record_id is an HMAC under (scopes source and content); NULL for sessions';
-UPDATE lethe.erasure_ledger SET key_id = lethe.erasure_key_id() WHERE scope IN ('source', 'content');
+UPDATE lethe.erasure_ledger SET key_id = (SELECT lethe.erasure_key_id()) WHERE scope IN ('source', 'content');
 CREATE INDEX erasure_ledger_key_id_idx ON lethe.erasure_ledger (key_id) WHERE key_id IS NOT NULL AND cancelled_at IS NULL;
 
 -- +goose Down

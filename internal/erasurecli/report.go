@@ -86,6 +86,25 @@ func (o *options) reportInput(ctx context.Context, args []string, bundleFile str
 	return b.Request, ks, nil
 }
 
+// receiptInfo is the certificate's receipt: the time it was issued as the
+// receipt signed it, when it was verified (the status's copy is not
+// signed).
+func receiptInfo(r *lethev1.Receipt, rep *evidence.Report) *report.ReceiptInfo {
+	if r == nil {
+		return nil
+	}
+	out := &report.ReceiptInfo{Digest: r.Digest, KeyID: r.KeyID}
+	if r.IssuedAt != nil {
+		out.IssuedAt = r.IssuedAt.Time
+	}
+	if rep != nil && rep.Receipt != nil && rep.Receipt.Predicate != nil {
+		if t, err := time.Parse(time.RFC3339, rep.Receipt.Predicate.IssuedAt); err == nil {
+			out.IssuedAt = t
+		}
+	}
+	return out
+}
+
 // certificate fills the page's model from the request and the outcome of
 // its verification.
 func certificate(er *lethev1.ErasureRequest, ks evidence.KeySet, rep *evidence.Report, verr error) report.Certificate {
@@ -127,12 +146,7 @@ func certificate(er *lethev1.ErasureRequest, ks evidence.KeySet, rep *evidence.R
 	for _, k := range ks.Keys {
 		c.Keys = append(c.Keys, report.Key{ID: k.KeyID, Validity: k.Validity()})
 	}
-	if r := st.Receipt; r != nil {
-		c.Receipt = &report.ReceiptInfo{Digest: r.Digest, KeyID: r.KeyID}
-		if r.IssuedAt != nil {
-			c.Receipt.IssuedAt = r.IssuedAt.Time
-		}
-	}
+	c.Receipt = receiptInfo(st.Receipt, rep)
 	if rep.Log != nil {
 		c.Log = &report.LogInfo{Origin: rep.Log.Origin, Index: rep.Log.Index, Size: rep.Log.Size}
 	}

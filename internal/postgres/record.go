@@ -38,9 +38,12 @@ const (
 		ON CONFLICT DO NOTHING RETURNING 1)
 		SELECT count(*) FROM i`
 	// underOtherKeysSQL counts the requests holding keyed rows in force
-	// under another key than $1 (the database's), by the partial index.
-	underOtherKeysSQL = `SELECT count(DISTINCT request_uid) FROM lethe.erasure_ledger
-		WHERE (key_id < $1 OR key_id > $1) AND cancelled_at IS NULL`
+	// under another key than $1 (the database's), by the partial index,
+	// among the first 10,000 such rows: a database whose key
+	// changed has its whole keyed ledger there, and the audit's time is
+	// bounded.
+	underOtherKeysSQL = `SELECT count(DISTINCT request_uid) FROM (SELECT request_uid FROM lethe.erasure_ledger
+		WHERE (key_id < $1 OR key_id > $1) AND cancelled_at IS NULL LIMIT 10000) s`
 )
 
 // SourceHashes lists the keyed hashes of the sources the request uid
@@ -54,7 +57,8 @@ func (e *Eraser) SourceHashes(ctx context.Context, uid string) (hashes []string,
 // UnderOtherKeys counts the requests whose keyed ledger rows in force are
 // under another erasure key than the database's (every one that says its
 // key, when the database has none): the database matches none of them.
-// Rows that do not say their key are not counted.
+// Rows that do not say their key are not counted; past 10,000 such rows
+// the count is of the requests among the first 10,000.
 func (e *Eraser) UnderOtherKeys(ctx context.Context) (int64, error) {
 	id, err := e.ErasureKeyID(ctx)
 	if err != nil {

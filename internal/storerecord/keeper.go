@@ -164,6 +164,39 @@ func (k *Keeper) RecordedUIDs(ctx context.Context) (map[string]bool, error) {
 	return out, nil
 }
 
+// noRecordYet refuses a new key while a record exists anywhere in the
+// cluster: a lost key is put back, not replaced, for a record was hashed
+// with it.
+func (k *Keeper) noRecordYet(ctx context.Context) error {
+	records := &corev1.ConfigMapList{}
+	if err := k.Reader.List(ctx, records, client.HasLabels{LabelStore}, client.Limit(1)); err != nil {
+		return fmt.Errorf("read the erasure records: %w", err)
+	}
+	if len(records.Items) > 0 {
+		return fmt.Errorf("the erasure record key Secret %s is gone but records exist (%s/%s): restore the Secret from a backup; a new key would match none of their sessions",
+			k.KeySecret, records.Items[0].Namespace, records.Items[0].Name)
+	}
+	return nil
+}
+
+// Writable reports why Add would refuse to record for the store (the key
+// lost or replaced), without writing anything: a caller about to do what
+// only the record will remember asks first.
+func (k *Keeper) Writable(ctx context.Context, namespace, store string) error {
+	key, err := k.key(ctx, false)
+	if err != nil {
+		return err
+	}
+	if key == nil {
+		return k.noRecordYet(ctx)
+	}
+	shards, err := k.shards(ctx, namespace, store)
+	if err != nil {
+		return err
+	}
+	return sameKey(shards, key, k.KeySecret)
+}
+
 // key reads the records' key, creating it when create is set.
 func (k *Keeper) key(ctx context.Context, create bool) ([]byte, error) {
 	if k.KeySecret.Name == "" {
@@ -182,15 +215,8 @@ func (k *Keeper) key(ctx context.Context, create bool) ([]byte, error) {
 	case !create:
 		return nil, nil
 	}
-	// A lost key is put back, not replaced: a record anywhere in the
-	// cluster was hashed with it.
-	records := &corev1.ConfigMapList{}
-	if err := k.Reader.List(ctx, records, client.HasLabels{LabelStore}, client.Limit(1)); err != nil {
-		return nil, fmt.Errorf("read the erasure records: %w", err)
-	}
-	if len(records.Items) > 0 {
-		return nil, fmt.Errorf("the erasure record key Secret %s is gone but records exist (%s/%s): restore the Secret from a backup; a new key would match none of their sessions",
-			k.KeySecret, records.Items[0].Namespace, records.Items[0].Name)
+	if err := k.noRecordYet(ctx); err != nil {
+		return nil, err
 	}
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {

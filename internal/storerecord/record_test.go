@@ -105,8 +105,14 @@ func TestALostOrReplacedRecordKeyIsRefused(t *testing.T) {
 			return storerecord.NewEntry(key, time.Unix(1e9, 0), []string{id1}, nil, "")
 		})
 	}
+	if err := k.Writable(ctx, "ns", "memory"); err != nil {
+		t.Fatalf("writable before any record or key: %v", err)
+	}
 	if err := add("ns", "uid-1"); err != nil {
 		t.Fatal(err)
+	}
+	if err := k.Writable(ctx, "ns", "memory"); err != nil {
+		t.Fatalf("writable with its key: %v", err)
 	}
 	cm := &corev1.ConfigMap{}
 	if err := c.Get(ctx, types.NamespacedName{Namespace: "ns", Name: "memory-erasure-record-0"}, cm); err != nil {
@@ -134,6 +140,9 @@ func TestALostOrReplacedRecordKeyIsRefused(t *testing.T) {
 	if err := c.Get(ctx, secret, &corev1.Secret{}); err == nil {
 		t.Error("a new key was made while records exist")
 	}
+	if err := k.Writable(ctx, "other", "memory"); err == nil || !strings.Contains(err.Error(), "records exist") {
+		t.Errorf("writable with the key gone: %v, want refused", err)
+	}
 
 	replaced := key.DeepCopy()
 	replaced.ResourceVersion = ""
@@ -146,6 +155,9 @@ func TestALostOrReplacedRecordKeyIsRefused(t *testing.T) {
 	}
 	if err := add("ns", "uid-3"); err == nil || !strings.Contains(err.Error(), "was written under record key") {
 		t.Errorf("add under a replaced key: %v, want refused", err)
+	}
+	if err := k.Writable(ctx, "ns", "memory"); err == nil || !strings.Contains(err.Error(), "was written under record key") {
+		t.Errorf("writable under a replaced key: %v, want refused", err)
 	}
 
 	// A part without the fingerprint (written before it was kept) is
