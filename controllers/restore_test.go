@@ -455,14 +455,7 @@ func TestRestoreAfterTheRequestIsDeletedIsErasedAgain(t *testing.T) {
 	})
 	waitCondition(t, e.store, lethev1.MemoryStoreErasuresIntact, metav1.ConditionTrue, lethev1.ReasonErasuresHeld)
 	// The transcript files stay on disk: their re-ingestion is refused again.
-	tx, err := e.conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, `SET LOCAL ROLE memory_app;
-		INSERT INTO memory.sessions (id, tenant_id, source_path, started_at) VALUES (gen_random_uuid(), 't1', 'raw-jsonl/`+erasedA+`.jsonl', now())`)
-	if !strings.Contains(fmt.Sprint(err), "LE002") {
+	if err := ingestErased(ctx, e.conn); !strings.Contains(fmt.Sprint(err), "LE002") {
 		t.Errorf("re-ingesting an erased transcript after the restore: %v, want SQLSTATE LE002", err)
 	}
 }
