@@ -162,8 +162,8 @@ func erasuresIntactWas(store *lethev1.MemoryStore) string {
 	return ""
 }
 
-// reportKeyChange says, when the condition comes to say it, that recorded
-// erasures were taken under another erasure key than the database's. No
+// reportKeyChange says, when the condition comes to say it, that requests
+// hold ledger rows under another erasure key than the database's. No
 // request can mend it by erasing again: a human puts the key back.
 func (r *MemoryStoreReconciler) reportKeyChange(store *lethev1.MemoryStore, facts storeFacts, was string) {
 	if was == lethev1.ReasonErasureKeyChanged || erasuresIntactWas(store) != lethev1.ReasonErasureKeyChanged {

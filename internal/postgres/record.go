@@ -39,9 +39,8 @@ const (
 		SELECT count(*) FROM i`
 	// underOtherKeysSQL counts the requests holding keyed rows in force
 	// under another key than $1 (the database's), by the partial index,
-	// among the first 10,000 such rows: a database whose key
-	// changed has its whole keyed ledger there, and the audit's time is
-	// bounded.
+	// among the first 10,000 such rows: a database whose key changed has
+	// its whole keyed ledger there, and the audit's time is bounded.
 	underOtherKeysSQL = `SELECT count(DISTINCT request_uid) FROM (SELECT request_uid FROM lethe.erasure_ledger
 		WHERE (key_id < $1 OR key_id > $1) AND cancelled_at IS NULL LIMIT 10000) s`
 )
