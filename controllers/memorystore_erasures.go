@@ -74,9 +74,9 @@ func (r *MemoryStoreReconciler) checkErasures(ctx context.Context, store *lethev
 	return recordErr
 }
 
-// checkRecord records the live requests the store's record lacks, checks
-// the database against every recorded erasure, and erases again those
-// whose request object is gone.
+// checkRecord records the live requests the store's record lacks and the
+// gone ones only the ledger still holds, checks the database against every
+// recorded erasure, and erases again those whose request object is gone.
 func (r *MemoryStoreReconciler) checkRecord(ctx context.Context, store *lethev1.MemoryStore, live map[string]*lethev1.ErasureRequest) ([]erasure.RestoreFinding, error) {
 	rec, err := r.Records.Keeper.Load(ctx, store.Namespace, store.Name)
 	if err != nil {
@@ -87,6 +87,13 @@ func (r *MemoryStoreReconciler) checkRecord(ctx context.Context, store *lethev1.
 			if err := r.Records.Add(ctx, store, er); err != nil {
 				return nil, err
 			}
+		}
+	}
+	if n, err := r.mendRecord(ctx, store, rec); err != nil {
+		return nil, err
+	} else if n > 0 {
+		if rec, err = r.Records.Keeper.Load(ctx, store.Namespace, store.Name); err != nil {
+			return nil, err
 		}
 	}
 	all, gone := recorded(rec, live)

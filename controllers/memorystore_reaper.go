@@ -43,15 +43,11 @@ func (r *MemoryStoreReconciler) reapTombstones(ctx context.Context, store *lethe
 	if err != nil {
 		return 0, err
 	}
-	minAge := r.ReapMinAge
-	if minAge <= 0 {
-		minAge = DefaultReapMinAge
-	}
 	// The gauges first: a reap that fails must not leave them stale.
 	if err := setTombstoneGauges(ctx, store, ledger); err != nil {
 		return 0, err
 	}
-	holds, err := ledger.HeldTombstones(ctx, minAge)
+	holds, err := ledger.HeldTombstones(ctx, r.reapMinAge())
 	if err != nil {
 		return 0, err
 	}

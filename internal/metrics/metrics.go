@@ -58,6 +58,14 @@ var (
 		Help: "Requests whose erasure ledger rows in the MemoryStore's database are keyed hashes under another erasure key (lethe.erasure_key) than the database's now: their erased sources are no longer refused at ingestion.",
 	}, []string{"namespace", "store"})
 
+	// RecordEntriesMended counts the erasures a store's audit wrote again
+	// into its record from the ledger: no record in the cluster held them
+	// (a record part deleted or edited, a record write lost).
+	RecordEntriesMended = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lethe_erasure_record_entries_mended_total",
+		Help: "Erasures of gone requests that the MemoryStore's ledger holds and no erasure record in the cluster did, written again into the store's record by its audit.",
+	}, []string{"namespace", "store"})
+
 	// GraphSweepRemoved counts graph elements removed by sweeps.
 	GraphSweepRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lethe_graph_sweep_removed_total",
@@ -147,7 +155,7 @@ var (
 func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{GraphPruned, GraphReappearedPruned, GraphSweeps, GraphSweepRemoved, GraphSweepLastCompletion, GraphProvenanceless, GraphSweepDuration,
 		StepDuration, RowsDeleted, TombstoneReaper, TombstoneReaperRows, TombstonedSessions, TombstoneOverdue, TombstonesReaped, BackupWork, RestoresDetected, StoreLastAudit,
-		ErasuresUnderAnotherKey}
+		ErasuresUnderAnotherKey, RecordEntriesMended}
 }
 
 func init() {

@@ -48,3 +48,7 @@ const ParameterLoggingSQL = parameterLoggingSQL
 // UnderOtherKeysSQL is the audit's count of requests under another erasure
 // key, for its plan test.
 const UnderOtherKeysSQL = underOtherKeysSQL
+
+// ErasedRequestsSQL is the audit's list of the requests the ledger holds
+// erasures of, for its plan test.
+const ErasedRequestsSQL = erasedRequestsSQL
