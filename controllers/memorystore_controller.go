@@ -287,6 +287,8 @@ func (r *MemoryStoreReconciler) forget(key types.NamespacedName) {
 	metrics.TombstoneOverdue.Delete(labels)
 	forgetAudits(key)
 	metrics.GraphSweepLastCompletion.Delete(labels)
+	metrics.RestoresDetected.Delete(labels)
+	metrics.RecordEntriesMended.Delete(labels)
 }
 
 // forgetAudits drops the store's audit time: a store gone, or released

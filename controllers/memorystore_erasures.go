@@ -55,15 +55,18 @@ func (r *MemoryStoreReconciler) checkErasures(ctx context.Context, store *lethev
 		more, err := r.checkRecord(ctx, store, byUID)
 		if err != nil {
 			recordErr = fmt.Errorf("the store's erasure record: %w", err)
-		} else {
-			findings = mergeFindings(findings, more)
 		}
+		findings = mergeFindings(findings, more)
 	}
 	// After the record put source rows back: they say their key too.
 	if f.underAnotherKey, err = r.Connector.UnderOtherKeys(ctx, store); err != nil {
 		return errors.Join(recordErr, err)
 	}
 	metrics.ErasuresUnderAnotherKey.WithLabelValues(store.Namespace, store.Name).Set(float64(f.underAnotherKey))
+	// The counters exist from the store's first audit: increase() reads a
+	// series that first appears at 1 as no increase.
+	metrics.RestoresDetected.WithLabelValues(store.Namespace, store.Name).Add(0)
+	metrics.RecordEntriesMended.WithLabelValues(store.Namespace, store.Name).Add(0)
 	f.restores = findings
 	f.affected = make([]*lethev1.ErasureRequest, 0, len(findings))
 	for _, fd := range findings {
@@ -74,9 +77,10 @@ func (r *MemoryStoreReconciler) checkErasures(ctx context.Context, store *lethev
 	return recordErr
 }
 
-// checkRecord records the live requests the store's record lacks and the
-// gone ones only the ledger still holds, checks the database against every
-// recorded erasure, and erases again those whose request object is gone.
+// checkRecord records the live requests the store's record lacks, checks
+// the database against every recorded erasure, erases again those whose
+// request object is gone, and then records the gone ones only the ledger
+// holds. An error from that last part comes with the check's findings.
 func (r *MemoryStoreReconciler) checkRecord(ctx context.Context, store *lethev1.MemoryStore, live map[string]*lethev1.ErasureRequest) ([]erasure.RestoreFinding, error) {
 	rec, err := r.Records.Keeper.Load(ctx, store.Namespace, store.Name)
 	if err != nil {
@@ -87,13 +91,6 @@ func (r *MemoryStoreReconciler) checkRecord(ctx context.Context, store *lethev1.
 			if err := r.Records.Add(ctx, store, er); err != nil {
 				return nil, err
 			}
-		}
-	}
-	if n, err := r.mendRecord(ctx, store, rec); err != nil {
-		return nil, err
-	} else if n > 0 {
-		if rec, err = r.Records.Keeper.Load(ctx, store.Namespace, store.Name); err != nil {
-			return nil, err
 		}
 	}
 	all, gone := recorded(rec, live)
@@ -118,7 +115,9 @@ func (r *MemoryStoreReconciler) checkRecord(ctx context.Context, store *lethev1.
 		r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, lethev1.ReasonResurrected, "Erase",
 			"recorded erasure %s (request object gone): %d session(s) erased again, %d ledger row(s) put back", f.UID, res.Sessions, res.LedgerRowsRestored)
 	}
-	return findings, nil
+	// After the check: what the ledger holds is what was not restored
+	// away, and a mend that fails must not stop the check.
+	return findings, r.mendRecord(ctx, store, rec)
 }
 
 // mergeFindings adds to a the findings of b for requests a does not name.

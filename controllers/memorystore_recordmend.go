@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
@@ -16,66 +15,68 @@ import (
 	"github.com/lethe-dev/lethe/internal/storerecord"
 )
 
-// ReasonErasureRecordMended is the store's event when its audit wrote
-// again, from the ledger, erasures that no record in the cluster held.
-const ReasonErasureRecordMended = "ErasureRecordMended"
+const (
+	// ReasonErasureRecordMended is the store's event when its audit wrote
+	// again, from the ledger, erasures that no record in the cluster held.
+	ReasonErasureRecordMended = "ErasureRecordMended"
+	// mendBatch bounds the entries one audit writes into a record: the
+	// rest are written by the audits after it.
+	mendBatch = 500
+)
 
-// mendRecord writes into the store's record, from the database's ledger,
-// each finished erasure whose request object is gone and which no store's
-// record in the cluster holds: a part of a record deleted (a clean-up of
-// the namespace's ConfigMaps), entries edited away, or the reaper's record
-// write lost after its deletion committed. A later restore of the database
-// would otherwise bring those sessions back unseen. The ledger is the
-// other copy of what was erased: a restore takes it back, a lost record
-// part does not, so each mends what the other lost. Erasures younger than
-// the reaper's minimum age are left to the writers racing to record them;
-// a request still holding tombstones is the reaper's to finish and record.
-// It returns how many it wrote.
-func (r *MemoryStoreReconciler) mendRecord(ctx context.Context, store *lethev1.MemoryStore, rec storerecord.Record) (int, error) {
+// mendRecord writes into the store's own record, from the database's
+// ledger, each erasure of a request whose object is gone that the record
+// lacks. The ledger is the other copy of what was erased: a restore takes
+// it back, a lost record part does not, so each mends what the other
+// lost. Those no record in the cluster held were lost (a record part
+// deleted, entries edited away, the reaper's record write failing after
+// its deletion committed): a later restore of the database would have
+// brought them back unseen, and they are counted and reported. Those
+// another record holds (a store sharing the database, a store renamed,
+// whose record no audit reads) are adopted quietly, so that this store's
+// audit alone covers its database. A request still holding tombstones is
+// the reaper's to finish and record; one erased less than the reaper's
+// minimum age ago, its own writers'.
+func (r *MemoryStoreReconciler) mendRecord(ctx context.Context, store *lethev1.MemoryStore, rec storerecord.Record) error {
 	ledger, err := r.Connector.Ledger(ctx, store)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	missing, err := r.unrecorded(ctx, ledger, rec)
 	if err != nil || len(missing) == 0 {
-		return 0, err
+		return err
 	}
-	mended := 0
-	for _, uid := range missing {
-		if held, err := ledger.HeldBy(ctx, uid); err != nil || held > 0 {
-			if err != nil {
-				return mended, err
-			}
-			continue
-		}
-		sessions, err := ledger.ErasedSessions(ctx, uid)
-		if err != nil {
-			return mended, err
-		}
-		at, err := ledger.DeletedAt(ctx, uid)
-		if err != nil {
-			return mended, err
-		}
-		if err := r.Records.AddErased(ctx, store, types.UID(uid), at, sessions); err != nil {
-			return mended, fmt.Errorf("write again the record entry of %s: %w", uid, err)
-		}
-		mended++
+	elsewhere, err := r.Records.Keeper.RecordedUIDs(ctx)
+	if err != nil {
+		return err
 	}
-	if mended > 0 {
-		metrics.RecordEntriesMended.WithLabelValues(store.Namespace, store.Name).Add(float64(mended))
-		logf.FromContext(ctx).Info("erasures missing from every erasure record written again from the ledger", "entries", mended)
+	entries, err := r.entriesFromLedger(ctx, ledger, missing)
+	if err != nil || len(entries) == 0 {
+		return err
+	}
+	if err := r.Records.Keeper.AddAll(ctx, store.Namespace, store.Name, entries); err != nil {
+		return fmt.Errorf("write %d erasure(s) from the ledger into the store's record: %w", len(entries), err)
+	}
+	lost := 0
+	for uid := range entries {
+		if !elsewhere[uid] {
+			lost++
+		}
+	}
+	logf.FromContext(ctx).Info("erasures of gone requests written into the store's record from the ledger", "entries", len(entries), "inNoRecord", lost)
+	if lost > 0 {
+		metrics.RecordEntriesMended.WithLabelValues(store.Namespace, store.Name).Add(float64(lost))
 		r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, ReasonErasureRecordMended, "Audit",
-			"%d erasure(s) of gone requests that the ledger holds were in no erasure record (a record part deleted or edited, or a record write lost): written again from the ledger", mended)
+			"%d erasure(s) of gone requests that the ledger holds were in no erasure record (a record part deleted or edited, or a record write lost): written again from the ledger", lost)
 	}
-	return mended, nil
+	return nil
 }
 
-// unrecorded are the requests the ledger says erased sessions (longer ago
-// than the reaper's minimum age) that neither rec, nor a request object,
-// nor any store's record in the cluster holds. The cluster's records are
-// read only when the store's own record and the requests leave some.
+// unrecorded are the requests the ledger says erased sessions of the
+// store's tenant that neither rec nor a request object holds, sorted, the
+// first mendBatch of them.
 func (r *MemoryStoreReconciler) unrecorded(ctx context.Context, ledger *postgres.Eraser, rec storerecord.Record) ([]string, error) {
-	erased, err := ledger.ErasedRequests(ctx, r.reapMinAge())
+	erased, err := ledger.ErasedRequests(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -87,14 +88,41 @@ func (r *MemoryStoreReconciler) unrecorded(ctx context.Context, ledger *postgres
 	if err != nil {
 		return nil, err
 	}
-	if erased = slices.DeleteFunc(erased, func(uid string) bool { return live[uid] }); len(erased) == 0 {
-		return nil, nil
+	erased = slices.DeleteFunc(erased, func(uid string) bool { return live[uid] })
+	return erased[:min(len(erased), mendBatch)], nil
+}
+
+// entriesFromLedger reads what each request of uids erased from the
+// ledger, leaving out those the reaper or the request's own writers still
+// have to record.
+func (r *MemoryStoreReconciler) entriesFromLedger(ctx context.Context, ledger *postgres.Eraser, uids []string) (map[string]func([]byte) storerecord.Entry, error) {
+	out := map[string]func([]byte) storerecord.Entry{}
+	settled := r.Clock.Now().Add(-r.reapMinAge())
+	for _, uid := range uids {
+		held, err := ledger.HeldBy(ctx, uid)
+		if err != nil {
+			return nil, err
+		}
+		at, err := ledger.DeletedAt(ctx, uid)
+		if err != nil {
+			return nil, err
+		}
+		if held > 0 || at.After(settled) {
+			continue
+		}
+		sessions, err := ledger.ErasedSessions(ctx, uid)
+		if err != nil {
+			return nil, err
+		}
+		sources, ledgerKey, err := ledger.SourceHashes(ctx, uid)
+		if err != nil {
+			return nil, err
+		}
+		out[uid] = func(key []byte) storerecord.Entry {
+			return storerecord.NewEntry(key, at, sessions, sources, ledgerKey)
+		}
 	}
-	recorded, err := r.Records.Keeper.RecordedUIDs(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return slices.DeleteFunc(erased, func(uid string) bool { return recorded[uid] }), nil
+	return out, nil
 }
 
 // reapMinAge is how old a tombstone or an erasure must be before the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +38,11 @@ func TestALostRecordIsWrittenAgainFromTheLedger(t *testing.T) {
 	deleted := recordParts(t, e)
 	if !recorded(t, e, uid) || len(deleted) == 0 {
 		t.Fatalf("the store's record (%d part(s)) has no entry for the deleted request", len(deleted))
+	}
+	// The store's audits made the counter's series before anything was
+	// mended: an alert on its increase sees the first one.
+	if v, found := counterValue(t, "lethe_erasure_record_entries_mended_total", "namespace", e.ns); !found || v != 0 {
+		t.Fatalf("lethe_erasure_record_entries_mended_total for the store before the mend: %v (exported: %v), want 0", v, found)
 	}
 	// What `kubectl delete configmap -l erasure.lethe.dev/erasure-record`
 	// does: every part of the record.
@@ -96,6 +102,10 @@ func TestALostRecordIsWrittenAgainFromTheLedger(t *testing.T) {
 	}
 	if n := e.sessionRows(t, keptB); n == 0 {
 		t.Error("the kept session went with the re-erasure")
+	}
+	// The entry written from the ledger kept the erased sources too.
+	if err := ingestErased(ctx, e.conn); !strings.Contains(fmt.Sprint(err), "LE002") {
+		t.Errorf("re-ingesting an erased transcript after the restore: %v, want SQLSTATE LE002", err)
 	}
 }
 

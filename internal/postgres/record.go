@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -177,25 +176,26 @@ func (e *Eraser) RecordErasedElsewhere(ctx context.Context, uid string, match fu
 	return err
 }
 
-// erasedRequestsSQL lists the requests that erased a session of the tenant
-// $1 (NULL: any) more than $2 seconds ago, by the database's clock. The
-// requests are walked by the ledger's primary key (one probe for the next
-// request, one for its first erased session row), not by reading every
-// session row: the ledger holds a row per session ever erased.
+// erasedRequestsSQL lists the requests that erased a session, of the
+// tenant $1 (NULL: any). It walks the ledger's primary key one request at
+// a time: a probe for the next request, one for its tenant (every row of a
+// request has its store's), and, for the tenant's, one until an erased
+// session row. It never reads every session row of the ledger, only those
+// of the tenant's requests that erased none (cancelled, in their grace
+// period).
 const erasedRequestsSQL = `WITH RECURSIVE u(uid) AS (
 		SELECT min(request_uid) FROM lethe.erasure_ledger
 		UNION ALL
 		SELECT (SELECT min(l.request_uid) FROM lethe.erasure_ledger l WHERE l.request_uid > u.uid) FROM u WHERE u.uid IS NOT NULL)
-	SELECT u.uid FROM u WHERE u.uid IS NOT NULL AND EXISTS (SELECT 1 FROM lethe.erasure_ledger l
-		WHERE l.request_uid = u.uid AND l.scope = 'session' AND l.erased_at < now() - make_interval(secs => $2)
-		  AND ($1::text IS NULL OR l.tenant_id = $1))`
+	SELECT u.uid FROM u WHERE u.uid IS NOT NULL
+	  AND ($1::text IS NULL OR (SELECT l.tenant_id FROM lethe.erasure_ledger l WHERE l.request_uid = u.uid LIMIT 1) = $1)
+	  AND EXISTS (SELECT 1 FROM lethe.erasure_ledger l WHERE l.request_uid = u.uid AND l.scope = 'session' AND l.erased_at IS NOT NULL)`
 
 // ErasedRequests lists the requests that erased sessions of the store's
-// tenant more than minAge ago (by the database's clock), sorted: the
-// store's record must hold each one whose request object is gone. Read
-// only.
-func (e *Eraser) ErasedRequests(ctx context.Context, minAge time.Duration) ([]string, error) {
-	uids, err := collectStrings(ctx, e.Pool, erasedRequestsSQL, e.tenant(), minAge.Seconds())
+// tenant, sorted: the store's record must hold each one whose request
+// object is gone. Read only.
+func (e *Eraser) ErasedRequests(ctx context.Context) ([]string, error) {
+	uids, err := collectStrings(ctx, e.Pool, erasedRequestsSQL, e.tenant())
 	if err != nil {
 		return nil, fmt.Errorf("list the requests that erased sessions: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -81,6 +82,13 @@ func (k *Keeper) Load(ctx context.Context, namespace, store string) (Record, err
 // new one); a request already recorded is left as it is. A write conflict
 // is returned: the caller retries.
 func (k *Keeper) Add(ctx context.Context, namespace, store, uid string, entry func(key []byte) Entry) error {
+	return k.AddAll(ctx, namespace, store, map[string]func(key []byte) Entry{uid: entry})
+}
+
+// AddAll records what each request of entries (by UID) erased, as Add
+// does, with one write per part of the record it changes. Parts are
+// created in order, so that an error leaves no gap.
+func (k *Keeper) AddAll(ctx context.Context, namespace, store string, entries map[string]func(key []byte) Entry) error {
 	key, err := k.key(ctx, true)
 	if err != nil {
 		return err
@@ -92,29 +100,45 @@ func (k *Keeper) Add(ctx context.Context, namespace, store, uid string, entry fu
 	if err := sameKey(shards, key, k.KeySecret); err != nil {
 		return err
 	}
-	for _, cm := range shards {
-		if _, ok := cm.Data[uid]; ok {
-			return nil
-		}
+	var last *corev1.ConfigMap
+	if n := len(shards); n > 0 {
+		last = shards[n-1]
 	}
-	s, err := encode(entry(key))
-	if err != nil {
-		return err
-	}
-	if n := len(shards); n > 0 && size(shards[n-1])+len(uid)+len(s) <= k.shardBytes() {
-		cm := shards[n-1]
-		if cm.Data == nil {
-			cm.Data = map[string]string{}
+	var changed, fresh []*corev1.ConfigMap
+	for _, uid := range slices.Sorted(maps.Keys(entries)) {
+		if slices.ContainsFunc(shards, func(cm *corev1.ConfigMap) bool { _, ok := cm.Data[uid]; return ok }) {
+			continue
 		}
-		cm.Data[uid] = s
+		s, err := encode(entries[uid](key))
+		if err != nil {
+			return err
+		}
+		if last == nil || size(last)+len(uid)+len(s) > k.shardBytes() {
+			last = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: shardName(store, len(shards)+len(fresh)),
+				Labels: map[string]string{LabelStore: store}}}
+			fresh = append(fresh, last)
+		} else if len(fresh) == 0 && len(changed) == 0 {
+			changed = append(changed, last)
+		}
+		if last.Data == nil {
+			last.Data = map[string]string{}
+		}
+		last.Data[uid] = s
+	}
+	for _, cm := range changed {
 		// A part written before the fingerprint was kept gets it now.
 		metav1.SetMetaDataAnnotation(&cm.ObjectMeta, AnnotationKeyID, KeyID(key))
-		return k.Client.Update(ctx, cm)
+		if err := k.Client.Update(ctx, cm); err != nil {
+			return err
+		}
 	}
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: shardName(store, len(shards)),
-		Labels: map[string]string{LabelStore: store}, Annotations: map[string]string{AnnotationKeyID: KeyID(key)}},
-		Data: map[string]string{uid: s}}
-	return k.Client.Create(ctx, cm)
+	for _, cm := range fresh {
+		metav1.SetMetaDataAnnotation(&cm.ObjectMeta, AnnotationKeyID, KeyID(key))
+		if err := k.Client.Create(ctx, cm); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sameKey checks that every part of a record that says its key's

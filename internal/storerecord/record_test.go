@@ -13,6 +13,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/lethe-dev/lethe/internal/storerecord"
 )
@@ -180,5 +181,66 @@ func TestALostOrReplacedRecordKeyIsRefused(t *testing.T) {
 	}
 	if got := cm.Annotations[storerecord.AnnotationKeyID]; got != storerecord.KeyID([]byte(strings.Repeat("z", 32))) {
 		t.Errorf("the part written again says key %q", got)
+	}
+}
+
+// Many entries at once (the audit writing back what a lost record held)
+// take one write per part they change, parts created in order, and leave
+// the entries already recorded as they are.
+func TestAddAllWritesEachPartOnce(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	base := fake.NewClientBuilder().WithScheme(scheme).Build()
+	var writes []string
+	c := interceptor.NewClient(base, interceptor.Funcs{
+		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			writes = append(writes, "create "+obj.GetName())
+			return cl.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			writes = append(writes, "update "+obj.GetName())
+			return cl.Update(ctx, obj, opts...)
+		},
+	})
+	k := &storerecord.Keeper{Client: c, Reader: c, ShardBytes: 400, KeySecret: types.NamespacedName{Namespace: "lethe-system", Name: "record-key"}}
+	entry := func(key []byte) storerecord.Entry {
+		return storerecord.NewEntry(key, time.Unix(1e9, 0), []string{id1}, nil, "")
+	}
+	if err := k.Add(ctx, "ns", "memory", "uid-00", entry); err != nil {
+		t.Fatal(err)
+	}
+	writes = nil
+	all := map[string]func([]byte) storerecord.Entry{"uid-00": func([]byte) storerecord.Entry {
+		t.Error("a recorded request was recorded again")
+		return storerecord.Entry{}
+	}}
+	for i := 1; i < 12; i++ {
+		all[fmt.Sprintf("uid-%02d", i)] = entry
+	}
+	if err := k.AddAll(ctx, "ns", "memory", all); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := k.Load(ctx, "ns", "memory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Entries) != 12 {
+		t.Fatalf("%d entries after AddAll, want 12", len(rec.Entries))
+	}
+	seen := map[string]bool{}
+	for i, w := range writes {
+		if seen[w] {
+			t.Errorf("write %q done twice: %v", w, writes)
+		}
+		seen[w] = true
+		if i > 0 && strings.HasPrefix(w, "create ") && w < writes[i-1] && strings.HasPrefix(writes[i-1], "create ") {
+			t.Errorf("parts created out of order: %v", writes)
+		}
+	}
+	if len(writes) < 3 || writes[0] != "update memory-erasure-record-0" {
+		t.Errorf("writes %v: want the last part updated, then new parts created", writes)
 	}
 }
