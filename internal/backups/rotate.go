@@ -62,20 +62,47 @@ func (r Rotator) Holding(ctx context.Context, sc Scope, req Request) (int, error
 	return len(list), err
 }
 
-// holding lists the Backups of the scope that started before the deletion.
+// holding lists the Backups of the scope that started before the deletion,
+// and those the request found before that its selector no longer lists.
 func (r Rotator) holding(ctx context.Context, sc Scope, req Request) ([]velerov1.Backup, error) {
 	list := &velerov1.BackupList{}
 	if err := r.Reader.List(ctx, list, client.InNamespace(sc.Namespace), client.MatchingLabelsSelector{Selector: sc.Selector}); err != nil {
 		return nil, fmt.Errorf("list Velero Backups in %s: %w", sc.Namespace, err)
 	}
+	unlisted, err := r.unlisted(ctx, sc.Namespace, req.Pending, list.Items)
+	if err != nil {
+		return nil, err
+	}
 	var out []velerov1.Backup
-	for _, b := range list.Items {
+	for _, b := range append(list.Items, unlisted...) {
 		// A Backup not started yet will read the database after the deletion.
 		if st := b.Status.StartTimestamp; st != nil && sc.MayHold(st.Time, req) {
 			out = append(out, b)
 		}
 	}
 	slices.SortFunc(out, func(a, b velerov1.Backup) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// unlisted reads by name the pending Backups that listed does not hold: a
+// Backup relabelled, or a store's selector changed, must not read as gone
+// while Velero still has it. Only those not found are gone.
+func (r Rotator) unlisted(ctx context.Context, ns string, pending []string, listed []velerov1.Backup) ([]velerov1.Backup, error) {
+	var out []velerov1.Backup
+	for _, name := range pending {
+		if slices.ContainsFunc(listed, func(b velerov1.Backup) bool { return b.Name == name }) {
+			continue
+		}
+		b := velerov1.Backup{}
+		err := r.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &b)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return nil, fmt.Errorf("read Velero Backup %s/%s: %w", ns, name, err)
+		default:
+			out = append(out, b)
+		}
+	}
 	return out, nil
 }
 

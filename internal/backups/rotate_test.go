@@ -218,3 +218,44 @@ func TestFailedDeleteRequestIsReportedNotReplaced(t *testing.T) {
 		t.Fatalf("got %+v (%v): with the failed request deleted, Lethe asks again", got, err)
 	}
 }
+
+// A Backup the request found before and the selector no longer lists (its
+// labels changed) still holds the data: it is found by name and rotated;
+// one not found by name is gone.
+func TestABackupRelabelledIsStillHeld(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := velerov1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	backup := func(name, app string) *velerov1.Backup {
+		return &velerov1.Backup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "velero", Labels: map[string]string{"app": app}},
+			Status: velerov1.BackupStatus{StartTimestamp: &metav1.Time{Time: deleted.Add(-time.Hour)},
+				Expiration: &metav1.Time{Time: deleted.Add(90 * 24 * time.Hour)}}}
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(backup("listed", "m"), backup("relabelled", "archive"), backup("never-found", "archive")).Build()
+	r := backups.Rotator{Client: c, Reader: c}
+	sc := backups.Scope{Namespace: "velero", Selector: labels.SelectorFromSet(labels.Set{"app": "m"})}
+	req := backups.Request{UID: "r1", Namespace: "team", Name: "forget", DeletedAt: deleted, Window: time.Hour,
+		Recorded: map[string]bool{"listed": true, "relabelled": true, "deleted": true},
+		Pending:  []string{"listed", "relabelled", "deleted"}}
+
+	got, err := r.Rotate(context.Background(), sc, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, b := range got {
+		names = append(names, b.Name)
+	}
+	if strings.Join(names, ",") != "listed,relabelled" {
+		t.Fatalf("Backups held: %v, want listed and relabelled (deleted is gone; never-found was never the store's)", names)
+	}
+	b := &velerov1.Backup{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "velero", Name: "relabelled"}, b); err != nil {
+		t.Fatal(err)
+	}
+	if !b.Status.Expiration.Time.Equal(req.Deadline()) {
+		t.Errorf("the relabelled Backup expires at %s, want the deadline %s", b.Status.Expiration, req.Deadline())
+	}
+}

@@ -116,11 +116,15 @@ func (b BackupRotation) scope(ctx context.Context, s *Scope) (BackupScope, Backu
 	}
 	er := s.Request
 	recorded := map[string]bool{}
+	var pending []string
 	for _, b := range RecordedBackups(er) {
 		recorded[b.Name] = true
+		if b.GoneAt == nil {
+			pending = append(pending, b.Name)
+		}
 	}
 	return sc, BackupRequest{UID: string(er.UID), Namespace: er.Namespace, Name: er.Name, Immediate: er.Spec.Immediate,
-		DeletedAt: deletedAt, Window: s.Store.Spec.Velero.RotationWindowOrDefault(), Recorded: recorded}, nil
+		DeletedAt: deletedAt, Window: s.Store.Spec.Velero.RotationWindowOrDefault(), Recorded: recorded, Pending: pending}, nil
 }
 
 // Reverify catches a Backup that came back (re-synced from its bucket with

@@ -306,6 +306,11 @@ type BackupRequest struct {
 	// the request is counted in their annotation summary once, not on
 	// every pass.
 	Recorded map[string]bool
+	// Pending names the Backups the request's evidence lists and has not
+	// seen gone. Each is looked up by name when the scope's selector no
+	// longer lists it (its labels, or the store's selector, changed): it
+	// holds the data until Velero deletes it.
+	Pending []string
 }
 
 // Deadline is the latest expiration a Backup holding the data may keep.
