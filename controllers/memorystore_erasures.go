@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/erasure"
@@ -34,6 +35,9 @@ func (r *MemoryStoreReconciler) checkErasures(ctx context.Context, store *lethev
 	if err := r.Client.List(ctx, list, client.InNamespace(store.Namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return err
 	}
+	// The counters' series exist from the store's first audit, at 0.
+	metrics.RestoresDetected.WithLabelValues(store.Namespace, store.Name).Add(0)
+	metrics.RecordEntriesMended.WithLabelValues(store.Namespace, store.Name).Add(0)
 	byUID := map[string]*lethev1.ErasureRequest{}
 	var reqs []erasure.Request
 	for i := range list.Items {
@@ -55,18 +59,15 @@ func (r *MemoryStoreReconciler) checkErasures(ctx context.Context, store *lethev
 		more, err := r.checkRecord(ctx, store, byUID)
 		if err != nil {
 			recordErr = fmt.Errorf("the store's erasure record: %w", err)
+		} else {
+			findings = mergeFindings(findings, more)
 		}
-		findings = mergeFindings(findings, more)
 	}
 	// After the record put source rows back: they say their key too.
 	if f.underAnotherKey, err = r.Connector.UnderOtherKeys(ctx, store); err != nil {
 		return errors.Join(recordErr, err)
 	}
 	metrics.ErasuresUnderAnotherKey.WithLabelValues(store.Namespace, store.Name).Set(float64(f.underAnotherKey))
-	// The counters exist from the store's first audit: increase() reads a
-	// series that first appears at 1 as no increase.
-	metrics.RestoresDetected.WithLabelValues(store.Namespace, store.Name).Add(0)
-	metrics.RecordEntriesMended.WithLabelValues(store.Namespace, store.Name).Add(0)
 	f.restores = findings
 	f.affected = make([]*lethev1.ErasureRequest, 0, len(findings))
 	for _, fd := range findings {
@@ -80,7 +81,7 @@ func (r *MemoryStoreReconciler) checkErasures(ctx context.Context, store *lethev
 // checkRecord records the live requests the store's record lacks, checks
 // the database against every recorded erasure, erases again those whose
 // request object is gone, and then records the gone ones only the ledger
-// holds. An error from that last part comes with the check's findings.
+// holds.
 func (r *MemoryStoreReconciler) checkRecord(ctx context.Context, store *lethev1.MemoryStore, live map[string]*lethev1.ErasureRequest) ([]erasure.RestoreFinding, error) {
 	rec, err := r.Records.Keeper.Load(ctx, store.Namespace, store.Name)
 	if err != nil {
@@ -115,9 +116,12 @@ func (r *MemoryStoreReconciler) checkRecord(ctx context.Context, store *lethev1.
 		r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, lethev1.ReasonResurrected, "Erase",
 			"recorded erasure %s (request object gone): %d session(s) erased again, %d ledger row(s) put back", f.UID, res.Sessions, res.LedgerRowsRestored)
 	}
-	// After the check: what the ledger holds is what was not restored
-	// away, and a mend that fails must not stop the check.
-	return findings, r.mendRecord(ctx, store, rec)
+	// After the check, and apart from it: a mend that fails is logged, and
+	// leaves the check's result as it is (the next audit mends again).
+	if err := r.mendRecord(ctx, store, rec); err != nil {
+		logf.FromContext(ctx).Error(err, "write the erasures no record holds into the store's record from the ledger")
+	}
+	return findings, nil
 }
 
 // mergeFindings adds to a the findings of b for requests a does not name.

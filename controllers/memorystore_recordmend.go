@@ -19,24 +19,21 @@ const (
 	// ReasonErasureRecordMended is the store's event when its audit wrote
 	// again, from the ledger, erasures that no record in the cluster held.
 	ReasonErasureRecordMended = "ErasureRecordMended"
-	// mendBatch bounds the entries one audit writes into a record: the
-	// rest are written by the audits after it.
+	// mendBatch bounds the entries one audit writes into a record (one
+	// statement reads them all): the rest are written by the audits after.
 	mendBatch = 500
 )
 
-// mendRecord writes into the store's own record, from the database's
-// ledger, each erasure of a request whose object is gone that the record
-// lacks. The ledger is the other copy of what was erased: a restore takes
-// it back, a lost record part does not, so each mends what the other
-// lost. Those no record in the cluster held were lost (a record part
-// deleted, entries edited away, the reaper's record write failing after
-// its deletion committed): a later restore of the database would have
-// brought them back unseen, and they are counted and reported. Those
-// another record holds (a store sharing the database, a store renamed,
-// whose record no audit reads) are adopted quietly, so that this store's
-// audit alone covers its database. A request still holding tombstones is
-// the reaper's to finish and record; one erased less than the reaper's
-// minimum age ago, its own writers'.
+// mendRecord writes into the store's record, from the database's ledger,
+// the erasures of requests whose object is gone that no record in the
+// cluster holds: a record's last parts or the whole record deleted, entries
+// removed, the reaper's record write failing after its deletion committed.
+// A later restore of the database would bring those back unseen. The
+// ledger is the record's other copy: a restore takes it back, a lost record
+// part does not, so each mends what the other lost. A request still
+// holding tombstones is the reaper's to finish and record; one erased less
+// than the reaper's minimum age ago, its own writers'. At most mendBatch
+// entries an audit; the rest at the next.
 func (r *MemoryStoreReconciler) mendRecord(ctx context.Context, store *lethev1.MemoryStore, rec storerecord.Record) error {
 	ledger, err := r.Connector.Ledger(ctx, store)
 	if err != nil {
@@ -46,35 +43,40 @@ func (r *MemoryStoreReconciler) mendRecord(ctx context.Context, store *lethev1.M
 	if err != nil || len(missing) == 0 {
 		return err
 	}
-	elsewhere, err := r.Records.Keeper.RecordedUIDs(ctx)
+	erasures, err := ledger.LedgerErasures(ctx, missing)
 	if err != nil {
 		return err
 	}
-	entries, err := r.entriesFromLedger(ctx, ledger, missing)
-	if err != nil || len(entries) == 0 {
-		return err
+	settled := r.Clock.Now().Add(-r.reapMinAge())
+	entries := map[string]func([]byte) storerecord.Entry{}
+	for _, le := range erasures {
+		if le.Held > 0 || len(le.Sessions) == 0 || le.DeletedAt.After(settled) {
+			continue
+		}
+		entries[le.UID] = func(key []byte) storerecord.Entry {
+			return storerecord.NewEntry(key, le.DeletedAt, le.Sessions, le.Sources, le.SourcesKey)
+		}
+		if len(entries) == mendBatch {
+			break
+		}
+	}
+	if len(entries) == 0 {
+		return nil
 	}
 	if err := r.Records.Keeper.AddAll(ctx, store.Namespace, store.Name, entries); err != nil {
 		return fmt.Errorf("write %d erasure(s) from the ledger into the store's record: %w", len(entries), err)
 	}
-	lost := 0
-	for uid := range entries {
-		if !elsewhere[uid] {
-			lost++
-		}
-	}
-	logf.FromContext(ctx).Info("erasures of gone requests written into the store's record from the ledger", "entries", len(entries), "inNoRecord", lost)
-	if lost > 0 {
-		metrics.RecordEntriesMended.WithLabelValues(store.Namespace, store.Name).Add(float64(lost))
-		r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, ReasonErasureRecordMended, "Audit",
-			"%d erasure(s) of gone requests that the ledger holds were in no erasure record (a record part deleted or edited, or a record write lost): written again from the ledger", lost)
-	}
+	metrics.RecordEntriesMended.WithLabelValues(store.Namespace, store.Name).Add(float64(len(entries)))
+	logf.FromContext(ctx).Info("erasures of gone requests that no record held written into the store's record from the ledger", "entries", len(entries))
+	r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, ReasonErasureRecordMended, "Audit",
+		"%d erasure(s) of gone requests that the ledger holds were in no erasure record (a record part deleted, entries removed, or a record write lost): written again from the ledger", len(entries))
 	return nil
 }
 
 // unrecorded are the requests the ledger says erased sessions of the
-// store's tenant that neither rec nor a request object holds, sorted, the
-// first mendBatch of them.
+// store's tenant that no request object and no store's record in the
+// cluster holds, sorted. The cluster's records are read only when rec and
+// the request objects leave some.
 func (r *MemoryStoreReconciler) unrecorded(ctx context.Context, ledger *postgres.Eraser, rec storerecord.Record) ([]string, error) {
 	erased, err := ledger.ErasedRequests(ctx)
 	if err != nil {
@@ -88,41 +90,14 @@ func (r *MemoryStoreReconciler) unrecorded(ctx context.Context, ledger *postgres
 	if err != nil {
 		return nil, err
 	}
-	erased = slices.DeleteFunc(erased, func(uid string) bool { return live[uid] })
-	return erased[:min(len(erased), mendBatch)], nil
-}
-
-// entriesFromLedger reads what each request of uids erased from the
-// ledger, leaving out those the reaper or the request's own writers still
-// have to record.
-func (r *MemoryStoreReconciler) entriesFromLedger(ctx context.Context, ledger *postgres.Eraser, uids []string) (map[string]func([]byte) storerecord.Entry, error) {
-	out := map[string]func([]byte) storerecord.Entry{}
-	settled := r.Clock.Now().Add(-r.reapMinAge())
-	for _, uid := range uids {
-		held, err := ledger.HeldBy(ctx, uid)
-		if err != nil {
-			return nil, err
-		}
-		at, err := ledger.DeletedAt(ctx, uid)
-		if err != nil {
-			return nil, err
-		}
-		if held > 0 || at.After(settled) {
-			continue
-		}
-		sessions, err := ledger.ErasedSessions(ctx, uid)
-		if err != nil {
-			return nil, err
-		}
-		sources, ledgerKey, err := ledger.SourceHashes(ctx, uid)
-		if err != nil {
-			return nil, err
-		}
-		out[uid] = func(key []byte) storerecord.Entry {
-			return storerecord.NewEntry(key, at, sessions, sources, ledgerKey)
-		}
+	if erased = slices.DeleteFunc(erased, func(uid string) bool { return live[uid] }); len(erased) == 0 {
+		return nil, nil
 	}
-	return out, nil
+	recorded, err := r.Records.Keeper.RecordedUIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(erased, func(uid string) bool { return recorded[uid] }), nil
 }
 
 // reapMinAge is how old a tombstone or an erasure must be before the

@@ -72,6 +72,19 @@ func TestALostRecordIsWrittenAgainFromTheLedger(t *testing.T) {
 		t.Errorf("lethe_erasure_record_entries_mended_total for the store: %v, want 1", v)
 	}
 
+	// The entry written from the ledger kept the erased sources: with the
+	// ledger's source rows gone, the audit puts them back from it alone.
+	tag, err := e.conn.Exec(ctx, `DELETE FROM lethe.erasure_ledger WHERE request_uid = $1 AND scope = 'source'`, uid)
+	if err != nil || tag.RowsAffected() == 0 {
+		t.Fatalf("deleting the request's source rows from the ledger: %d rows (%v), want some", tag.RowsAffected(), err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		if err := ingestErased(ctx, e.conn); !strings.Contains(fmt.Sprint(err), "LE002") {
+			return fmt.Errorf("re-ingesting an erased transcript with the source rows gone: %s, want SQLSTATE LE002", fmt.Sprint(err))
+		}
+		return nil
+	})
+
 	// The entry written again serves: the restore is erased again.
 	waitCondition(t, e.store, lethev1.MemoryStoreErasuresIntact, metav1.ConditionTrue, lethev1.ReasonErasuresHeld)
 	if _, err := e.conn.Exec(ctx, `CREATE TABLE public.lethe_test_not_in_the_dump ()`); err != nil {

@@ -84,26 +84,26 @@ func (r Rotator) holding(ctx context.Context, sc Scope, req Request) ([]velerov1
 	return out, nil
 }
 
-// unlisted reads by name the pending Backups that listed does not hold: a
-// Backup relabelled, or a store's selector changed, must not read as gone
-// while Velero still has it. Only those not found are gone.
+// unlisted finds the pending Backups that listed does not hold: a Backup
+// relabelled, or a store's selector changed, must not read as gone while
+// Velero still has it. One list of the namespace without the selector
+// serves them all (a selector change leaves every request's Backups
+// unlisted at once); only those it does not hold are gone.
 func (r Rotator) unlisted(ctx context.Context, ns string, pending []string, listed []velerov1.Backup) ([]velerov1.Backup, error) {
-	var out []velerov1.Backup
+	missing := map[string]bool{}
 	for _, name := range pending {
-		if slices.ContainsFunc(listed, func(b velerov1.Backup) bool { return b.Name == name }) {
-			continue
-		}
-		b := velerov1.Backup{}
-		err := r.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &b)
-		switch {
-		case apierrors.IsNotFound(err):
-		case err != nil:
-			return nil, fmt.Errorf("read Velero Backup %s/%s: %w", ns, name, err)
-		default:
-			out = append(out, b)
+		if !slices.ContainsFunc(listed, func(b velerov1.Backup) bool { return b.Name == name }) {
+			missing[name] = true
 		}
 	}
-	return out, nil
+	if len(missing) == 0 {
+		return nil, nil
+	}
+	all := &velerov1.BackupList{}
+	if err := r.Reader.List(ctx, all, client.InNamespace(ns)); err != nil {
+		return nil, fmt.Errorf("list Velero Backups in %s: %w", ns, err)
+	}
+	return slices.DeleteFunc(all.Items, func(b velerov1.Backup) bool { return !missing[b.Name] }), nil
 }
 
 // Rotate marks every Backup that may hold the erased data, and shortens its

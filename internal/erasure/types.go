@@ -307,9 +307,9 @@ type BackupRequest struct {
 	// every pass.
 	Recorded map[string]bool
 	// Pending names the Backups the request's evidence lists and has not
-	// seen gone. Each is looked up by name when the scope's selector no
-	// longer lists it (its labels, or the store's selector, changed): it
-	// holds the data until Velero deletes it.
+	// seen gone. Each is looked for in the whole namespace when the
+	// scope's selector no longer lists it (its labels, or the store's
+	// selector, changed): it holds the data until Velero deletes it.
 	Pending []string
 }
 

@@ -44,6 +44,21 @@ func TestErasedRequestsListsErasuresByTheLedgerKey(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("tenant t1: %d requests (first %v), want %d (numbers 0 and 2 mod 5)", len(got), got[:min(len(got), 3)], len(want))
 	}
+	// What the audit writes into a record, for an erased, a tombstoned-only
+	// and an unknown request, in one statement.
+	les, err := e.LedgerErasures(ctx, []string{"uid-00000", "uid-00003", "uid-none"})
+	if err != nil || len(les) != 3 {
+		t.Fatalf("ledger erasures: %d (%v), want 3", len(les), err)
+	}
+	if le := les[0]; le.UID != "uid-00000" || le.Held != 0 || len(le.Sessions) != 10 || !slices.IsSorted(le.Sessions) || le.DeletedAt.IsZero() || len(le.Sources) != 1 {
+		t.Errorf("erased request: %+v, want 10 sorted sessions, none held, a deletion time, its source", le)
+	}
+	if le := les[1]; le.Held != 10 || len(le.Sessions) != 0 || !le.DeletedAt.IsZero() || len(le.Sources) != 1 {
+		t.Errorf("tombstoned request: %+v, want 10 held, no session erased, no deletion time, its source row", le)
+	}
+	if le := les[2]; le.Held != 0 || len(le.Sessions) != 0 || !le.DeletedAt.IsZero() {
+		t.Errorf("unknown request: %+v, want nothing", le)
+	}
 	all := eraser(t, asRole(t, conn, dsn, "lethe_manager", "lethe_operator"), "")
 	if got, err = all.ErasedRequests(ctx); err != nil || len(got) != 2400 {
 		t.Fatalf("any tenant: %d requests (%v), want 2,400", len(got), err)

@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -178,11 +180,11 @@ func (e *Eraser) RecordErasedElsewhere(ctx context.Context, uid string, match fu
 
 // erasedRequestsSQL lists the requests that erased a session, of the
 // tenant $1 (NULL: any). It walks the ledger's primary key one request at
-// a time: a probe for the next request, one for its tenant (every row of a
-// request has its store's), and, for the tenant's, one until an erased
-// session row. It never reads every session row of the ledger, only those
-// of the tenant's requests that erased none (cancelled, in their grace
-// period).
+// a time: a probe for the next request, one for the tenant of one of its
+// rows (the rows a request's own store writes all carry its tenant), and,
+// for the tenant's, one until an erased session row. It never reads every
+// session row of the ledger, only those of the tenant's requests that
+// erased none (cancelled, in their grace period).
 const erasedRequestsSQL = `WITH RECURSIVE u(uid) AS (
 		SELECT min(request_uid) FROM lethe.erasure_ledger
 		UNION ALL
@@ -200,4 +202,60 @@ func (e *Eraser) ErasedRequests(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("list the requests that erased sessions: %w", err)
 	}
 	return uids, nil
+}
+
+// LedgerErasure is what the ledger holds of one request's erasure.
+type LedgerErasure struct {
+	UID string
+	// Held counts its session rows neither erased nor cancelled.
+	Held int64
+	// DeletedAt is its latest session erasure (zero: none).
+	DeletedAt time.Time
+	// Sessions are the sessions it erased, sorted.
+	Sessions []string
+	// Sources are its keyed source hashes in force, sorted, under the key
+	// SourcesKey says (empty: unknown).
+	Sources    []string
+	SourcesKey string
+}
+
+// ledgerErasuresSQL reads, for each request of $1, what heldBySQL,
+// deletedAtSQL, erasedSessionsSQL and sourceLedgerSQL read of one.
+const ledgerErasuresSQL = `SELECT u.uid,
+		(SELECT count(*) FROM lethe.erasure_ledger l WHERE l.request_uid = u.uid AND l.scope = 'session'
+			AND l.erased_at IS NULL AND l.cancelled_at IS NULL),
+		(SELECT max(l.erased_at) FROM lethe.erasure_ledger l WHERE l.request_uid = u.uid AND l.scope = 'session'),
+		(SELECT coalesce(array_agg(l.record_id ORDER BY l.record_id), '{}') FROM lethe.erasure_ledger l
+			WHERE l.request_uid = u.uid AND l.scope = 'session' AND l.erased_at IS NOT NULL),
+		(SELECT coalesce(max(l.key_id), '') FROM lethe.erasure_ledger l
+			WHERE l.request_uid = u.uid AND l.scope = 'source' AND l.cancelled_at IS NULL),
+		(SELECT coalesce(array_agg(l.record_id ORDER BY l.record_id), '{}') FROM lethe.erasure_ledger l
+			WHERE l.request_uid = u.uid AND l.scope = 'source' AND l.cancelled_at IS NULL)
+	FROM unnest($1::text[]) AS u(uid)`
+
+// LedgerErasures reads what the ledger holds of each request of uids, in
+// one statement. Read only.
+func (e *Eraser) LedgerErasures(ctx context.Context, uids []string) ([]LedgerErasure, error) {
+	rows, err := e.Pool.Query(ctx, ledgerErasuresSQL, uids)
+	if err != nil {
+		return nil, fmt.Errorf("read the ledger's erasures: %w", err)
+	}
+	var out []LedgerErasure
+	var le LedgerErasure
+	var at *time.Time
+	_, err = pgx.ForEachRow(rows, []any{&le.UID, &le.Held, &at, &le.Sessions, &le.SourcesKey, &le.Sources}, func() error {
+		le.DeletedAt = time.Time{}
+		if at != nil {
+			le.DeletedAt = *at
+		}
+		// The scan targets are reused: keep copies.
+		c := le
+		c.Sessions, c.Sources = slices.Clone(le.Sessions), slices.Clone(le.Sources)
+		out = append(out, c)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the ledger's erasures: %w", err)
+	}
+	return out, nil
 }

@@ -100,35 +100,14 @@ func (k *Keeper) AddAll(ctx context.Context, namespace, store string, entries ma
 	if err := sameKey(shards, key, k.KeySecret); err != nil {
 		return err
 	}
-	var last *corev1.ConfigMap
-	if n := len(shards); n > 0 {
-		last = shards[n-1]
+	changed, fresh, err := k.place(namespace, store, shards, key, entries)
+	if err != nil {
+		return err
 	}
-	var changed, fresh []*corev1.ConfigMap
-	for _, uid := range slices.Sorted(maps.Keys(entries)) {
-		if slices.ContainsFunc(shards, func(cm *corev1.ConfigMap) bool { _, ok := cm.Data[uid]; return ok }) {
-			continue
-		}
-		s, err := encode(entries[uid](key))
-		if err != nil {
-			return err
-		}
-		if last == nil || size(last)+len(uid)+len(s) > k.shardBytes() {
-			last = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: shardName(store, len(shards)+len(fresh)),
-				Labels: map[string]string{LabelStore: store}}}
-			fresh = append(fresh, last)
-		} else if len(fresh) == 0 && len(changed) == 0 {
-			changed = append(changed, last)
-		}
-		if last.Data == nil {
-			last.Data = map[string]string{}
-		}
-		last.Data[uid] = s
-	}
-	for _, cm := range changed {
+	if changed != nil {
 		// A part written before the fingerprint was kept gets it now.
-		metav1.SetMetaDataAnnotation(&cm.ObjectMeta, AnnotationKeyID, KeyID(key))
-		if err := k.Client.Update(ctx, cm); err != nil {
+		metav1.SetMetaDataAnnotation(&changed.ObjectMeta, AnnotationKeyID, KeyID(key))
+		if err := k.Client.Update(ctx, changed); err != nil {
 			return err
 		}
 	}
@@ -139,6 +118,37 @@ func (k *Keeper) AddAll(ctx context.Context, namespace, store string, entries ma
 		}
 	}
 	return nil
+}
+
+// place puts the entries the record's parts lack into its last part while
+// it has room, then into new parts: the last part if it changed, and the
+// new parts in order.
+func (k *Keeper) place(namespace, store string, shards []*corev1.ConfigMap, key []byte, entries map[string]func(key []byte) Entry) (changed *corev1.ConfigMap, fresh []*corev1.ConfigMap, err error) {
+	var last *corev1.ConfigMap
+	if n := len(shards); n > 0 {
+		last = shards[n-1]
+	}
+	for _, uid := range slices.Sorted(maps.Keys(entries)) {
+		if slices.ContainsFunc(shards, func(cm *corev1.ConfigMap) bool { _, ok := cm.Data[uid]; return ok }) {
+			continue
+		}
+		s, err := encode(entries[uid](key))
+		if err != nil {
+			return nil, nil, err
+		}
+		if last == nil || size(last)+len(uid)+len(s) > k.shardBytes() {
+			last = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: shardName(store, len(shards)+len(fresh)),
+				Labels: map[string]string{LabelStore: store}}, Data: map[string]string{}}
+			fresh = append(fresh, last)
+		} else if len(fresh) == 0 {
+			changed = last
+		}
+		if last.Data == nil {
+			last.Data = map[string]string{}
+		}
+		last.Data[uid] = s
+	}
+	return changed, fresh, nil
 }
 
 // sameKey checks that every part of a record that says its key's
