@@ -3,7 +3,6 @@ package controllers_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -26,13 +25,7 @@ import (
 func TestALostRecordIsWrittenAgainFromTheLedger(t *testing.T) {
 	ctx := context.Background()
 	e := newMemoryEnv(t, "record-lost")
-	db := databaseOf(t, e.dsn)
-	dump := filepath.Join(t.TempDir(), "memory.dump")
-	if err := pg.Dump(db, dump); err != nil {
-		t.Fatal(err)
-	}
-	er := e.request(t, "forget", nil)
-	waitPhase(t, er, lethev1.PhaseBackupsRotated)
+	db, dump, er := dumpThenErase(t, e)
 	deleteAndWaitGone(t, er)
 	uid := string(er.UID)
 	deleted := recordParts(t, e)
@@ -87,17 +80,7 @@ func TestALostRecordIsWrittenAgainFromTheLedger(t *testing.T) {
 
 	// The entry written again serves: the restore is erased again.
 	waitCondition(t, e.store, lethev1.MemoryStoreErasuresIntact, metav1.ConditionTrue, lethev1.ReasonErasuresHeld)
-	if _, err := e.conn.Exec(ctx, `CREATE TABLE public.lethe_test_not_in_the_dump ()`); err != nil {
-		t.Fatal(err)
-	}
-	if err := pg.Restore(ctx, db, dump); err != nil {
-		t.Fatal(err)
-	}
-	e.conn = connectVector(t, e.dsn)
-	var restored bool
-	if err := e.conn.QueryRow(ctx, `SELECT to_regclass('public.lethe_test_not_in_the_dump') IS NULL`).Scan(&restored); err != nil || !restored {
-		t.Fatalf("the table created after the dump is still there (%v): the restore did not happen", err)
-	}
+	restoreDump(t, e, db, dump)
 	eventually(t, 30*time.Second, func() error {
 		if n := storeEvents(t, e.store, lethev1.ReasonResurrected); n < 1 {
 			return fmt.Errorf("%d Resurrected events on the store, want at least 1", n)

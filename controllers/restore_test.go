@@ -158,21 +158,10 @@ func assertRestoreErasedAgain(t *testing.T, e *memoryEnv, er *lethev1.ErasureReq
 	t.Helper()
 	ctx := context.Background()
 	keptBefore := e.sessionRows(t, keptB)
-	// A table the dump does not hold tells that the restore happened. The
-	// sessions coming back is in the Resurrected evidence below: a pass may
-	// erase them again before the test could look.
-	if _, err := e.conn.Exec(ctx, `CREATE TABLE public.lethe_test_not_in_the_dump ()`); err != nil {
-		t.Fatal(err)
-	}
-	if err := pg.Restore(ctx, db, dump); err != nil {
-		t.Fatal(err)
-	}
-	conn := connectVector(t, e.dsn)
-	e.conn = conn // the restore ended the environment's connection
-	var restored bool
-	if err := conn.QueryRow(ctx, `SELECT to_regclass('public.lethe_test_not_in_the_dump') IS NULL`).Scan(&restored); err != nil || !restored {
-		t.Fatalf("the table created after the dump is still there (%v): the restore did not happen", err)
-	}
+	// The sessions coming back is in the Resurrected evidence below: a pass
+	// may erase them again before the test could look.
+	restoreDump(t, e, db, dump)
+	conn := e.conn
 	waitHistoryEntry(t, er, string(lethev1.PhaseBackupsRotated)+"/"+lethev1.ReasonResurrected)
 
 	for _, id := range []string{erasedA, erasedA2} {
@@ -202,6 +191,39 @@ func assertRestoreErasedAgain(t *testing.T, e *memoryEnv, er *lethev1.ErasureReq
 		t.Errorf("%d Resurrected receipts, want 1", n)
 	}
 	assertNoPersonalData(t, er)
+}
+
+// restoreDump restores dump over the database db of e, renews e's
+// connection (the restore ended it) and checks that the restore happened:
+// a table made before it, which the dump does not hold, is gone.
+func restoreDump(t *testing.T, e *memoryEnv, db, dump string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := e.conn.Exec(ctx, `CREATE TABLE public.lethe_test_not_in_the_dump ()`); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.Restore(ctx, db, dump); err != nil {
+		t.Fatal(err)
+	}
+	e.conn = connectVector(t, e.dsn)
+	var restored bool
+	if err := e.conn.QueryRow(ctx, `SELECT to_regclass('public.lethe_test_not_in_the_dump') IS NULL`).Scan(&restored); err != nil || !restored {
+		t.Fatalf("the table created after the dump is still there (%v): the restore did not happen", err)
+	}
+}
+
+// dumpThenErase dumps the database of e, then has a request erase sessions
+// A and A2 and complete: the dump holds what it erased.
+func dumpThenErase(t *testing.T, e *memoryEnv) (db, dump string, er *lethev1.ErasureRequest) {
+	t.Helper()
+	db = databaseOf(t, e.dsn)
+	dump = filepath.Join(t.TempDir(), "memory.dump")
+	if err := pg.Dump(db, dump); err != nil {
+		t.Fatal(err)
+	}
+	er = e.request(t, "forget", nil)
+	waitPhase(t, er, lethev1.PhaseBackupsRotated)
+	return db, dump, er
 }
 
 // databaseOf is the database name of a DSN.
@@ -249,13 +271,7 @@ func TestSessionSkippedByTheDeletionIsNotVerifiedAbsent(t *testing.T) {
 func TestStoreAuditDetectsARestore(t *testing.T) {
 	ctx := context.Background()
 	e := newMemoryEnv(t, "restore-audit")
-	db := databaseOf(t, e.dsn)
-	dump := filepath.Join(t.TempDir(), "memory.dump")
-	if err := pg.Dump(db, dump); err != nil {
-		t.Fatal(err)
-	}
-	er := e.request(t, "forget", nil)
-	waitPhase(t, er, lethev1.PhaseBackupsRotated)
+	db, dump, er := dumpThenErase(t, e)
 	waitCondition(t, e.store, lethev1.MemoryStoreErasuresIntact, metav1.ConditionTrue, lethev1.ReasonErasuresHeld)
 
 	pausedNamespaces.Store(e.ns, true)
@@ -395,13 +411,7 @@ func TestRestoreBeforeTheBackupsAreGoneIsErasedAgain(t *testing.T) {
 func TestRestoreAfterTheRequestIsDeletedIsErasedAgain(t *testing.T) {
 	ctx := context.Background()
 	e := newMemoryEnv(t, "restore-gone")
-	db := databaseOf(t, e.dsn)
-	dump := filepath.Join(t.TempDir(), "memory.dump")
-	if err := pg.Dump(db, dump); err != nil {
-		t.Fatal(err)
-	}
-	er := e.request(t, "forget", nil)
-	waitPhase(t, er, lethev1.PhaseBackupsRotated)
+	db, dump, er := dumpThenErase(t, e)
 	if err := k8s.Delete(ctx, er); err != nil {
 		t.Fatal(err)
 	}
