@@ -247,6 +247,16 @@ func (r *MemoryStoreReconciler) observeDatabase(ctx context.Context, store *leth
 	} else {
 		metrics.StoreLastAudit.WithLabelValues(store.Namespace, store.Name).Set(float64(r.Clock.Now().Unix()))
 	}
+	if f.record != nil {
+		// Apart from the check, with its own time: a mend that fails is
+		// logged and leaves the check's result as it is (the next audit
+		// mends again).
+		mctx, mcancel := context.WithTimeout(ctx, r.ProbeTimeout)
+		if err := r.mendRecord(mctx, store, *f.record); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "write the erasures no record holds into the store's record from the ledger")
+		}
+		mcancel()
+	}
 	rctx, rcancel := context.WithTimeout(ctx, r.ProbeTimeout)
 	f.redaction, f.redactionErr = r.Connector.AuditRedaction(rctx, store, r.RedactionSample)
 	rcancel()

@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/erasure"
@@ -56,7 +55,7 @@ func (r *MemoryStoreReconciler) checkErasures(ctx context.Context, store *lethev
 	// what the ledger alone says is still found and reported.
 	var recordErr error
 	if r.Records != nil {
-		more, err := r.checkRecord(ctx, store, byUID)
+		more, err := r.checkRecord(ctx, store, byUID, f)
 		if err != nil {
 			recordErr = fmt.Errorf("the store's erasure record: %w", err)
 		} else {
@@ -79,14 +78,14 @@ func (r *MemoryStoreReconciler) checkErasures(ctx context.Context, store *lethev
 }
 
 // checkRecord records the live requests the store's record lacks, checks
-// the database against every recorded erasure, erases again those whose
-// request object is gone, and then records the gone ones only the ledger
-// holds.
-func (r *MemoryStoreReconciler) checkRecord(ctx context.Context, store *lethev1.MemoryStore, live map[string]*lethev1.ErasureRequest) ([]erasure.RestoreFinding, error) {
+// the database against every recorded erasure, and erases again those
+// whose request object is gone. It keeps the record it read in f.
+func (r *MemoryStoreReconciler) checkRecord(ctx context.Context, store *lethev1.MemoryStore, live map[string]*lethev1.ErasureRequest, f *storeFacts) ([]erasure.RestoreFinding, error) {
 	rec, err := r.Records.Keeper.Load(ctx, store.Namespace, store.Name)
 	if err != nil {
 		return nil, err
 	}
+	f.record = &rec
 	for uid, er := range live {
 		if _, ok := rec.Entries[uid]; !ok {
 			if err := r.Records.Add(ctx, store, er); err != nil {
@@ -115,11 +114,6 @@ func (r *MemoryStoreReconciler) checkRecord(ctx context.Context, store *lethev1.
 		}
 		r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, lethev1.ReasonResurrected, "Erase",
 			"recorded erasure %s (request object gone): %d session(s) erased again, %d ledger row(s) put back", f.UID, res.Sessions, res.LedgerRowsRestored)
-	}
-	// After the check, and apart from it: a mend that fails is logged, and
-	// leaves the check's result as it is (the next audit mends again).
-	if err := r.mendRecord(ctx, store, rec); err != nil {
-		logf.FromContext(ctx).Error(err, "write the erasures no record holds into the store's record from the ledger")
 	}
 	return findings, nil
 }

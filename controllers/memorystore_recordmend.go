@@ -19,8 +19,8 @@ const (
 	// ReasonErasureRecordMended is the store's event when its audit wrote
 	// again, from the ledger, erasures that no record in the cluster held.
 	ReasonErasureRecordMended = "ErasureRecordMended"
-	// mendBatch bounds the entries one audit writes into a record (one
-	// statement reads them all): the rest are written by the audits after.
+	// mendBatch bounds the entries one audit writes into a record, and
+	// the requests one statement reads: the rest wait for the next audits.
 	mendBatch = 500
 )
 
@@ -43,25 +43,9 @@ func (r *MemoryStoreReconciler) mendRecord(ctx context.Context, store *lethev1.M
 	if err != nil || len(missing) == 0 {
 		return err
 	}
-	erasures, err := ledger.LedgerErasures(ctx, missing)
-	if err != nil {
+	entries, err := r.entriesFromLedger(ctx, ledger, missing)
+	if err != nil || len(entries) == 0 {
 		return err
-	}
-	settled := r.Clock.Now().Add(-r.reapMinAge())
-	entries := map[string]func([]byte) storerecord.Entry{}
-	for _, le := range erasures {
-		if le.Held > 0 || len(le.Sessions) == 0 || le.DeletedAt.After(settled) {
-			continue
-		}
-		entries[le.UID] = func(key []byte) storerecord.Entry {
-			return storerecord.NewEntry(key, le.DeletedAt, le.Sessions, le.Sources, le.SourcesKey)
-		}
-		if len(entries) == mendBatch {
-			break
-		}
-	}
-	if len(entries) == 0 {
-		return nil
 	}
 	if err := r.Records.Keeper.AddAll(ctx, store.Namespace, store.Name, entries); err != nil {
 		return fmt.Errorf("write %d erasure(s) from the ledger into the store's record: %w", len(entries), err)
@@ -71,6 +55,32 @@ func (r *MemoryStoreReconciler) mendRecord(ctx context.Context, store *lethev1.M
 	r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, ReasonErasureRecordMended, "Audit",
 		"%d erasure(s) of gone requests that the ledger holds were in no erasure record (a record part deleted, entries removed, or a record write lost): written again from the ledger", len(entries))
 	return nil
+}
+
+// entriesFromLedger reads, mendBatch requests of missing per statement,
+// the entries of up to mendBatch of them, leaving out those the reaper or
+// the request's own writers have still to record.
+func (r *MemoryStoreReconciler) entriesFromLedger(ctx context.Context, ledger *postgres.Eraser, missing []string) (map[string]func([]byte) storerecord.Entry, error) {
+	settled := r.Clock.Now().Add(-r.reapMinAge())
+	entries := map[string]func([]byte) storerecord.Entry{}
+	for chunk := range slices.Chunk(missing, mendBatch) {
+		erasures, err := ledger.LedgerErasures(ctx, chunk)
+		if err != nil {
+			return nil, err
+		}
+		for _, le := range erasures {
+			if le.Held > 0 || len(le.Sessions) == 0 || le.DeletedAt.After(settled) {
+				continue
+			}
+			entries[le.UID] = func(key []byte) storerecord.Entry {
+				return storerecord.NewEntry(key, le.DeletedAt, le.Sessions, le.Sources, le.SourcesKey)
+			}
+			if len(entries) == mendBatch {
+				return entries, nil
+			}
+		}
+	}
+	return entries, nil
 }
 
 // unrecorded are the requests the ledger says erased sessions of the

@@ -12,6 +12,7 @@ import (
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/erasure"
 	"github.com/lethe-dev/lethe/internal/postgres"
+	"github.com/lethe-dev/lethe/internal/storerecord"
 )
 
 // storeFacts is what one pass of the MemoryStore reconciler observed. The
@@ -35,6 +36,9 @@ type storeFacts struct {
 	// underAnotherKey is how many requests hold keyed ledger rows under
 	// another erasure key than the database has now.
 	underAnotherKey int64
+	// record is the store's erasure record as the check read it (nil when
+	// it kept none or could not read it), for the mend after the check.
+	record *storerecord.Record
 
 	veleroConfigured bool
 	veleroInstalled  bool

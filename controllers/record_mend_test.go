@@ -78,12 +78,22 @@ func TestALostRecordIsWrittenAgainFromTheLedger(t *testing.T) {
 		return nil
 	})
 
+	// Putting the source rows back is itself a Resurrected event: the
+	// restore's must come after it.
+	eventually(t, 10*time.Second, func() error {
+		if n := storeEvents(t, e.store, lethev1.ReasonResurrected); n < 1 {
+			return fmt.Errorf("%d Resurrected events on the store after the source rows were put back, want 1", n)
+		}
+		return nil
+	})
+	resurrected := storeEvents(t, e.store, lethev1.ReasonResurrected)
+
 	// The entry written again serves: the restore is erased again.
 	waitCondition(t, e.store, lethev1.MemoryStoreErasuresIntact, metav1.ConditionTrue, lethev1.ReasonErasuresHeld)
 	restoreDump(t, e, db, dump)
 	eventually(t, 30*time.Second, func() error {
-		if n := storeEvents(t, e.store, lethev1.ReasonResurrected); n < 1 {
-			return fmt.Errorf("%d Resurrected events on the store, want at least 1", n)
+		if n := storeEvents(t, e.store, lethev1.ReasonResurrected); n <= resurrected {
+			return fmt.Errorf("%d Resurrected events on the store, want more than the %d before the restore", n, resurrected)
 		}
 		if n := e.count(t, `SELECT count(*) FROM memory.sessions WHERE id = ANY($1::uuid[])`, []string{erasedA, erasedA2}); n != 0 {
 			return fmt.Errorf("%d restored sessions of the deleted request remain", n)

@@ -86,25 +86,45 @@ func (r Rotator) holding(ctx context.Context, sc Scope, req Request) ([]velerov1
 
 // unlisted finds the pending Backups that listed does not hold: a Backup
 // relabelled, or a store's selector changed, must not read as gone while
-// Velero still has it. One list of the namespace without the selector
-// serves them all (a selector change leaves every request's Backups
-// unlisted at once); only those it does not hold are gone.
+// Velero still has it. A few are read by name; more (a selector change
+// leaves every pending Backup unlisted at once) by one list of the
+// namespace without the selector. Only those not found are gone.
 func (r Rotator) unlisted(ctx context.Context, ns string, pending []string, listed []velerov1.Backup) ([]velerov1.Backup, error) {
-	missing := map[string]bool{}
+	var missing []string
 	for _, name := range pending {
 		if !slices.ContainsFunc(listed, func(b velerov1.Backup) bool { return b.Name == name }) {
-			missing[name] = true
+			missing = append(missing, name)
 		}
 	}
-	if len(missing) == 0 {
-		return nil, nil
+	if len(missing) > unlistedGets {
+		want := map[string]bool{}
+		for _, name := range missing {
+			want[name] = true
+		}
+		all := &velerov1.BackupList{}
+		if err := r.Reader.List(ctx, all, client.InNamespace(ns)); err != nil {
+			return nil, fmt.Errorf("list Velero Backups in %s: %w", ns, err)
+		}
+		return slices.DeleteFunc(all.Items, func(b velerov1.Backup) bool { return !want[b.Name] }), nil
 	}
-	all := &velerov1.BackupList{}
-	if err := r.Reader.List(ctx, all, client.InNamespace(ns)); err != nil {
-		return nil, fmt.Errorf("list Velero Backups in %s: %w", ns, err)
+	var out []velerov1.Backup
+	for _, name := range missing {
+		b := velerov1.Backup{}
+		err := r.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &b)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return nil, fmt.Errorf("read Velero Backup %s/%s: %w", ns, name, err)
+		default:
+			out = append(out, b)
+		}
 	}
-	return slices.DeleteFunc(all.Items, func(b velerov1.Backup) bool { return !missing[b.Name] }), nil
+	return out, nil
 }
+
+// unlistedGets is how many unlisted Backups are read by name; past it, one
+// list of the namespace costs less.
+const unlistedGets = 4
 
 // Rotate marks every Backup that may hold the erased data, and shortens its
 // expiration to the deadline (never lengthening it, never below the scope's

@@ -231,10 +231,10 @@ const ledgerErasuresSQL = `SELECT u.uid,
 			WHERE l.request_uid = u.uid AND l.scope = 'source' AND l.cancelled_at IS NULL),
 		(SELECT coalesce(array_agg(l.record_id ORDER BY l.record_id), '{}') FROM lethe.erasure_ledger l
 			WHERE l.request_uid = u.uid AND l.scope = 'source' AND l.cancelled_at IS NULL)
-	FROM unnest($1::text[]) AS u(uid)`
+	FROM unnest($1::text[]) WITH ORDINALITY AS u(uid, n) ORDER BY u.n`
 
 // LedgerErasures reads what the ledger holds of each request of uids, in
-// one statement. Read only.
+// their order, in one statement. Read only.
 func (e *Eraser) LedgerErasures(ctx context.Context, uids []string) ([]LedgerErasure, error) {
 	rows, err := e.Pool.Query(ctx, ledgerErasuresSQL, uids)
 	if err != nil {
