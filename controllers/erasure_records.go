@@ -4,9 +4,12 @@ import (
 	"context"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/connector"
@@ -41,9 +44,9 @@ func (e *ErasureRecords) Add(ctx context.Context, store *lethev1.MemoryStore, er
 	}
 	found := erasure.FoundRequest(er).SessionIDs
 	erasedAt := deleted.LastTransitionTime.Time
-	return e.Keeper.Add(ctx, er.Namespace, er.Spec.StoreRef.Name, string(er.UID), func(key []byte) storerecord.Entry {
+	return unlessNamespaceGoes(ctx, e.Keeper.Add(ctx, er.Namespace, er.Spec.StoreRef.Name, string(er.UID), func(key []byte) storerecord.Entry {
 		return storerecord.NewEntry(key, erasedAt, found, sources, ledgerKey)
-	})
+	}))
 }
 
 // AddErased records sessions erased for the request uid without its
@@ -56,9 +59,22 @@ func (e *ErasureRecords) AddErased(ctx context.Context, store *lethev1.MemorySto
 	if err != nil {
 		return err
 	}
-	return e.Keeper.Add(ctx, store.Namespace, store.Name, string(uid), func(key []byte) storerecord.Entry {
+	return unlessNamespaceGoes(ctx, e.Keeper.Add(ctx, store.Namespace, store.Name, string(uid), func(key []byte) storerecord.Entry {
 		return storerecord.NewEntry(key, erasedAt, sessionIDs, sources, ledgerKey)
-	})
+	}))
+}
+
+// unlessNamespaceGoes drops the error of a record write refused because
+// the namespace is being deleted: the record lives there and goes with
+// everything else in it, so nothing is left to keep it in (the database's
+// ledger still holds the erasure). Waiting would hold the request's or the
+// store's finalizer, and the namespace, for good.
+func unlessNamespaceGoes(ctx context.Context, err error) error {
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		ctrl.LoggerFrom(ctx).Info("not kept in the store's erasure record: its namespace is being deleted")
+		return nil
+	}
+	return err
 }
 
 // recorded is the store's record as the database checks see it; those

@@ -108,6 +108,10 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	facts := r.observe(ctx, store)
 
 	before := store.DeepCopy()
+	var holdErr error
+	if store.DeletionTimestamp.IsZero() {
+		holdErr = r.holdSecrets(ctx, store)
+	}
 	wasReady := meta.IsStatusConditionTrue(store.Status.Conditions, lethev1.MemoryStoreReady)
 	intactWas := erasuresIntactWas(store)
 	wasConsistent := !meta.IsStatusConditionFalse(store.Status.Conditions, lethev1.MemoryStoreReceiptLogConsistent)
@@ -127,6 +131,9 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	r.reportReadiness(ctx, store, ready, wasReady, before.Status.ObservedGeneration == 0)
 	if !store.DeletionTimestamp.IsZero() {
 		return r.release(ctx, store)
+	}
+	if holdErr != nil {
+		return requeueOnConflict(holdErr)
 	}
 
 	if ready.Status != metav1.ConditionTrue {

@@ -42,6 +42,10 @@ func (r *MemoryStoreReconciler) ensureFinalizer(ctx context.Context, store *leth
 // SchemaCompliant to finish.
 func (r *MemoryStoreReconciler) release(ctx context.Context, store *lethev1.MemoryStore) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(store, StoreFinalizer) {
+		// Its finalizer was taken off by hand: its Secrets go with it.
+		if err := r.releaseSecrets(ctx, store); err != nil {
+			return requeueOnConflict(err)
+		}
 		forgetAudits(client.ObjectKeyFromObject(store))
 		return ctrl.Result{}, nil
 	}
@@ -67,6 +71,11 @@ func (r *MemoryStoreReconciler) release(ctx context.Context, store *lethev1.Memo
 			"deleted while %d request(s) that are gone have erasures a restore took back: held until its audit erases them again", left)
 		return ctrl.Result{RequeueAfter: r.NotReadyRetry}, nil
 	}
+	// Nothing needs the store's Secrets any more; they go before the store
+	// does, or nothing would release them once it is gone.
+	if err := r.releaseSecrets(ctx, store); err != nil {
+		return requeueOnConflict(err)
+	}
 	controllerutil.RemoveFinalizer(store, StoreFinalizer)
 	if err := patchFinalizers(ctx, r.Client, store); err != nil && !apierrors.IsNotFound(err) {
 		return requeueOnConflict(err)
@@ -76,7 +85,9 @@ func (r *MemoryStoreReconciler) release(ctx context.Context, store *lethev1.Memo
 }
 
 // unfinishedRequests counts the store's requests that are neither done
-// (BackupsRotated), cancelled nor planned: they may hold tombstones.
+// (BackupsRotated), cancelled nor planned (they may hold tombstones), and
+// those being deleted whose finalizer has not gone yet: a completed one
+// may still have its proof to mirror into the store's database.
 func (r *MemoryStoreReconciler) unfinishedRequests(ctx context.Context, store *lethev1.MemoryStore) (int, error) {
 	list := &lethev1.ErasureRequestList{}
 	// Counted, never changed: no copy.
@@ -86,7 +97,11 @@ func (r *MemoryStoreReconciler) unfinishedRequests(ctx context.Context, store *l
 	n := 0
 	for i := range list.Items {
 		er := &list.Items[i]
-		if er.Spec.StoreRef.Name == store.Name && !erasure.Terminal(er) && er.Status.Phase != lethev1.PhaseBackupsRotated {
+		if er.Spec.StoreRef.Name != store.Name {
+			continue
+		}
+		releasing := !er.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(er, Finalizer)
+		if releasing || !erasure.Terminal(er) && er.Status.Phase != lethev1.PhaseBackupsRotated {
 			n++
 		}
 	}

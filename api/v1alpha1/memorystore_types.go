@@ -381,6 +381,15 @@ type MemoryStoreStatus struct {
 	// graphSweep is what the last full graph reconciliation attempt checked and removed.
 	// +optional
 	GraphSweep *GraphSweepStatus `json:"graphSweep,omitempty"`
+
+	// heldSecrets names the Secrets (in the store's namespace) that carry the
+	// finalizer erasure.lethe.dev/store-secret for this store: those it reads.
+	// The finalizer keeps each one until the store is released, so that a
+	// namespace deleted at once cannot take the database's credentials
+	// before the requests and the store have finished with them.
+	// +listType=set
+	// +optional
+	HeldSecrets []string `json:"heldSecrets,omitempty"`
 }
 
 // Results of a graph sweep.
