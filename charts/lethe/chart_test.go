@@ -162,9 +162,9 @@ func TestRenderedRBACHasNoWildcardsAndTheDeploymentIsLockedDown(t *testing.T) {
 			}
 			verbs, _, _ := unstructured.NestedStringSlice(rule, "verbs")
 			switch o.GetKind() {
-			case "ClusterRole": // cluster-wide, Secrets are only read, one at a time
-				if !slices.Equal(verbs, []string{"get"}) {
-					t.Errorf("ClusterRole %s: want Secret verbs [get], got %v", o.GetName(), verbs)
+			case "ClusterRole": // cluster-wide, Secrets are read one at a time, and patched for a finalizer only (the policy below)
+				if !slices.Equal(verbs, []string{"get", "patch"}) {
+					t.Errorf("ClusterRole %s: want Secret verbs [get patch], got %v", o.GetName(), verbs)
 				}
 			case "Role": // the receipt key is created in the release namespace only
 				if !slices.Equal(verbs, []string{"create"}) || o.GetNamespace() != "lethe-system" {
@@ -173,7 +173,8 @@ func TestRenderedRBACHasNoWildcardsAndTheDeploymentIsLockedDown(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []string{"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount", "Deployment", "Service", "ServiceMonitor", "PrometheusRule", "Pod"} {
+	for _, k := range []string{"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount", "Deployment", "Service", "ServiceMonitor", "PrometheusRule", "Pod",
+		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
 		if kinds[k] == 0 {
 			t.Errorf("the chart renders no %s", k)
 		}
@@ -571,16 +572,18 @@ func TestChartInstallsItsCRDsAndRBACIntoAnAPIServer(t *testing.T) {
 	installed := 0
 	for _, o := range render(t) {
 		switch o.GetKind() {
-		case "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount":
+		case "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount",
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
 			if err := c.Create(ctx, o); err != nil {
 				t.Fatalf("install %s %s: %v", o.GetKind(), o.GetName(), err)
 			}
 			installed++
 		}
 	}
-	if installed != 9 { // 2 CRDs, ClusterRole and binding, 2 Roles and bindings, ServiceAccount
+	if installed != 11 { // 2 CRDs, ClusterRole and binding, 2 Roles and bindings, ServiceAccount, the Secret policy and binding
 		t.Fatalf("installed %d objects", installed)
 	}
+	checkSecretPolicy(t, cp.Config, c)
 }
 
 // The manager binary accepts every argument the chart renders: it parses
