@@ -105,13 +105,10 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return requeueOnConflict(err)
 	}
 
+	holdErr := r.holdSecretsOf(ctx, store)
 	facts := r.observe(ctx, store)
 
 	before := store.DeepCopy()
-	var holdErr error
-	if store.DeletionTimestamp.IsZero() {
-		holdErr = r.holdSecrets(ctx, store)
-	}
 	wasReady := meta.IsStatusConditionTrue(store.Status.Conditions, lethev1.MemoryStoreReady)
 	intactWas := erasuresIntactWas(store)
 	wasConsistent := !meta.IsStatusConditionFalse(store.Status.Conditions, lethev1.MemoryStoreReceiptLogConsistent)
@@ -132,8 +129,8 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if !store.DeletionTimestamp.IsZero() {
 		return r.release(ctx, store)
 	}
-	if holdErr != nil {
-		return requeueOnConflict(holdErr)
+	if apierrors.IsConflict(holdErr) {
+		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 
 	if ready.Status != metav1.ConditionTrue {

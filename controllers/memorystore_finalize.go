@@ -23,40 +23,66 @@ const (
 	// they need it to lift or finish (a store deleted first left their
 	// tombstones in force for ever).
 	StoreFinalizer = "erasure.lethe.dev/store-requests"
+	// StoreSecretsFinalizer holds a MemoryStore being deleted, once its
+	// requests no longer need it, until it has released its Secrets
+	// (SecretFinalizer).
+	StoreSecretsFinalizer = "erasure.lethe.dev/store-secrets"
 	// ReasonWaitingForRequests is the store's event while its finalizer holds.
 	ReasonWaitingForRequests = "WaitingForRequests"
 )
 
-// ensureFinalizer puts the store's finalizer on a store not being deleted.
+// ensureFinalizer puts the store's finalizers on a store not being deleted.
 func (r *MemoryStoreReconciler) ensureFinalizer(ctx context.Context, store *lethev1.MemoryStore) error {
-	if !store.DeletionTimestamp.IsZero() || controllerutil.ContainsFinalizer(store, StoreFinalizer) {
+	if !store.DeletionTimestamp.IsZero() {
 		return nil
 	}
-	controllerutil.AddFinalizer(store, StoreFinalizer)
-	return patchFinalizers(ctx, r.Client, store)
+	added := controllerutil.AddFinalizer(store, StoreFinalizer)
+	if controllerutil.AddFinalizer(store, StoreSecretsFinalizer) || added {
+		return patchFinalizers(ctx, r.Client, store)
+	}
+	return nil
 }
 
-// release lets a store being deleted go once no unfinished request
-// references it, ending first the tombstones of requests already gone. The
-// store is audited as usual meanwhile: its requests need a current
-// SchemaCompliant to finish.
+// release lets a store being deleted go in two steps, each ended by taking
+// off one of its finalizers, so that a failure between them is never
+// retried from the start. First, once no unfinished request references
+// it, it ends the tombstones of requests already gone (this needs its
+// database, so its Secrets); the store is audited as usual meanwhile: its
+// requests need a current SchemaCompliant to finish. Then it releases its
+// Secrets, which may go at once (a namespace being deleted), and nothing
+// after that needs them.
 func (r *MemoryStoreReconciler) release(ctx context.Context, store *lethev1.MemoryStore) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(store, StoreFinalizer) {
-		// Its finalizer was taken off by hand: its Secrets go with it.
-		if err := r.releaseSecrets(ctx, store); err != nil {
+	if controllerutil.ContainsFinalizer(store, StoreFinalizer) {
+		if res, done, err := r.releaseRequests(ctx, store); !done || err != nil {
+			return res, err
+		}
+	}
+	// Also when only another controller's finalizer keeps the store (ours
+	// taken off by hand): nothing else would release its Secrets.
+	if err := r.releaseSecrets(ctx, store); err != nil {
+		return requeueOnConflict(err)
+	}
+	if controllerutil.RemoveFinalizer(store, StoreSecretsFinalizer) {
+		if err := patchFinalizers(ctx, r.Client, store); err != nil && !apierrors.IsNotFound(err) {
 			return requeueOnConflict(err)
 		}
-		forgetAudits(client.ObjectKeyFromObject(store))
-		return ctrl.Result{}, nil
 	}
+	forgetAudits(client.ObjectKeyFromObject(store))
+	return ctrl.Result{}, nil
+}
+
+// releaseRequests is release's first step: done once StoreFinalizer is
+// off. A store that predates StoreSecretsFinalizer releases its Secrets
+// here, before the finalizer that holds it goes.
+func (r *MemoryStoreReconciler) releaseRequests(ctx context.Context, store *lethev1.MemoryStore) (ctrl.Result, bool, error) {
 	pending, err := r.unfinishedRequests(ctx, store)
 	if err != nil {
-		return ctrl.Result{}, err
+		return ctrl.Result{}, false, err
 	}
 	if pending > 0 {
 		r.Recorder.Eventf(store, nil, corev1.EventTypeNormal, ReasonWaitingForRequests, "Finalize",
 			"deleted while %d unfinished ErasureRequest(s) reference it: held until they are done, cancelled or gone", pending)
-		return ctrl.Result{RequeueAfter: r.NotReadyRetry}, nil
+		return ctrl.Result{RequeueAfter: r.NotReadyRetry}, false, nil
 	}
 	// Tombstones of requests deleted before (without a status that said
 	// so) end now: nothing would reap them once the store is gone. A
@@ -64,24 +90,28 @@ func (r *MemoryStoreReconciler) release(ctx context.Context, store *lethev1.Memo
 	// audit, not lifted: the store waits for it.
 	left, err := r.reapTombstones(ctx, store, true)
 	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("a last reap of the store's tombstones before it goes: %w", err)
+		return ctrl.Result{}, false, fmt.Errorf("a last reap of the store's tombstones before it goes: %w", err)
 	}
 	if left > 0 {
 		r.Recorder.Eventf(store, nil, corev1.EventTypeNormal, ReasonWaitingForRequests, "Finalize",
 			"deleted while %d request(s) that are gone have erasures a restore took back: held until its audit erases them again", left)
-		return ctrl.Result{RequeueAfter: r.NotReadyRetry}, nil
+		return ctrl.Result{RequeueAfter: r.NotReadyRetry}, false, nil
 	}
-	// Nothing needs the store's Secrets any more; they go before the store
-	// does, or nothing would release them once it is gone.
-	if err := r.releaseSecrets(ctx, store); err != nil {
-		return requeueOnConflict(err)
+	if !controllerutil.ContainsFinalizer(store, StoreSecretsFinalizer) {
+		if err := r.releaseSecrets(ctx, store); err != nil {
+			res, err := requeueOnConflict(err)
+			return res, false, err
+		}
 	}
 	controllerutil.RemoveFinalizer(store, StoreFinalizer)
-	if err := patchFinalizers(ctx, r.Client, store); err != nil && !apierrors.IsNotFound(err) {
-		return requeueOnConflict(err)
+	if err := patchFinalizers(ctx, r.Client, store); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, true, nil
+		}
+		res, err := requeueOnConflict(err)
+		return res, false, err
 	}
-	forgetAudits(client.ObjectKeyFromObject(store))
-	return ctrl.Result{}, nil
+	return ctrl.Result{}, true, nil
 }
 
 // unfinishedRequests counts the store's requests that are neither done

@@ -2,12 +2,14 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -16,15 +18,28 @@ import (
 
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;patch
 
-// SecretFinalizer holds a Secret a MemoryStore reads (its database's and
-// replicas' DSNs, its graph's URL) until the store is released. A namespace
-// deleted at once deletes its Secrets with everything else, and without
-// them the requests' and the store's finalizers could neither lift
-// tombstones, finish a claimed deletion nor mirror a proof: the namespace
-// stayed Terminating for good. Lethe changes nothing else of a Secret (the
-// ValidatingAdmissionPolicy shipped with it refuses any other change by
-// its service account).
-const SecretFinalizer = "erasure.lethe.dev/store-secret"
+// SecretFinalizerPrefix begins the finalizer each MemoryStore puts on the
+// Secrets it reads (its database's and replicas' DSNs, its graph's URL),
+// followed by the store's UID: SecretFinalizer. A namespace deleted at once
+// deletes its Secrets with everything else, and without them the requests'
+// and the store's finalizers could neither lift tombstones, finish a
+// claimed deletion nor mirror a proof: the namespace stayed Terminating
+// for good. Like a PersistentVolumeClaim in use, a Secret a store reads is
+// deleted only once the store lets it go. One finalizer per store, so that
+// stores sharing a Secret release it each for itself. Lethe changes
+// nothing else of a Secret: the ValidatingAdmissionPolicy shipped with it
+// refuses any other change by its service account.
+const SecretFinalizerPrefix = "erasure.lethe.dev/store-secret."
+
+// SecretFinalizer is store's finalizer on the Secrets it reads.
+func SecretFinalizer(store *lethev1.MemoryStore) string {
+	return SecretFinalizerPrefix + string(store.UID)
+}
+
+// ReasonSecretNotHeld is the store's Warning event when it could not put its
+// finalizer on a Secret it reads: a namespace deletion could then take the
+// Secret before the store's requests are done.
+const ReasonSecretNotHeld = "SecretNotHeld"
 
 // readSecrets lists the names of the Secrets store reads, sorted, once
 // each.
@@ -40,102 +55,101 @@ func readSecrets(store *lethev1.MemoryStore) []string {
 	return slices.Compact(names)
 }
 
-// holdSecrets puts SecretFinalizer on each Secret the store reads that its
-// status does not list as held yet, and takes it off each Secret listed
-// that the store no longer reads (unless another store of the namespace
-// does). It updates store.Status.HeldSecrets in memory; the caller writes
-// the status. A Secret missing or already being deleted is not held (the
-// store's conditions say what is wrong with it) and is tried again at the
-// next audit.
+// holdSecrets, for a store not being deleted, puts its finalizer on each
+// Secret it reads (checked at every audit: a finalizer removed by hand, or
+// a Secret created again, is held again) and takes it off each Secret
+// status.heldSecrets lists that it no longer reads. The status is written
+// ahead: a Secret is listed before its finalizer is put on, and unlisted
+// only once it is taken off, so that no failure leaves a finalizer the
+// store would not release. A Secret missing or being deleted is not an
+// error (the store's conditions say what is wrong with it).
 func (r *MemoryStoreReconciler) holdSecrets(ctx context.Context, store *lethev1.MemoryStore) error {
 	wanted := readSecrets(store)
-	held := slices.Clone(store.Status.HeldSecrets)
-	for _, name := range wanted {
-		if slices.Contains(held, name) {
-			continue
-		}
-		ok, err := r.holdSecret(ctx, types.NamespacedName{Namespace: store.Namespace, Name: name})
-		if err != nil {
+	if ahead := union(store.Status.HeldSecrets, wanted); !slices.Equal(ahead, store.Status.HeldSecrets) {
+		if err := r.setHeldSecrets(ctx, store, ahead); err != nil {
 			return err
 		}
-		if ok {
-			held = append(held, name)
+	}
+	var errs []error
+	for _, name := range wanted {
+		if err := r.holdSecret(ctx, store, name); err != nil {
+			errs = append(errs, err)
 		}
 	}
-	for _, name := range slices.Clone(held) {
+	kept := wanted
+	for _, name := range store.Status.HeldSecrets {
 		if slices.Contains(wanted, name) {
 			continue
 		}
 		if err := r.releaseSecret(ctx, store, name); err != nil {
-			return err
+			errs = append(errs, err)
+			kept = union(kept, []string{name})
 		}
-		held = slices.DeleteFunc(held, func(n string) bool { return n == name })
 	}
-	slices.Sort(held)
-	if len(held) == 0 {
-		held = nil
+	if !slices.Equal(kept, store.Status.HeldSecrets) {
+		errs = append(errs, r.setHeldSecrets(ctx, store, kept))
 	}
-	store.Status.HeldSecrets = held
+	return errors.Join(errs...)
+}
+
+// holdSecretsOf runs holdSecrets for a store not being deleted, saying
+// what failed (a Warning event, unless a conflict: the caller retries
+// soon); the audit goes on either way.
+func (r *MemoryStoreReconciler) holdSecretsOf(ctx context.Context, store *lethev1.MemoryStore) error {
+	if !store.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	err := r.holdSecrets(ctx, store)
+	if err != nil && !apierrors.IsConflict(err) {
+		ctrl.LoggerFrom(ctx).Info("could not hold or release the store's Secrets", "error", err.Error())
+		r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, ReasonSecretNotHeld, "HoldSecrets",
+			"could not put or take off its finalizer on a Secret it reads: %v", err)
+	}
+	return err
+}
+
+// setHeldSecrets writes status.heldSecrets alone.
+func (r *MemoryStoreReconciler) setHeldSecrets(ctx context.Context, store *lethev1.MemoryStore, names []string) error {
+	before := store.DeepCopy()
+	store.Status.HeldSecrets = names
+	if err := r.Client.Status().Patch(ctx, store, client.MergeFrom(before)); err != nil {
+		store.Status.HeldSecrets = before.Status.HeldSecrets
+		return fmt.Errorf("write the Secrets the store holds: %w", err)
+	}
 	return nil
 }
 
-// holdSecret puts SecretFinalizer on the Secret key, reporting whether it
-// holds it now.
-func (r *MemoryStoreReconciler) holdSecret(ctx context.Context, key types.NamespacedName) (bool, error) {
+// holdSecret puts store's finalizer on its Secret name, unless it is
+// missing or being deleted (the API server takes no new finalizer then).
+func (r *MemoryStoreReconciler) holdSecret(ctx context.Context, store *lethev1.MemoryStore, name string) error {
+	key := types.NamespacedName{Namespace: store.Namespace, Name: name}
 	secret := &corev1.Secret{}
 	switch err := r.Connector.Secrets.Get(ctx, key, secret); {
 	case apierrors.IsNotFound(err):
-		return false, nil
+		return nil
 	case err != nil:
-		return false, fmt.Errorf("read Secret %s to hold it: %w", key, err)
+		return fmt.Errorf("read Secret %s to hold it: %w", key, err)
 	}
-	if controllerutil.ContainsFinalizer(secret, SecretFinalizer) {
-		return true, nil
+	if !secret.DeletionTimestamp.IsZero() || !controllerutil.AddFinalizer(secret, SecretFinalizer(store)) {
+		return nil
 	}
-	if !secret.DeletionTimestamp.IsZero() {
-		// The API server takes no new finalizer on an object being deleted.
-		return false, nil
-	}
-	controllerutil.AddFinalizer(secret, SecretFinalizer)
-	if err := patchFinalizers(ctx, r.Client, secret); err != nil {
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		return false, fmt.Errorf("hold Secret %s: %w", key, err)
-	}
-	return true, nil
-}
-
-// releaseSecrets takes SecretFinalizer off every Secret the store held or
-// reads, except those another store of the namespace still needs: the
-// store's last step before its own finalizer goes.
-func (r *MemoryStoreReconciler) releaseSecrets(ctx context.Context, store *lethev1.MemoryStore) error {
-	names := append(readSecrets(store), store.Status.HeldSecrets...)
-	slices.Sort(names)
-	for _, name := range slices.Compact(names) {
-		if err := r.releaseSecret(ctx, store, name); err != nil {
-			return err
-		}
+	if err := patchFinalizers(ctx, r.Client, secret); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("hold Secret %s: %w", key, err)
 	}
 	return nil
 }
 
-// releaseSecret takes SecretFinalizer off the Secret name of the store's
-// namespace, unless another store there that is not released yet reads it.
+// releaseSecrets takes store's finalizer off every Secret it held or reads.
+func (r *MemoryStoreReconciler) releaseSecrets(ctx context.Context, store *lethev1.MemoryStore) error {
+	var errs []error
+	for _, name := range union(readSecrets(store), store.Status.HeldSecrets) {
+		errs = append(errs, r.releaseSecret(ctx, store, name))
+	}
+	return errors.Join(errs...)
+}
+
+// releaseSecret takes store's finalizer off its Secret name.
 func (r *MemoryStoreReconciler) releaseSecret(ctx context.Context, store *lethev1.MemoryStore, name string) error {
-	others := &lethev1.MemoryStoreList{}
-	if err := r.Client.List(ctx, others, client.InNamespace(store.Namespace), client.UnsafeDisableDeepCopy); err != nil {
-		return fmt.Errorf("list the stores that may read Secret %s: %w", name, err)
-	}
-	for i := range others.Items {
-		o := &others.Items[i]
-		if o.UID == store.UID || !o.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(o, StoreFinalizer) {
-			continue
-		}
-		if slices.Contains(readSecrets(o), name) || slices.Contains(o.Status.HeldSecrets, name) {
-			return nil
-		}
-	}
 	key := types.NamespacedName{Namespace: store.Namespace, Name: name}
 	secret := &corev1.Secret{}
 	switch err := r.Connector.Secrets.Get(ctx, key, secret); {
@@ -144,11 +158,23 @@ func (r *MemoryStoreReconciler) releaseSecret(ctx context.Context, store *lethev
 	case err != nil:
 		return fmt.Errorf("read Secret %s to release it: %w", key, err)
 	}
-	if !controllerutil.RemoveFinalizer(secret, SecretFinalizer) {
+	if !controllerutil.RemoveFinalizer(secret, SecretFinalizer(store)) {
 		return nil
 	}
 	if err := patchFinalizers(ctx, r.Client, secret); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("release Secret %s: %w", key, err)
 	}
 	return nil
+}
+
+// union is the sorted names of a and b, once each; nil when empty (as an
+// omitted status field reads back).
+func union(a, b []string) []string {
+	out := slices.Concat(a, b)
+	slices.Sort(out)
+	out = slices.Compact(out)
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }

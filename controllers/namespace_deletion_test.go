@@ -22,10 +22,23 @@ import (
 // every object in it, Secrets and ConfigMaps with the requests and the
 // store, in no order Lethe chooses. envtest runs no namespace controller,
 // so the test deletes what it would, Secrets first, and waits past the
-// manager's Secret cache before the rest. The request in its grace period
-// must still lift its tombstones, the store must be released, and then
-// its Secret: nothing may wait for good.
+// manager's Secret cache before the rest: the requests before the store,
+// and the store before the requests. The request in its grace period must
+// still lift its tombstones, the store must be released, and then its
+// Secret: nothing may wait for good.
 func TestANamespaceDeletedAtOnceReleasesItsRequestsStoreAndSecret(t *testing.T) {
+	for _, order := range []struct {
+		name string
+		objs []client.Object
+	}{
+		{"requests first", []client.Object{&lethev1.ErasureRequest{}, &lethev1.MemoryStore{}}},
+		{"store first", []client.Object{&lethev1.MemoryStore{}, &lethev1.ErasureRequest{}}},
+	} {
+		t.Run(order.name, func(t *testing.T) { namespaceDeletedAtOnce(t, order.objs) })
+	}
+}
+
+func namespaceDeletedAtOnce(t *testing.T, order []client.Object) {
 	ctx := context.Background()
 	e := newMemoryEnv(t, "ns-gone")
 	waitHeld(t, e.store, "pg")
@@ -61,34 +74,14 @@ func TestANamespaceDeletedAtOnceReleasesItsRequestsStoreAndSecret(t *testing.T) 
 	}
 	// Past the suite's SecretTTL (5 s): no DSN read before is reused.
 	time.Sleep(6 * time.Second)
-	for _, obj := range []client.Object{&lethev1.ErasureRequest{}, &lethev1.MemoryStore{}} {
+	for _, obj := range order {
 		if err := k8s.DeleteAllOf(ctx, obj, client.InNamespace(e.ns)); err != nil {
 			t.Fatal(err)
 		}
 	}
 
 	eventually(t, 60*time.Second, func() error {
-		var left []string
-		for _, l := range []client.ObjectList{&lethev1.ErasureRequestList{}, &lethev1.MemoryStoreList{}, &corev1.SecretList{}} {
-			if err := k8s.List(ctx, l, client.InNamespace(e.ns)); err != nil {
-				return err
-			}
-			switch l := l.(type) {
-			case *lethev1.ErasureRequestList:
-				for _, o := range l.Items {
-					left = append(left, fmt.Sprintf("ErasureRequest %s (phase %s, finalizers %v)", o.Name, o.Status.Phase, o.Finalizers))
-				}
-			case *lethev1.MemoryStoreList:
-				for _, o := range l.Items {
-					left = append(left, fmt.Sprintf("MemoryStore %s (finalizers %v)", o.Name, o.Finalizers))
-				}
-			case *corev1.SecretList:
-				for _, o := range l.Items {
-					left = append(left, fmt.Sprintf("Secret %s (finalizers %v)", o.Name, o.Finalizers))
-				}
-			}
-		}
-		if len(left) > 0 {
+		if left := namespaceHolds(t, e.ns); len(left) > 0 {
 			return fmt.Errorf("the namespace being deleted still holds %v", left)
 		}
 		return nil
@@ -105,9 +98,36 @@ func TestANamespaceDeletedAtOnceReleasesItsRequestsStoreAndSecret(t *testing.T) 
 	}
 }
 
-// The store holds each Secret it reads, and only those: a Secret it stops
-// reading is released unless another store reads it; a deleted store
-// releases the rest.
+// namespaceHolds lists the requests, stores and Secrets left in ns.
+func namespaceHolds(t *testing.T, ns string) []string {
+	t.Helper()
+	var left []string
+	for _, l := range []client.ObjectList{&lethev1.ErasureRequestList{}, &lethev1.MemoryStoreList{}, &corev1.SecretList{}} {
+		if err := k8s.List(context.Background(), l, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		switch l := l.(type) {
+		case *lethev1.ErasureRequestList:
+			for _, o := range l.Items {
+				left = append(left, fmt.Sprintf("ErasureRequest %s (phase %s, finalizers %v)", o.Name, o.Status.Phase, o.Finalizers))
+			}
+		case *lethev1.MemoryStoreList:
+			for _, o := range l.Items {
+				left = append(left, fmt.Sprintf("MemoryStore %s (finalizers %v)", o.Name, o.Finalizers))
+			}
+		case *corev1.SecretList:
+			for _, o := range l.Items {
+				left = append(left, fmt.Sprintf("Secret %s (finalizers %v)", o.Name, o.Finalizers))
+			}
+		}
+	}
+	return left
+}
+
+// The store holds each Secret it reads, with a finalizer of its own, and
+// only those: a Secret it stops reading is released (another store that
+// reads it keeps its own hold), a finalizer removed by hand is put back,
+// and a deleted store releases the rest.
 func TestAStoreHoldsTheSecretsItReadsAndReleasesTheRest(t *testing.T) {
 	ctx := context.Background()
 	e := newMemoryEnv(t, "held")
@@ -124,25 +144,43 @@ func TestAStoreHoldsTheSecretsItReadsAndReleasesTheRest(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitHeld(t, e.store, "pg2")
-	if !secretHeld(t, e.ns, "pg") {
-		t.Fatal("Secret pg released while another store reads it")
+	waitReleased(t, e.ns, "pg", e.store)
+	if !secretHeldBy(t, e.ns, "pg", other) {
+		t.Fatal("Secret pg released by the store that still reads it")
 	}
+
+	// A finalizer removed by hand is put back at the next audit.
+	s := &corev1.Secret{}
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: e.ns, Name: "pg2"}, s); err != nil {
+		t.Fatal(err)
+	}
+	s.Finalizers = slices.DeleteFunc(s.Finalizers, func(f string) bool { return f == controllers.SecretFinalizer(e.store) })
+	if err := k8s.Update(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	waitHeld(t, e.store, "pg2")
 
 	if err := k8s.Delete(ctx, other); err != nil {
 		t.Fatal(err)
 	}
-	waitReleased(t, e.ns, "pg")
-	if !secretHeld(t, e.ns, "pg2") {
-		t.Fatal("Secret pg2 released while its store reads it")
-	}
+	waitReleased(t, e.ns, "pg", other)
 	if err := k8s.Delete(ctx, e.store); err != nil {
 		t.Fatal(err)
 	}
-	waitReleased(t, e.ns, "pg2")
+	waitReleased(t, e.ns, "pg2", e.store)
+	for _, name := range []string{"pg", "pg2"} {
+		got := &corev1.Secret{}
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: e.ns, Name: name}, got); err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Finalizers) != 0 {
+			t.Errorf("Secret %s keeps finalizers %v once no store reads it", name, got.Finalizers)
+		}
+	}
 }
 
 // waitHeld waits until the store's status lists exactly the Secret name as
-// held and the Secret carries the finalizer.
+// held and the Secret carries the store's finalizer.
 func waitHeld(t *testing.T, store *lethev1.MemoryStore, name string) {
 	t.Helper()
 	eventually(t, 30*time.Second, func() error {
@@ -153,29 +191,33 @@ func waitHeld(t *testing.T, store *lethev1.MemoryStore, name string) {
 		if !slices.Equal(got.Status.HeldSecrets, []string{name}) {
 			return fmt.Errorf("store %s holds %v, want [%s]", store.Name, got.Status.HeldSecrets, name)
 		}
-		if !secretHeld(t, store.Namespace, name) {
-			return fmt.Errorf("Secret %s lacks the finalizer %s", name, controllers.SecretFinalizer)
+		if !secretHeldBy(t, store.Namespace, name, got) {
+			return fmt.Errorf("Secret %s lacks the finalizer %s", name, controllers.SecretFinalizer(got))
 		}
 		return nil
 	})
 }
 
-// waitReleased waits until the Secret no longer carries the finalizer.
-func waitReleased(t *testing.T, ns, name string) {
+// waitReleased waits until the Secret no longer carries the store's
+// finalizer.
+func waitReleased(t *testing.T, ns, name string, store *lethev1.MemoryStore) {
 	t.Helper()
 	eventually(t, 30*time.Second, func() error {
-		if secretHeld(t, ns, name) {
-			return fmt.Errorf("Secret %s still carries %s", name, controllers.SecretFinalizer)
+		if secretHeldBy(t, ns, name, store) {
+			return fmt.Errorf("Secret %s still carries %s", name, controllers.SecretFinalizer(store))
 		}
 		return nil
 	})
 }
 
-func secretHeld(t *testing.T, ns, name string) bool {
+func secretHeldBy(t *testing.T, ns, name string, store *lethev1.MemoryStore) bool {
 	t.Helper()
+	if store.UID == "" {
+		t.Fatalf("store %s has no UID: read it from the API server first", store.Name)
+	}
 	s := &corev1.Secret{}
 	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, s); err != nil {
 		t.Fatalf("Secret %s: %v", name, err)
 	}
-	return slices.Contains(s.Finalizers, controllers.SecretFinalizer)
+	return slices.Contains(s.Finalizers, controllers.SecretFinalizer(store))
 }

@@ -382,11 +382,12 @@ type MemoryStoreStatus struct {
 	// +optional
 	GraphSweep *GraphSweepStatus `json:"graphSweep,omitempty"`
 
-	// heldSecrets names the Secrets (in the store's namespace) that carry the
-	// finalizer erasure.lethe.dev/store-secret for this store: those it reads.
-	// The finalizer keeps each one until the store is released, so that a
-	// namespace deleted at once cannot take the database's credentials
-	// before the requests and the store have finished with them.
+	// heldSecrets names the Secrets (in the store's namespace) that may carry
+	// this store's finalizer erasure.lethe.dev/store-secret.<its UID>: those
+	// it reads, listed before the finalizer is put on. The finalizer keeps
+	// each one until the store is released, so that a namespace deleted at
+	// once cannot take the database's credentials before the requests and
+	// the store have finished with them.
 	// +listType=set
 	// +optional
 	HeldSecrets []string `json:"heldSecrets,omitempty"`

@@ -3,8 +3,10 @@ package chart
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -18,12 +20,12 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/lethe-dev/lethe/controllers"
 	"github.com/lethe-dev/lethe/internal/testenv"
 )
 
-// secretFinalizer is controllers.SecretFinalizer (this package does not
-// import the manager).
-const secretFinalizer = "erasure.lethe.dev/store-secret"
+// secretFinalizer is a store's finalizer on a Secret it reads.
+var secretFinalizer = controllers.SecretFinalizerPrefix + "4d7a3a9e-1b8e-4f5e-9a57-6f4f3c2b1a00"
 
 // checkSecretPolicy checks, in an API server the chart's RBAC and Secret
 // policy are installed in, that the manager's service account (by the
@@ -80,6 +82,24 @@ func checkSecretPolicy(t *testing.T, admin *rest.Config, c client.Client) {
 		if err := patch(mgr, allowed[what]); err != nil {
 			t.Errorf("the manager may not %s: %v", what, err)
 		}
+	}
+	// Lethe's own patches (patchFinalizers): the whole list and the
+	// resourceVersion; the last finalizer taken off sends null.
+	solo := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "solo"}, Data: map[string][]byte{"dsn": []byte("postgres://b")}}
+	if err := c.Create(ctx, solo); err != nil {
+		t.Fatal(err)
+	}
+	for _, finalizers := range []any{[]string{secretFinalizer}, nil} {
+		body, err := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": finalizers, "resourceVersion": solo.ResourceVersion}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := mgr.Patch(ctx, solo, client.RawPatch(types.MergePatchType, body)); err != nil {
+			t.Errorf("the manager's own patch %s refused: %v", body, err)
+		}
+	}
+	if len(solo.Finalizers) != 0 {
+		t.Errorf("Secret solo keeps finalizers %v", solo.Finalizers)
 	}
 	for what, body := range map[string]string{
 		"change the data":            changeData(-1),
@@ -142,5 +162,49 @@ func TestConfigSecretPolicyIsTheCharts(t *testing.T) {
 	conds, _, _ := unstructured.NestedSlice(got, "matchConditions")
 	if len(conds) != 1 || !strings.Contains(conds[0].(map[string]any)["expression"].(string), `"system:serviceaccount:lethe-system:lethe-controller-manager"`) {
 		t.Errorf("config/rbac's policy matches %v, want config/default's service account", conds)
+	}
+}
+
+// config/default, built by kustomize as a user would, binds the policy to
+// the service account it makes: a binding whose policyName kustomize did
+// not prefix, or a username that is not the service account's, would leave
+// the manager's patch on Secrets unchecked.
+func TestConfigDefaultBindsTheSecretPolicyToTheManager(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		kubectl = filepath.Join(testenv.KubeAssets(), "kubectl")
+		if _, err := os.Stat(kubectl); err != nil {
+			t.Fatalf("kubectl (for its kustomize) is not installed: install Debian's kubectl, or run `make envtest-assets` with one on PATH")
+		}
+	}
+	out, err := exec.Command(kubectl, "kustomize", filepath.Join(root, "config", "default")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl kustomize config/default: %v\n%s", err, out)
+	}
+	var policy, binding, sa *unstructured.Unstructured
+	for _, o := range decode(t, string(out)) {
+		switch o.GetKind() {
+		case "ValidatingAdmissionPolicy":
+			policy = o
+		case "ValidatingAdmissionPolicyBinding":
+			binding = o
+		case "ServiceAccount":
+			sa = o
+		}
+	}
+	if policy == nil || binding == nil || sa == nil {
+		t.Fatalf("config/default lacks the policy (%t), its binding (%t) or the service account (%t)", policy != nil, binding != nil, sa != nil)
+	}
+	if name, _, _ := unstructured.NestedString(binding.Object, "spec", "policyName"); name != policy.GetName() {
+		t.Errorf("the binding names policy %q, the policy is %q", name, policy.GetName())
+	}
+	conds, _, _ := unstructured.NestedSlice(policy.Object, "spec", "matchConditions")
+	want := fmt.Sprintf(`"system:serviceaccount:%s:%s"`, sa.GetNamespace(), sa.GetName())
+	if len(conds) != 1 || !strings.Contains(conds[0].(map[string]any)["expression"].(string), want) {
+		t.Errorf("the policy matches %v, want the service account %s", conds, want)
 	}
 }
