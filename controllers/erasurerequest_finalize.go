@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -154,7 +153,9 @@ func (r *ErasureRequestReconciler) recordErasure(ctx context.Context, er *lethev
 
 // mirrorBeforeRelease mirrors a completed request's proof into its store's
 // database before the object goes, unless this process did already or the
-// store is gone (nothing to write it to).
+// store is gone (nothing to write it to). A store being deleted waits for
+// it (unfinishedRequests): a mirror that keeps failing holds both until the
+// database takes it, rather than lose the proof's other copy.
 func (r *ErasureRequestReconciler) mirrorBeforeRelease(ctx context.Context, er *lethev1.ErasureRequest) error {
 	if er.Status.Receipt == nil {
 		return nil
@@ -170,23 +171,8 @@ func (r *ErasureRequestReconciler) mirrorBeforeRelease(ctx context.Context, er *
 		return err
 	}
 	ports, err := r.Connector.Ports(ctx, store)
-	if err == nil {
-		err = r.mirrorUnlessHeld(ctx, &erasure.Scope{Request: er, Store: store, Ports: ports}, er)
+	if err != nil {
+		return fmt.Errorf("mirror the proof before the request goes: %w", err)
 	}
-	if err == nil {
-		return nil
-	}
-	// A store being deleted waits for its requests being deleted; one whose
-	// mirror keeps failing would hold it, and its namespace, for good.
-	if !store.DeletionTimestamp.IsZero() && r.Clock.Since(er.DeletionTimestamp.Time) > mirrorGiveUpAfter {
-		ctrl.LoggerFrom(ctx).Info("released without mirroring its proof: its store is being deleted", "error", err.Error())
-		r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, ReasonProofNotMirrored, "Finalize",
-			"its store is being deleted and its proof could not be mirrored into the store's database for %s: released without it", mirrorGiveUpAfter)
-		return nil
-	}
-	return fmt.Errorf("mirror the proof before the request goes: %w", err)
+	return r.mirrorUnlessHeld(ctx, &erasure.Scope{Request: er, Store: store, Ports: ports}, er)
 }
-
-// mirrorGiveUpAfter is how long a completed request being deleted tries to
-// mirror its proof once its store is being deleted too.
-const mirrorGiveUpAfter = 2 * time.Minute

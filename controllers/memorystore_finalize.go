@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -102,6 +103,16 @@ func (r *MemoryStoreReconciler) releaseRequests(ctx context.Context, store *leth
 			res, err := requeueOnConflict(err)
 			return res, false, err
 		}
+		// Its Secrets may be gone now: a conflict is retried here, not
+		// from the reap, which needs them.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := r.reader().Get(ctx, client.ObjectKeyFromObject(store), store); err != nil {
+				return err
+			}
+			controllerutil.RemoveFinalizer(store, StoreFinalizer)
+			return patchFinalizers(ctx, r.Client, store)
+		})
+		return ctrl.Result{}, err == nil || apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 	}
 	controllerutil.RemoveFinalizer(store, StoreFinalizer)
 	if err := patchFinalizers(ctx, r.Client, store); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -92,15 +93,16 @@ func (r *MemoryStoreReconciler) holdSecrets(ctx context.Context, store *lethev1.
 	return errors.Join(errs...)
 }
 
-// holdSecretsOf runs holdSecrets for a store not being deleted, saying
-// what failed (a Warning event, unless a conflict: the caller retries
-// soon); the audit goes on either way.
+// holdSecretsOf runs holdSecrets for a store not being deleted, or still
+// waiting for its requests (a Secret created again meanwhile is held too),
+// saying what failed (a Warning event, unless only conflicts: the caller
+// retries soon); the audit goes on either way.
 func (r *MemoryStoreReconciler) holdSecretsOf(ctx context.Context, store *lethev1.MemoryStore) error {
-	if !store.DeletionTimestamp.IsZero() {
+	if !store.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(store, StoreFinalizer) {
 		return nil
 	}
 	err := r.holdSecrets(ctx, store)
-	if err != nil && !apierrors.IsConflict(err) {
+	if err != nil && !onlyConflicts(err) {
 		ctrl.LoggerFrom(ctx).Info("could not hold or release the store's Secrets", "error", err.Error())
 		r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, ReasonSecretNotHeld, "HoldSecrets",
 			"could not put or take off its finalizer on a Secret it reads: %v", err)
@@ -108,11 +110,26 @@ func (r *MemoryStoreReconciler) holdSecretsOf(ctx context.Context, store *lethev
 	return err
 }
 
-// setHeldSecrets writes status.heldSecrets alone.
+// onlyConflicts reports whether err, one error or joined ones, holds
+// conflicts only.
+func onlyConflicts(err error) bool {
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range joined.Unwrap() {
+			if !onlyConflicts(e) {
+				return false
+			}
+		}
+		return len(joined.Unwrap()) > 0
+	}
+	return apierrors.IsConflict(err)
+}
+
+// setHeldSecrets writes status.heldSecrets alone, against the store as read
+// (a list written from a stale spec could unlist a Secret still held).
 func (r *MemoryStoreReconciler) setHeldSecrets(ctx context.Context, store *lethev1.MemoryStore, names []string) error {
 	before := store.DeepCopy()
 	store.Status.HeldSecrets = names
-	if err := r.Client.Status().Patch(ctx, store, client.MergeFrom(before)); err != nil {
+	if err := r.Client.Status().Patch(ctx, store, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		store.Status.HeldSecrets = before.Status.HeldSecrets
 		return fmt.Errorf("write the Secrets the store holds: %w", err)
 	}
@@ -130,13 +147,49 @@ func (r *MemoryStoreReconciler) holdSecret(ctx context.Context, store *lethev1.M
 	case err != nil:
 		return fmt.Errorf("read Secret %s to hold it: %w", key, err)
 	}
-	if !secret.DeletionTimestamp.IsZero() || !controllerutil.AddFinalizer(secret, SecretFinalizer(store)) {
+	orphans, err := r.orphanFinalizers(ctx, store, secret)
+	if err != nil {
+		return err
+	}
+	changed := false
+	for _, f := range orphans {
+		changed = controllerutil.RemoveFinalizer(secret, f) || changed
+	}
+	if secret.DeletionTimestamp.IsZero() {
+		changed = controllerutil.AddFinalizer(secret, SecretFinalizer(store)) || changed
+	}
+	if !changed {
 		return nil
 	}
 	if err := patchFinalizers(ctx, r.Client, secret); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("hold Secret %s: %w", key, err)
 	}
 	return nil
+}
+
+// orphanFinalizers lists the store-secret finalizers on secret whose store
+// is gone without releasing it (its finalizers removed by hand, a store
+// object copied with its metadata): nothing else would ever take them off,
+// and the Secret, and its namespace, could never be deleted. Stores are
+// read from the API server, not the cache: a store just created must not
+// look gone.
+func (r *MemoryStoreReconciler) orphanFinalizers(ctx context.Context, store *lethev1.MemoryStore, secret *corev1.Secret) ([]string, error) {
+	var others []string
+	for _, f := range secret.Finalizers {
+		if strings.HasPrefix(f, SecretFinalizerPrefix) && f != SecretFinalizer(store) {
+			others = append(others, f)
+		}
+	}
+	if len(others) == 0 {
+		return nil, nil
+	}
+	stores := &lethev1.MemoryStoreList{}
+	if err := r.reader().List(ctx, stores, client.InNamespace(store.Namespace)); err != nil {
+		return nil, fmt.Errorf("list the stores that may hold Secret %s: %w", secret.Name, err)
+	}
+	return slices.DeleteFunc(others, func(f string) bool {
+		return slices.ContainsFunc(stores.Items, func(s lethev1.MemoryStore) bool { return SecretFinalizer(&s) == f })
+	}), nil
 }
 
 // releaseSecrets takes store's finalizer off every Secret it held or reads.
@@ -177,4 +230,13 @@ func union(a, b []string) []string {
 		return nil
 	}
 	return out
+}
+
+// reader reads from the API server itself when the manager gave one, else
+// through the client.
+func (r *MemoryStoreReconciler) reader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
 }

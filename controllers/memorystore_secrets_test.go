@@ -52,7 +52,7 @@ func secretsFixture(t *testing.T, storeFinalizers []string, failPatch func(clien
 			}
 			return cl.Patch(ctx, obj, patch, opts...)
 		}}).Build()
-	r := &MemoryStoreReconciler{Client: c, Connector: &connector.Connector{Secrets: c}, Recorder: events.NewFakeRecorder(10)}
+	r := &MemoryStoreReconciler{Client: c, APIReader: c, Connector: &connector.Connector{Secrets: c}, Recorder: events.NewFakeRecorder(10)}
 	return r, c, store
 }
 

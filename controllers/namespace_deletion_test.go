@@ -27,18 +27,11 @@ import (
 // still lift its tombstones, the store must be released, and then its
 // Secret: nothing may wait for good.
 func TestANamespaceDeletedAtOnceReleasesItsRequestsStoreAndSecret(t *testing.T) {
-	for _, order := range []struct {
-		name string
-		objs []client.Object
-	}{
-		{"requests first", []client.Object{&lethev1.ErasureRequest{}, &lethev1.MemoryStore{}}},
-		{"store first", []client.Object{&lethev1.MemoryStore{}, &lethev1.ErasureRequest{}}},
-	} {
-		t.Run(order.name, func(t *testing.T) { namespaceDeletedAtOnce(t, order.objs) })
-	}
+	t.Run("requests first", func(t *testing.T) { namespaceDeletedAtOnce(t, false) })
+	t.Run("store first", func(t *testing.T) { namespaceDeletedAtOnce(t, true) })
 }
 
-func namespaceDeletedAtOnce(t *testing.T, order []client.Object) {
+func namespaceDeletedAtOnce(t *testing.T, storeFirst bool) {
 	ctx := context.Background()
 	e := newMemoryEnv(t, "ns-gone")
 	waitHeld(t, e.store, "pg")
@@ -74,8 +67,26 @@ func namespaceDeletedAtOnce(t *testing.T, order []client.Object) {
 	}
 	// Past the suite's SecretTTL (5 s): no DSN read before is reused.
 	time.Sleep(6 * time.Second)
-	for _, obj := range order {
-		if err := k8s.DeleteAllOf(ctx, obj, client.InNamespace(e.ns)); err != nil {
+	if storeFirst {
+		if err := k8s.Delete(ctx, e.store); err != nil {
+			t.Fatal(err)
+		}
+		// Past a few of the store's passes (every 0.5 s while it is not
+		// Ready), it still waits for its requests.
+		time.Sleep(3 * time.Second)
+		got := &lethev1.MemoryStore{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(e.store), got); err != nil {
+			t.Fatalf("the store went before its requests: %v", err)
+		}
+		if !slices.Contains(got.Finalizers, controllers.StoreFinalizer) {
+			t.Fatalf("the store's first step ended before its requests went: finalizers %v", got.Finalizers)
+		}
+	}
+	if err := k8s.DeleteAllOf(ctx, &lethev1.ErasureRequest{}, client.InNamespace(e.ns)); err != nil {
+		t.Fatal(err)
+	}
+	if !storeFirst {
+		if err := k8s.Delete(ctx, e.store); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -127,7 +138,8 @@ func namespaceHolds(t *testing.T, ns string) []string {
 // The store holds each Secret it reads, with a finalizer of its own, and
 // only those: a Secret it stops reading is released (another store that
 // reads it keeps its own hold), a finalizer removed by hand is put back,
-// and a deleted store releases the rest.
+// a gone store's finalizer is taken off, and a deleted store releases the
+// rest.
 func TestAStoreHoldsTheSecretsItReadsAndReleasesTheRest(t *testing.T) {
 	ctx := context.Background()
 	e := newMemoryEnv(t, "held")
@@ -160,10 +172,28 @@ func TestAStoreHoldsTheSecretsItReadsAndReleasesTheRest(t *testing.T) {
 	}
 	waitHeld(t, e.store, "pg2")
 
+	// A store gone without releasing a Secret (its finalizers removed by
+	// hand) leaves a finalizer only the stores that read the Secret can
+	// find: they take it off; a live store's stays.
+	gone := &lethev1.MemoryStore{ObjectMeta: metav1.ObjectMeta{UID: "00000000-0000-4000-8000-00000000dead"}}
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: e.ns, Name: "pg2"}, s); err != nil {
+		t.Fatal(err)
+	}
+	s.Finalizers = append(s.Finalizers, controllers.SecretFinalizer(gone), controllers.SecretFinalizer(other))
+	if err := k8s.Update(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	waitReleased(t, e.ns, "pg2", gone)
+	if !secretHeldBy(t, e.ns, "pg2", other) {
+		t.Fatal("a live store's finalizer was taken off as an orphan")
+	}
+
 	if err := k8s.Delete(ctx, other); err != nil {
 		t.Fatal(err)
 	}
 	waitReleased(t, e.ns, "pg", other)
+	// other never read pg2: its finalizer there is an orphan once it is gone.
+	waitReleased(t, e.ns, "pg2", other)
 	if err := k8s.Delete(ctx, e.store); err != nil {
 		t.Fatal(err)
 	}
