@@ -129,7 +129,7 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if !store.DeletionTimestamp.IsZero() {
 		return r.release(ctx, store)
 	}
-	if apierrors.IsConflict(holdErr) {
+	if holdErr != nil && onlyConflicts(holdErr) {
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 

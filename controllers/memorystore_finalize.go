@@ -76,13 +76,18 @@ func (r *MemoryStoreReconciler) release(ctx context.Context, store *lethev1.Memo
 // off. A store that predates StoreSecretsFinalizer releases its Secrets
 // here, before the finalizer that holds it goes.
 func (r *MemoryStoreReconciler) releaseRequests(ctx context.Context, store *lethev1.MemoryStore) (ctrl.Result, bool, error) {
-	pending, err := r.unfinishedRequests(ctx, store)
+	unfinished, releasing, err := r.unfinishedRequests(ctx, store)
 	if err != nil {
 		return ctrl.Result{}, false, err
 	}
-	if pending > 0 {
+	if unfinished > 0 {
 		r.Recorder.Eventf(store, nil, corev1.EventTypeNormal, ReasonWaitingForRequests, "Finalize",
-			"deleted while %d unfinished ErasureRequest(s) reference it: held until they are done, cancelled or gone", pending)
+			"deleted while %d unfinished ErasureRequest(s) reference it: held until they are done, cancelled or gone", unfinished)
+		return ctrl.Result{RequeueAfter: r.NotReadyRetry}, false, nil
+	}
+	if releasing > 0 {
+		r.Recorder.Eventf(store, nil, corev1.EventTypeNormal, ReasonWaitingForRequests, "Finalize",
+			"deleted while %d completed ErasureRequest(s) being deleted have not mirrored their proof into its database: held until they have", releasing)
 		return ctrl.Result{RequeueAfter: r.NotReadyRetry}, false, nil
 	}
 	// Tombstones of requests deleted before (without a status that said
@@ -105,9 +110,14 @@ func (r *MemoryStoreReconciler) releaseRequests(ctx context.Context, store *leth
 		}
 		// Its Secrets may be gone now: a conflict is retried here, not
 		// from the reap, which needs them.
+		uid := store.UID
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			if err := r.reader().Get(ctx, client.ObjectKeyFromObject(store), store); err != nil {
 				return err
+			}
+			if store.UID != uid {
+				// Gone, and another store made under its name.
+				return apierrors.NewNotFound(lethev1.GroupVersion.WithResource("memorystores").GroupResource(), store.Name)
 			}
 			controllerutil.RemoveFinalizer(store, StoreFinalizer)
 			return patchFinalizers(ctx, r.Client, store)
@@ -127,24 +137,24 @@ func (r *MemoryStoreReconciler) releaseRequests(ctx context.Context, store *leth
 
 // unfinishedRequests counts the store's requests that are neither done
 // (BackupsRotated), cancelled nor planned (they may hold tombstones), and
-// those being deleted whose finalizer has not gone yet: a completed one
-// may still have its proof to mirror into the store's database.
-func (r *MemoryStoreReconciler) unfinishedRequests(ctx context.Context, store *lethev1.MemoryStore) (int, error) {
+// apart, those done but being deleted whose finalizer has not gone yet (a
+// completed one may still have its proof to mirror into the store's
+// database).
+func (r *MemoryStoreReconciler) unfinishedRequests(ctx context.Context, store *lethev1.MemoryStore) (unfinished, releasing int, err error) {
 	list := &lethev1.ErasureRequestList{}
 	// Counted, never changed: no copy.
 	if err := r.Client.List(ctx, list, client.InNamespace(store.Namespace), client.UnsafeDisableDeepCopy); err != nil {
-		return 0, fmt.Errorf("list the store's requests: %w", err)
+		return 0, 0, fmt.Errorf("list the store's requests: %w", err)
 	}
-	n := 0
 	for i := range list.Items {
 		er := &list.Items[i]
-		if er.Spec.StoreRef.Name != store.Name {
-			continue
-		}
-		releasing := !er.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(er, Finalizer)
-		if releasing || !erasure.Terminal(er) && er.Status.Phase != lethev1.PhaseBackupsRotated {
-			n++
+		switch {
+		case er.Spec.StoreRef.Name != store.Name:
+		case !erasure.Terminal(er) && er.Status.Phase != lethev1.PhaseBackupsRotated:
+			unfinished++
+		case !er.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(er, Finalizer):
+			releasing++
 		}
 	}
-	return n, nil
+	return unfinished, releasing, nil
 }

@@ -98,8 +98,14 @@ func (r *MemoryStoreReconciler) holdSecrets(ctx context.Context, store *lethev1.
 // saying what failed (a Warning event, unless only conflicts: the caller
 // retries soon); the audit goes on either way.
 func (r *MemoryStoreReconciler) holdSecretsOf(ctx context.Context, store *lethev1.MemoryStore) error {
-	if !store.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(store, StoreFinalizer) {
-		return nil
+	if !store.DeletionTimestamp.IsZero() {
+		// A cached store may not show that a pass already released it:
+		// never hold for a store past its first step.
+		fresh := &lethev1.MemoryStore{}
+		if err := r.reader().Get(ctx, client.ObjectKeyFromObject(store), fresh); err != nil || fresh.UID != store.UID ||
+			!controllerutil.ContainsFinalizer(fresh, StoreFinalizer) {
+			return client.IgnoreNotFound(err)
+		}
 	}
 	err := r.holdSecrets(ctx, store)
 	if err != nil && !onlyConflicts(err) {
@@ -147,10 +153,9 @@ func (r *MemoryStoreReconciler) holdSecret(ctx context.Context, store *lethev1.M
 	case err != nil:
 		return fmt.Errorf("read Secret %s to hold it: %w", key, err)
 	}
-	orphans, err := r.orphanFinalizers(ctx, store, secret)
-	if err != nil {
-		return err
-	}
+	// A failed orphan check leaves the orphans for the next audit, not the
+	// store's own hold.
+	orphans, orphanErr := r.orphanFinalizers(ctx, store, secret)
 	changed := false
 	for _, f := range orphans {
 		changed = controllerutil.RemoveFinalizer(secret, f) || changed
@@ -159,20 +164,20 @@ func (r *MemoryStoreReconciler) holdSecret(ctx context.Context, store *lethev1.M
 		changed = controllerutil.AddFinalizer(secret, SecretFinalizer(store)) || changed
 	}
 	if !changed {
-		return nil
+		return orphanErr
 	}
 	if err := patchFinalizers(ctx, r.Client, secret); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("hold Secret %s: %w", key, err)
+		return errors.Join(orphanErr, fmt.Errorf("hold Secret %s: %w", key, err))
 	}
-	return nil
+	return orphanErr
 }
 
 // orphanFinalizers lists the store-secret finalizers on secret whose store
 // is gone without releasing it (its finalizers removed by hand, a store
 // object copied with its metadata): nothing else would ever take them off,
 // and the Secret, and its namespace, could never be deleted. Stores are
-// read from the API server, not the cache: a store just created must not
-// look gone.
+// read from the API server, never the cache (none without an APIReader):
+// a store just created must not look gone.
 func (r *MemoryStoreReconciler) orphanFinalizers(ctx context.Context, store *lethev1.MemoryStore, secret *corev1.Secret) ([]string, error) {
 	var others []string
 	for _, f := range secret.Finalizers {
@@ -180,11 +185,11 @@ func (r *MemoryStoreReconciler) orphanFinalizers(ctx context.Context, store *let
 			others = append(others, f)
 		}
 	}
-	if len(others) == 0 {
+	if len(others) == 0 || r.APIReader == nil {
 		return nil, nil
 	}
 	stores := &lethev1.MemoryStoreList{}
-	if err := r.reader().List(ctx, stores, client.InNamespace(store.Namespace)); err != nil {
+	if err := r.APIReader.List(ctx, stores, client.InNamespace(store.Namespace)); err != nil {
 		return nil, fmt.Errorf("list the stores that may hold Secret %s: %w", secret.Name, err)
 	}
 	return slices.DeleteFunc(others, func(f string) bool {

@@ -152,3 +152,26 @@ func TestHoldSecretsListsASecretBeforeHoldingIt(t *testing.T) {
 		t.Errorf("Secret old, no longer read, keeps finalizers %v", old.Finalizers)
 	}
 }
+
+// A pass over a cached store that does not show it is past its first step
+// (its Secrets released) holds nothing again: the Secret would keep a
+// finalizer no later pass releases.
+func TestAStalePassHoldsNothingForAStorePastItsFirstStep(t *testing.T) {
+	ctx := context.Background()
+	r, c, store := secretsFixture(t, []string{StoreSecretsFinalizer}, nil)
+	if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pg"}}); err != nil {
+		t.Fatal(err)
+	}
+	stale := store.DeepCopy()
+	stale.Finalizers = []string{StoreFinalizer, StoreSecretsFinalizer}
+	if err := r.holdSecretsOf(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	pg := &corev1.Secret{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "pg"}, pg); err != nil {
+		t.Fatal(err)
+	}
+	if len(pg.Finalizers) != 0 {
+		t.Fatalf("Secret pg held again by a store past its first step: %v", pg.Finalizers)
+	}
+}
