@@ -145,14 +145,11 @@ func (r *MemoryStoreReconciler) setHeldSecrets(ctx context.Context, store *lethe
 // holdSecret puts store's finalizer on its Secret name, unless it is
 // missing or being deleted (the API server takes no new finalizer then).
 func (r *MemoryStoreReconciler) holdSecret(ctx context.Context, store *lethev1.MemoryStore, name string) error {
-	key := types.NamespacedName{Namespace: store.Namespace, Name: name}
-	secret := &corev1.Secret{}
-	switch err := r.Connector.Secrets.Get(ctx, key, secret); {
-	case apierrors.IsNotFound(err):
-		return nil
-	case err != nil:
-		return fmt.Errorf("read Secret %s to hold it: %w", key, err)
+	secret, err := r.readSecret(ctx, store, name)
+	if secret == nil {
+		return err
 	}
+	key := client.ObjectKeyFromObject(secret)
 	// A failed orphan check leaves the orphans for the next audit, not the
 	// store's own hold.
 	orphans, orphanErr := r.orphanFinalizers(ctx, store, secret)
@@ -208,21 +205,28 @@ func (r *MemoryStoreReconciler) releaseSecrets(ctx context.Context, store *lethe
 
 // releaseSecret takes store's finalizer off its Secret name.
 func (r *MemoryStoreReconciler) releaseSecret(ctx context.Context, store *lethev1.MemoryStore, name string) error {
+	secret, err := r.readSecret(ctx, store, name)
+	if secret == nil || !controllerutil.RemoveFinalizer(secret, SecretFinalizer(store)) {
+		return err
+	}
+	if err := patchFinalizers(ctx, r.Client, secret); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("release Secret %s/%s: %w", secret.Namespace, secret.Name, err)
+	}
+	return nil
+}
+
+// readSecret reads the Secret name of the store's namespace from the API
+// server (Lethe caches no Secret); nil when it does not exist.
+func (r *MemoryStoreReconciler) readSecret(ctx context.Context, store *lethev1.MemoryStore, name string) (*corev1.Secret, error) {
 	key := types.NamespacedName{Namespace: store.Namespace, Name: name}
 	secret := &corev1.Secret{}
 	switch err := r.Connector.Secrets.Get(ctx, key, secret); {
 	case apierrors.IsNotFound(err):
-		return nil
+		return nil, nil
 	case err != nil:
-		return fmt.Errorf("read Secret %s to release it: %w", key, err)
+		return nil, fmt.Errorf("read Secret %s: %w", key, err)
 	}
-	if !controllerutil.RemoveFinalizer(secret, SecretFinalizer(store)) {
-		return nil
-	}
-	if err := patchFinalizers(ctx, r.Client, secret); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("release Secret %s: %w", key, err)
-	}
-	return nil
+	return secret, nil
 }
 
 // union is the sorted names of a and b, once each; nil when empty (as an
