@@ -153,9 +153,8 @@ func (r *ErasureRequestReconciler) recordErasure(ctx context.Context, er *lethev
 
 // mirrorBeforeRelease mirrors a completed request's proof into its store's
 // database before the object goes, unless this process did already or the
-// store is gone (nothing to write it to). A store being deleted waits for
-// it (unfinishedRequests): a mirror that keeps failing holds both until the
-// database takes it, rather than lose the proof's other copy.
+// store is gone (nothing to write it to). A store being deleted does not
+// wait for it (unfinishedRequests).
 func (r *ErasureRequestReconciler) mirrorBeforeRelease(ctx context.Context, er *lethev1.ErasureRequest) error {
 	if er.Status.Receipt == nil {
 		return nil

@@ -76,18 +76,13 @@ func (r *MemoryStoreReconciler) release(ctx context.Context, store *lethev1.Memo
 // off. A store that predates StoreSecretsFinalizer releases its Secrets
 // here, before the finalizer that holds it goes.
 func (r *MemoryStoreReconciler) releaseRequests(ctx context.Context, store *lethev1.MemoryStore) (ctrl.Result, bool, error) {
-	unfinished, releasing, err := r.unfinishedRequests(ctx, store)
+	pending, err := r.unfinishedRequests(ctx, store)
 	if err != nil {
 		return ctrl.Result{}, false, err
 	}
-	if unfinished > 0 {
+	if pending > 0 {
 		r.Recorder.Eventf(store, nil, corev1.EventTypeNormal, ReasonWaitingForRequests, "Finalize",
-			"deleted while %d unfinished ErasureRequest(s) reference it: held until they are done, cancelled or gone", unfinished)
-		return ctrl.Result{RequeueAfter: r.NotReadyRetry}, false, nil
-	}
-	if releasing > 0 {
-		r.Recorder.Eventf(store, nil, corev1.EventTypeNormal, ReasonWaitingForRequests, "Finalize",
-			"deleted while %d completed ErasureRequest(s) being deleted have not mirrored their proof into its database: held until they have", releasing)
+			"deleted while %d unfinished ErasureRequest(s) reference it: held until they are done, cancelled or gone", pending)
 		return ctrl.Result{RequeueAfter: r.NotReadyRetry}, false, nil
 	}
 	// Tombstones of requests deleted before (without a status that said
@@ -136,25 +131,23 @@ func (r *MemoryStoreReconciler) releaseRequests(ctx context.Context, store *leth
 }
 
 // unfinishedRequests counts the store's requests that are neither done
-// (BackupsRotated), cancelled nor planned (they may hold tombstones), and
-// apart, those done but being deleted whose finalizer has not gone yet (a
-// completed one may still have its proof to mirror into the store's
-// database).
-func (r *MemoryStoreReconciler) unfinishedRequests(ctx context.Context, store *lethev1.MemoryStore) (unfinished, releasing int, err error) {
+// (BackupsRotated), cancelled nor planned: they may hold tombstones. A
+// completed request being deleted is not waited for: its proof is mirrored
+// if it can be while the store exists, but a mirror that can never succeed
+// (a receipt log found inconsistent) would hold the store, and its
+// namespace, for good.
+func (r *MemoryStoreReconciler) unfinishedRequests(ctx context.Context, store *lethev1.MemoryStore) (int, error) {
 	list := &lethev1.ErasureRequestList{}
 	// Counted, never changed: no copy.
 	if err := r.Client.List(ctx, list, client.InNamespace(store.Namespace), client.UnsafeDisableDeepCopy); err != nil {
-		return 0, 0, fmt.Errorf("list the store's requests: %w", err)
+		return 0, fmt.Errorf("list the store's requests: %w", err)
 	}
+	n := 0
 	for i := range list.Items {
 		er := &list.Items[i]
-		switch {
-		case er.Spec.StoreRef.Name != store.Name:
-		case !erasure.Terminal(er) && er.Status.Phase != lethev1.PhaseBackupsRotated:
-			unfinished++
-		case !er.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(er, Finalizer):
-			releasing++
+		if er.Spec.StoreRef.Name == store.Name && !erasure.Terminal(er) && er.Status.Phase != lethev1.PhaseBackupsRotated {
+			n++
 		}
 	}
-	return unfinished, releasing, nil
+	return n, nil
 }
