@@ -65,6 +65,10 @@ type ErasureRequestReconciler struct {
 	// mirrored holds, per request UID, the history length last mirrored
 	// into the database by this process.
 	mirrored sync.Map
+	// withheld holds, per request UID, the history length whose receipt
+	// log inclusion was left out because the store's log does not extend
+	// the checkpoints its requests hold (inclusionWithheld).
+	withheld sync.Map
 	// witnesses holds, per store UID, the receipt log checkpoints its
 	// requests hold that were found consistent with the log already
 	// (*evidence.Witness).

@@ -48,6 +48,7 @@ func (r *ErasureRequestReconciler) finalize(ctx context.Context, er *lethev1.Era
 	r.machine.Forget(string(er.UID))
 	r.finishing.Delete(er.UID)
 	r.mirrored.Delete(er.UID)
+	r.withheld.Delete(er.UID)
 	r.guarded.Delete(er.UID)
 	controllerutil.RemoveFinalizer(er, Finalizer)
 	if err := patchFinalizers(ctx, r.Client, er); err != nil && !apierrors.IsNotFound(err) {
@@ -152,14 +153,14 @@ func (r *ErasureRequestReconciler) recordErasure(ctx context.Context, er *lethev
 }
 
 // mirrorBeforeRelease mirrors a completed request's proof into its store's
-// database before the object goes, unless this process did already or the
-// store is gone (nothing to write it to). A store being deleted does not
-// wait for it (unfinishedRequests).
+// database before the object goes, unless the database holds it already
+// (mirroredBefore asks it even when this process mirrored it: a restore
+// may have taken it back, and the object is the last copy) or the store is
+// gone (nothing to write it to). When the database cannot be reached, a
+// proof this process mirrored counts as held. A store being deleted does
+// not wait for it (unfinishedRequests).
 func (r *ErasureRequestReconciler) mirrorBeforeRelease(ctx context.Context, er *lethev1.ErasureRequest) error {
 	if er.Status.Receipt == nil {
-		return nil
-	}
-	if n, ok := r.mirrored.Load(er.UID); ok && n.(int) == len(er.Status.History) {
 		return nil
 	}
 	store := &lethev1.MemoryStore{}
@@ -171,6 +172,9 @@ func (r *ErasureRequestReconciler) mirrorBeforeRelease(ctx context.Context, er *
 	}
 	ports, err := r.Connector.Ports(ctx, store)
 	if err != nil {
+		if n, ok := r.mirrored.Load(er.UID); ok && n.(int) == len(er.Status.History) {
+			return nil
+		}
 		return fmt.Errorf("mirror the proof before the request goes: %w", err)
 	}
 	return r.mirrorUnlessHeld(ctx, &erasure.Scope{Request: er, Store: store, Ports: ports}, er)

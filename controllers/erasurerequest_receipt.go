@@ -3,14 +3,17 @@ package controllers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
@@ -82,7 +85,7 @@ func (r *ErasureRequestReconciler) mirrorProof(ctx context.Context, sc *erasure.
 	// in the status covers the whole history: a pass whose status write
 	// was lost left it out or left an older one, and the next one records
 	// it again.
-	if n, ok := r.mirrored.Load(er.UID); ok && n.(int) == len(er.Status.History) && (key == nil || logCoversHistory(er)) {
+	if n, ok := r.mirrored.Load(er.UID); ok && n.(int) == len(er.Status.History) && (key == nil || logCoversHistory(er) || r.stillWithheld(ctx, sc.Store, er)) {
 		return nil
 	}
 	anon := er.DeepCopy()
@@ -98,12 +101,63 @@ func (r *ErasureRequestReconciler) mirrorProof(ctx context.Context, sc *erasure.
 		return fmt.Errorf("mirror the proof into the database: %w", err)
 	}
 	if key != nil && idx >= 0 {
-		if err := r.logInclusion(ctx, sc, er, idx, key); err != nil {
+		switch err := r.logInclusion(ctx, sc, er, idx, key); {
+		case errors.Is(err, receiptlog.ErrInconsistent):
+			r.inclusionWithheld(ctx, er, err)
+		case err != nil:
 			return err
+		default:
+			r.withheld.Delete(er.UID)
 		}
 	}
 	r.mirrored.Store(er.UID, len(er.Status.History))
 	return nil
+}
+
+// inclusionWithheld records that the proof is in the database but its
+// store's receipt log does not extend the checkpoints the store's requests
+// hold (a restore took receipts back, or someone edited the log): Lethe
+// signs no checkpoint of that log, so the receipt gets no inclusion for
+// now. That is the store's standing state (its ReceiptLogConsistent
+// condition), not a failed mirror: the request is not retried, nor held
+// from release, for it. The request's event says it once per history
+// length in this process.
+func (r *ErasureRequestReconciler) inclusionWithheld(ctx context.Context, er *lethev1.ErasureRequest, cause error) {
+	n := len(er.Status.History)
+	if prev, seen := r.withheld.Swap(er.UID, n); seen && prev.(int) == n {
+		return
+	}
+	ctrl.LoggerFrom(ctx).Info("the proof is mirrored; the store's receipt log does not extend the checkpoints its requests hold, so its inclusion is left out",
+		"cause", cause.Error())
+	r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, ReasonReceiptLogInconsistent, "Log",
+		"the proof is in the database, but the store's receipt log does not extend the checkpoints its requests hold (a restore?): "+
+			"Lethe signs no checkpoint of it, so this receipt's log inclusion is left out until the store's ReceiptLogConsistent is True again")
+}
+
+// stillWithheld reports whether this request's inclusion was withheld for
+// its whole history and its store's audit still finds the log not
+// extending the held checkpoints: trying again would find the same. The
+// audit wakes the store's requests once its status says the log extends
+// them again (MemoryStoreReconciler.wakeUnlogged); the store is read from
+// the API server then, since the woken pass may come before the cache
+// has that status.
+func (r *ErasureRequestReconciler) stillWithheld(ctx context.Context, store *lethev1.MemoryStore, er *lethev1.ErasureRequest) bool {
+	n, ok := r.withheld.Load(er.UID)
+	if !ok || n.(int) != len(er.Status.History) || store == nil || !logForked(store) {
+		return false
+	}
+	fresh := &lethev1.MemoryStore{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(store), fresh); err != nil {
+		return false
+	}
+	return fresh.UID == store.UID && logForked(fresh)
+}
+
+// logForked reports whether the store's audit found its receipt log not
+// extending a checkpoint its requests hold.
+func logForked(store *lethev1.MemoryStore) bool {
+	c := meta.FindStatusCondition(store.Status.Conditions, lethev1.MemoryStoreReceiptLogConsistent)
+	return c != nil && c.Status == metav1.ConditionFalse && c.Reason == lethev1.ReasonReceiptLogInconsistent
 }
 
 // mirrorUnlessHeld mirrors the proof of a request whose status the API
@@ -117,22 +171,21 @@ func (r *ErasureRequestReconciler) mirrorUnlessHeld(ctx context.Context, sc *era
 	return r.mirrorProof(ctx, sc, er)
 }
 
-// mirroredBefore reports whether the database already holds the proof of
-// a request this process has not mirrored: after a restart, every
-// completed request gets a pass, and writing each proof again would
+// mirroredBefore reports whether the database holds the request's proof
+// as it is. Each pass of a completed request asks it (one query), even
+// when this process mirrored the proof: a restore of the database may
+// have taken it back since, and writing every proof again instead would
 // re-verify its chain in lethe.record_proof and, when signed, read the
-// whole receipt log and sign a checkpoint, for every request at once. The
-// proof counts as held when the database has this history and evidence
-// and, when signed, the leaf the status's inclusion names (the inclusion
-// covering the whole history). A proof the database lost (a restore) or
-// holds otherwise is written again by mirrorProof, as before. An error
-// counts as not held: mirrorProof then reports what fails.
+// whole receipt log and sign a checkpoint (after a restart, for every
+// request at once). The proof counts as held when the database has this
+// history and evidence and, when signed, the leaf the status's inclusion
+// names (the inclusion covering the whole history), or any leaf of it
+// while the store's log withholds the inclusion. A proof the database
+// lost or holds otherwise is written again by mirrorProof. An error counts
+// as not held: mirrorProof then decides, and reports what fails.
 func (r *ErasureRequestReconciler) mirroredBefore(ctx context.Context, sc *erasure.Scope, er *lethev1.ErasureRequest) bool {
 	if er.Status.Receipt == nil {
 		return false
-	}
-	if n, ok := r.mirrored.Load(er.UID); ok && n.(int) == len(er.Status.History) {
-		return false // mirrorProof's own check decides
 	}
 	key, err := r.signingKey(ctx)
 	if err != nil {
@@ -142,16 +195,25 @@ func (r *ErasureRequestReconciler) mirroredBefore(ctx context.Context, sc *erasu
 	switch {
 	case logCoversHistory(er):
 		index = er.Status.Receipt.Log.Index
-	case key != nil:
+	case key != nil && !r.stillWithheld(ctx, sc.Store, er):
 		return false // the status needs its inclusion: mirrorProof writes it
 	}
-	p := erasure.Proof{UID: string(er.UID), History: er.Status.History, Format: er.Status.EvidenceFormat, Document: evidence.MirroredOf(er)}
-	held, err := sc.Ledger.ProofMirrored(ctx, p, index)
-	if err != nil || !held {
+	held, err := sc.Ledger.ProofMirrored(ctx, proofOf(er), index)
+	switch {
+	case err != nil:
+		return false
+	case !held:
+		r.mirrored.Delete(er.UID) // the database lost it: mirrorProof writes it again
 		return false
 	}
 	r.mirrored.Store(er.UID, len(er.Status.History))
 	return true
+}
+
+// proofOf is what ProofMirrored compares of the request's proof: its
+// history, evidence format and the evidence document mirrored with it.
+func proofOf(er *lethev1.ErasureRequest) erasure.Proof {
+	return erasure.Proof{UID: string(er.UID), History: er.Status.History, Format: er.Status.EvidenceFormat, Document: evidence.MirroredOf(er)}
 }
 
 // logCoversHistory reports whether the status holds the receipt's
@@ -182,8 +244,6 @@ func (r *ErasureRequestReconciler) logInclusion(ctx context.Context, sc *erasure
 	w, _ := r.witnesses.LoadOrStore(sc.Store.UID, &evidence.Witness{})
 	incl, err := evidence.Include(leaves, idx, string(er.UID), evidence.Head(er.Status.History), n, receiptlog.Origin(string(sc.Store.UID)), key, ks, held, w.(*evidence.Witness))
 	if err != nil {
-		r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, ReasonReceiptLogInconsistent, "Log",
-			"the store's receipt log does not extend the checkpoints its requests hold; Lethe signs no checkpoint of it")
 		return err
 	}
 	if err := sc.Ledger.WriteCheckpoint(ctx, int64(len(leaves)), incl.Checkpoint); err != nil {

@@ -9,9 +9,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/evidence"
@@ -131,6 +134,36 @@ func (r *MemoryStoreReconciler) reportReceiptLog(ctx context.Context, store *let
 			"the store's receipt log does not extend a checkpoint its requests hold (receipts removed or changed: a restore?); Lethe signs no checkpoint of it: %v", f.inconsistent)
 	}
 	ctrl.LoggerFrom(ctx).Info("the store's receipt log does not extend a checkpoint its requests hold", "cause", f.inconsistent.Error())
+}
+
+// wakeUnlogged brings to a pass, once the store's status says its receipt
+// log extends every held checkpoint again (it did not say so before this
+// audit: it did not, or could not be checked),
+// each of its requests whose signed receipt has no log inclusion for its
+// whole history: their passes left it out while the log did not
+// (ErasureRequestReconciler.inclusionWithheld) and now sign it. Never
+// blocks: a full queue leaves them to their re-verification interval.
+func (r *MemoryStoreReconciler) wakeUnlogged(ctx context.Context, store *lethev1.MemoryStore, wasTrue bool) {
+	if wasTrue || r.Reverify == nil || !meta.IsStatusConditionTrue(store.Status.Conditions, lethev1.MemoryStoreReceiptLogConsistent) {
+		return
+	}
+	list := &lethev1.ErasureRequestList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(store.Namespace)); err != nil {
+		ctrl.LoggerFrom(ctx).Info("the requests whose log inclusion was left out wait for their re-verification", "error", err.Error())
+		return
+	}
+	for i := range list.Items {
+		er := &list.Items[i]
+		rc := er.Status.Receipt
+		if er.Spec.StoreRef.Name != store.Name || rc == nil || rc.Envelope == "" || logCoversHistory(er) {
+			continue
+		}
+		select {
+		case r.Reverify <- event.TypedGenericEvent[client.Object]{Object: er}:
+		default:
+			return
+		}
+	}
 }
 
 // receiptLogCondition is ReceiptLogConsistent. Its messages hold no count

@@ -108,7 +108,10 @@ func checkAll(tree *receiptlog.Tree, origin string, pubs []ed25519.PublicKey, he
 	return opened, nil
 }
 
-// removed is the error for a log smaller than a checkpoint Lethe signed.
+// removed is the error for a log smaller than a checkpoint Lethe signed;
+// like every log that does not extend a checkpoint, it wraps
+// receiptlog.ErrInconsistent.
 func removed(origin string, size, signed int64) error {
-	return fmt.Errorf("receipt log %s has %d receipts, fewer than the %d of a checkpoint Lethe signed: receipts were removed", origin, size, signed)
+	return fmt.Errorf("receipt log %s has %d receipts, fewer than the %d of a checkpoint Lethe signed: receipts were removed (%w)",
+		origin, size, signed, receiptlog.ErrInconsistent)
 }

@@ -1,6 +1,7 @@
 package evidence_test
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -61,12 +62,19 @@ func TestAWitnessAcceptsWhatTheFullCheckAccepts(t *testing.T) {
 			if (errFull == nil) != (errW == nil) {
 				t.Fatalf("seed %d step %d: full check %v, with the witness %v", seed, step, errFull, errW)
 			}
+			// The manager tells a log that does not extend a held checkpoint
+			// from a check that could not run by this error alone.
+			for _, err := range []error{errFull, errW} {
+				if err != nil && !errors.Is(err, receiptlog.ErrInconsistent) {
+					t.Fatalf("seed %d step %d: refused with %v, which is not receiptlog.ErrInconsistent", seed, step, err)
+				}
+			}
 			// A store's audit checks the same log without signing: it must
 			// refuse exactly what Include refuses, with or without its own
 			// Witness.
 			for _, aw := range []*evidence.Witness{nil, audit} {
 				n, err := evidence.CheckLog(leaves, origin, ks, held, aw)
-				if (err == nil) != (errFull == nil) {
+				if (err == nil) != (errFull == nil) || (err != nil && !errors.Is(err, receiptlog.ErrInconsistent)) {
 					t.Fatalf("seed %d step %d: Include %v, CheckLog (witness %t) %v", seed, step, errFull, aw != nil, err)
 				}
 				if err == nil && n != len(held) {
