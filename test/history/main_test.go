@@ -143,7 +143,7 @@ func setup(m *testing.M) (int, error) {
 	}
 	shared = e
 	code := m.Run()
-	if code != 0 {
+	if code != 0 || os.Getenv("LETHE_HISTORY_KEEP_LOG") != "" {
 		fmt.Fprintf(os.Stderr, "manager log: %s (kept)\n", e.keepLog())
 	}
 	return code, nil
@@ -165,7 +165,8 @@ func takeDecoyBackup(ctx context.Context, e *env) error {
 	return err
 }
 
-// keepLog copies the manager's log out of the temp folder for a failed run.
+// keepLog copies the manager's log out of the temp folder for a failed
+// run, or any run with LETHE_HISTORY_KEEP_LOG set (to count what it logged).
 func (e *env) keepLog() string {
 	raw, err := os.ReadFile(e.logPath())
 	if err != nil {
