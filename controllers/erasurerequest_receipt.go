@@ -95,7 +95,7 @@ func (r *ErasureRequestReconciler) mirrorProof(ctx context.Context, sc *erasure.
 		return err
 	}
 	p := erasure.Proof{UID: string(er.UID), Digest: rc.Digest, Envelope: rc.Envelope, KeyID: rc.KeyID, History: er.Status.History,
-		IssuedAt: rc.IssuedAt.Time, Format: er.Status.EvidenceFormat, Document: evidence.MirroredOf(er)}
+		IssuedAt: rc.IssuedAt.Time, Format: er.Status.EvidenceFormat, Document: evidence.MirroredOf(er), Log: logOrigin(sc.Store)}
 	idx, err := sc.Ledger.MirrorProof(ctx, p)
 	if err != nil {
 		return fmt.Errorf("mirror the proof into the database: %w", err)
@@ -203,12 +203,31 @@ func (r *ErasureRequestReconciler) mirroredBefore(ctx context.Context, sc *erasu
 	case err != nil:
 		return false
 	case !held:
-		r.mirrored.Delete(er.UID) // the database lost it: mirrorProof writes it again
+		n, ok := r.mirrored.LoadAndDelete(er.UID)
+		if w, withheld := r.withheld.Load(er.UID); ok && n.(int) == len(er.Status.History) && (!withheld || w.(int) != n.(int)) {
+			r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, ReasonProofLost, "Mirror",
+				"the database no longer holds the proof this manager wrote (a restore, or an edit with the database owner's rights): it is written again")
+		}
 		return false
+	}
+	if logCoversHistory(er) {
+		r.withheld.Delete(er.UID)
 	}
 	r.mirrored.Store(er.UID, len(er.Status.History))
 	return true
 }
+
+// logOrigin is the origin of the store's receipt log ("" without a store).
+func logOrigin(store *lethev1.MemoryStore) string {
+	if store == nil {
+		return ""
+	}
+	return receiptlog.Origin(string(store.UID))
+}
+
+// ReasonProofLost is the request's Warning when the database lost the proof
+// this process had mirrored.
+const ReasonProofLost = "ProofLost"
 
 // proofOf is what ProofMirrored compares of the request's proof: its
 // history, evidence format and the evidence document mirrored with it.
@@ -235,18 +254,19 @@ func (r *ErasureRequestReconciler) logInclusion(ctx context.Context, sc *erasure
 	if err != nil {
 		return err
 	}
-	leaves, err := sc.Ledger.ReceiptLog(ctx)
+	origin := receiptlog.Origin(string(sc.Store.UID))
+	leaves, err := sc.Ledger.ReceiptLog(ctx, origin)
 	if err != nil {
 		return err
 	}
 	n := len(er.Status.History)
 	ks, _ := r.keys.published()
 	w, _ := r.witnesses.LoadOrStore(sc.Store.UID, &evidence.Witness{})
-	incl, err := evidence.Include(leaves, idx, string(er.UID), evidence.Head(er.Status.History), n, receiptlog.Origin(string(sc.Store.UID)), key, ks, held, w.(*evidence.Witness))
+	incl, err := evidence.Include(leaves, idx, string(er.UID), evidence.Head(er.Status.History), n, origin, key, ks, held, w.(*evidence.Witness))
 	if err != nil {
 		return err
 	}
-	if err := sc.Ledger.WriteCheckpoint(ctx, int64(len(leaves)), incl.Checkpoint); err != nil {
+	if err := sc.Ledger.WriteCheckpoint(ctx, origin, int64(len(leaves)), incl.Checkpoint); err != nil {
 		return err
 	}
 	er.Status.Receipt.Log = incl

@@ -65,13 +65,13 @@ func (r *MemoryStoreReconciler) checkReceiptLog(ctx context.Context, store *leth
 		f.err = err
 		return f
 	}
-	leaves, err := ledger.ReceiptLog(ctx)
+	origin := receiptlog.Origin(string(store.UID))
+	leaves, err := ledger.ReceiptLog(ctx, origin)
 	if err != nil {
 		f.err = err
 		return f
 	}
 	w, _ := r.logWitnesses.LoadOrStore(types.NamespacedName{Namespace: store.Namespace, Name: store.Name}, &evidence.Witness{})
-	origin := receiptlog.Origin(string(store.UID))
 	for _, fresh := range []bool{false, true} {
 		ks, err := r.keySet(ctx, fresh)
 		if err != nil {

@@ -34,8 +34,8 @@ type LedgerFns struct {
 	VacuumFn           func(ctx context.Context, mode lethev1.VacuumMode) (VacuumResult, error)
 	MirrorProofFn      func(ctx context.Context, p Proof) (int64, error)
 	ProofMirroredFn    func(ctx context.Context, p Proof, index int64) (bool, error)
-	ReceiptLogFn       func(ctx context.Context) ([][32]byte, error)
-	WriteCheckpointFn  func(ctx context.Context, size int64, checkpoint string) error
+	ReceiptLogFn       func(ctx context.Context, origin string) ([][32]byte, error)
+	WriteCheckpointFn  func(ctx context.Context, origin string, size int64, checkpoint string) error
 	HeldByFn           func(ctx context.Context, uid string) (int64, error)
 	ErasedSessionsFn   func(ctx context.Context, uid string) ([]string, error)
 	DeletedAtFn        func(ctx context.Context, uid string) (time.Time, error)
@@ -156,18 +156,18 @@ func (f *LedgerFns) ProofMirrored(ctx context.Context, p Proof, index int64) (bo
 	return f.ProofMirroredFn(ctx, p, index)
 }
 
-func (f *LedgerFns) ReceiptLog(ctx context.Context) ([][32]byte, error) {
+func (f *LedgerFns) ReceiptLog(ctx context.Context, origin string) ([][32]byte, error) {
 	if f.ReceiptLogFn == nil {
 		return nil, nil
 	}
-	return f.ReceiptLogFn(ctx)
+	return f.ReceiptLogFn(ctx, origin)
 }
 
-func (f *LedgerFns) WriteCheckpoint(ctx context.Context, size int64, checkpoint string) error {
+func (f *LedgerFns) WriteCheckpoint(ctx context.Context, origin string, size int64, checkpoint string) error {
 	if f.WriteCheckpointFn == nil {
 		return nil
 	}
-	return f.WriteCheckpointFn(ctx, size, checkpoint)
+	return f.WriteCheckpointFn(ctx, origin, size, checkpoint)
 }
 
 func (f *LedgerFns) ErasedSessions(ctx context.Context, uid string) ([]string, error) {

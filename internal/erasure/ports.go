@@ -98,11 +98,13 @@ type Ledger interface {
 	// and the history's leaf in the receipt log, at index when index >= 0.
 	// It writes nothing and checks no signature.
 	ProofMirrored(ctx context.Context, p Proof, index int64) (bool, error)
-	// ReceiptLog returns the leaf hashes of the store's receipt log, by index.
-	ReceiptLog(ctx context.Context) ([][32]byte, error)
-	// WriteCheckpoint records the signed checkpoint of the log at size
-	// (once per size: a repeat keeps the first).
-	WriteCheckpoint(ctx context.Context, size int64, checkpoint string) error
+	// ReceiptLog returns the leaf hashes of the receipt log named origin
+	// (a store's: receiptlog.Origin), by index; stores sharing a database
+	// each have their own.
+	ReceiptLog(ctx context.Context, origin string) ([][32]byte, error)
+	// WriteCheckpoint records the signed checkpoint of the log origin at
+	// size (once per log and size: a repeat keeps the first).
+	WriteCheckpoint(ctx context.Context, origin string, size int64, checkpoint string) error
 	// ErasedSessions lists the sessions the request erased, sorted.
 	ErasedSessions(ctx context.Context, uid string) ([]string, error)
 	// DeletedAt is when the request's deletion last committed; zero when it

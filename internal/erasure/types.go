@@ -458,4 +458,7 @@ type Proof struct {
 	// document (evidence.DocumentOf), so the proof verifies without the object.
 	Format   string
 	Document any
+	// Log is the origin of the store's receipt log the proof's leaves go
+	// into (receiptlog.Origin of the store's UID).
+	Log string
 }

@@ -73,7 +73,8 @@ func (o *options) receipts(ctx context.Context, f *receiptsFlags) error {
 	}
 	defer pool.Close()
 	e := &postgres.Eraser{Pool: pool}
-	proofs, err := e.ReadProofs(ctx)
+	origin := receiptlog.Origin(string(store.UID))
+	proofs, err := e.ReadProofs(ctx, origin)
 	if err != nil {
 		return err
 	}
@@ -86,7 +87,7 @@ func (o *options) receipts(ctx context.Context, f *receiptsFlags) error {
 		return err
 	}
 	bad := o.printProofs(ctx, proofs, live, ks, f.keys.allowUnsigned)
-	recs, cps, err := e.ReadLog(ctx)
+	recs, cps, err := e.ReadLog(ctx, origin)
 	if err != nil {
 		return err
 	}

@@ -84,7 +84,7 @@ func Include(leaves [][32]byte, index int64, uid, head string, length int, origi
 		return nil, fmt.Errorf("the receipt log has %d leaves, no leaf %d", len(leaves), index)
 	}
 	if want := receiptlog.LeafHash(LogLeaf(uid, head, length)); tlog.Hash(leaves[index]) != want {
-		return nil, fmt.Errorf("leaf %d of the receipt log is not this request's receipt", index)
+		return nil, fmt.Errorf("leaf %d of the receipt log %s is not this request's receipt: it was changed (%w)", index, origin, receiptlog.ErrInconsistent)
 	}
 	tree, err := treeOf(leaves)
 	if err != nil {

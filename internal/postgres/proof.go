@@ -13,10 +13,10 @@ import (
 	"github.com/lethe-dev/lethe/internal/receiptlog"
 )
 
-// recordProofSQL writes the proof through lethe.record_proof (00012), which
-// checks the chain, keeps the history growing only, and returns the
-// proof's leaf index in the receipt log.
-const recordProofSQL = `SELECT lethe.record_proof($1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb)`
+// recordProofSQL writes the proof through lethe.record_proof (00012, its
+// store's own log since 00023), which checks the chain, keeps the history
+// growing only, and returns the proof's leaf index in the store's log.
+const recordProofSQL = `SELECT lethe.record_proof($1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9)`
 
 // MirrorProof writes the request's proof into the database (erasure.Ledger).
 func (e *Eraser) MirrorProof(ctx context.Context, p erasure.Proof) (int64, error) {
@@ -29,7 +29,7 @@ func (e *Eraser) MirrorProof(ctx context.Context, p erasure.Proof) (int64, error
 		return 0, err
 	}
 	var idx int64
-	if err := e.Pool.QueryRow(ctx, recordProofSQL, p.UID, p.Format, p.Digest, p.Envelope, p.KeyID, p.IssuedAt, string(history), string(doc)).Scan(&idx); err != nil {
+	if err := e.Pool.QueryRow(ctx, recordProofSQL, p.UID, p.Format, p.Digest, p.Envelope, p.KeyID, p.IssuedAt, string(history), string(doc), p.Log).Scan(&idx); err != nil {
 		return 0, fmt.Errorf("record the proof through lethe.record_proof (are Lethe's migrations applied?): %w", err)
 	}
 	return idx, nil
@@ -68,9 +68,14 @@ func (e *Eraser) ProofMirrored(ctx context.Context, p erasure.Proof, index int64
 	return held, nil
 }
 
+// logLeaves selects the leaves of the log $1: those written before 00023
+// (origin empty: every store's shared prefix), then the store's own, whose
+// indexes go on from them.
+const logLeaves = `FROM lethe.receipt_log WHERE origin IN ('', $1) ORDER BY idx`
+
 // ReceiptLog returns the leaf hashes of the store's receipt log (erasure.Ledger).
-func (e *Eraser) ReceiptLog(ctx context.Context) ([][32]byte, error) {
-	rows, err := e.Pool.Query(ctx, `SELECT leaf_hash FROM lethe.receipt_log ORDER BY idx`)
+func (e *Eraser) ReceiptLog(ctx context.Context, origin string) ([][32]byte, error) {
+	rows, err := e.Pool.Query(ctx, `SELECT leaf_hash `+logLeaves, origin)
 	if err != nil {
 		return nil, fmt.Errorf("read the receipt log: %w", err)
 	}
@@ -87,8 +92,9 @@ func (e *Eraser) ReceiptLog(ctx context.Context) ([][32]byte, error) {
 }
 
 // WriteCheckpoint records a signed checkpoint of the log (erasure.Ledger).
-func (e *Eraser) WriteCheckpoint(ctx context.Context, size int64, checkpoint string) error {
-	_, err := e.Pool.Exec(ctx, `INSERT INTO lethe.receipt_log_checkpoints (size, checkpoint) VALUES ($1, $2) ON CONFLICT (size) DO NOTHING`, size, checkpoint)
+func (e *Eraser) WriteCheckpoint(ctx context.Context, origin string, size int64, checkpoint string) error {
+	_, err := e.Pool.Exec(ctx, `INSERT INTO lethe.receipt_log_checkpoints (origin, size, checkpoint) VALUES ($1, $2, $3)
+		ON CONFLICT (origin, size) DO NOTHING`, origin, size, checkpoint)
 	if err != nil {
 		return fmt.Errorf("write the receipt log checkpoint: %w", err)
 	}
@@ -100,9 +106,9 @@ func (e *Eraser) WriteCheckpoint(ctx context.Context, size int64, checkpoint str
 func (e *Eraser) ReadProof(ctx context.Context, uid string) (p erasure.Proof, found bool, err error) {
 	var history []byte
 	var doc []byte
-	err = e.Pool.QueryRow(ctx, `SELECT request_uid, digest, envelope, key_id, issued_at, history, evidence_format, document
+	err = e.Pool.QueryRow(ctx, `SELECT request_uid, digest, envelope, key_id, issued_at, history, evidence_format, document, log_origin
 		FROM lethe.erasure_proofs WHERE request_uid = $1`, uid).
-		Scan(&p.UID, &p.Digest, &p.Envelope, &p.KeyID, &p.IssuedAt, &history, &p.Format, &doc)
+		Scan(&p.UID, &p.Digest, &p.Envelope, &p.KeyID, &p.IssuedAt, &history, &p.Format, &doc, &p.Log)
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return p, false, nil
@@ -130,9 +136,10 @@ type StoredCheckpoint struct {
 	Note string
 }
 
-// ReadLog reads the whole receipt log and its recorded checkpoints, for an auditor.
-func (e *Eraser) ReadLog(ctx context.Context) ([]LogRecord, []StoredCheckpoint, error) {
-	rows, err := e.Pool.Query(ctx, `SELECT idx, request_uid, history_length, leaf_data, leaf_hash FROM lethe.receipt_log ORDER BY idx`)
+// ReadLog reads the whole receipt log named origin and its recorded
+// checkpoints, for an auditor.
+func (e *Eraser) ReadLog(ctx context.Context, origin string) ([]LogRecord, []StoredCheckpoint, error) {
+	rows, err := e.Pool.Query(ctx, `SELECT idx, request_uid, history_length, leaf_data, leaf_hash `+logLeaves, origin)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the receipt log: %w", err)
 	}
@@ -140,7 +147,7 @@ func (e *Eraser) ReadLog(ctx context.Context) ([]LogRecord, []StoredCheckpoint, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the receipt log: %w", err)
 	}
-	rows, err = e.Pool.Query(ctx, `SELECT size, checkpoint FROM lethe.receipt_log_checkpoints ORDER BY size`)
+	rows, err = e.Pool.Query(ctx, `SELECT size, checkpoint FROM lethe.receipt_log_checkpoints WHERE origin = $1 ORDER BY size`, origin)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the receipt log's checkpoints: %w", err)
 	}
@@ -151,9 +158,11 @@ func (e *Eraser) ReadLog(ctx context.Context) ([]LogRecord, []StoredCheckpoint, 
 	return recs, cps, nil
 }
 
-// ReadProofs reads every proof the database holds, for an auditor.
-func (e *Eraser) ReadProofs(ctx context.Context) ([]erasure.Proof, error) {
-	rows, err := e.Pool.Query(ctx, `SELECT request_uid FROM lethe.erasure_proofs ORDER BY recorded_at, request_uid`)
+// ReadProofs reads every proof of the store whose receipt log is origin,
+// for an auditor: those whose leaves go into its log, and those written
+// before 00023 (of any store sharing the database: the log's shared prefix).
+func (e *Eraser) ReadProofs(ctx context.Context, origin string) ([]erasure.Proof, error) {
+	rows, err := e.Pool.Query(ctx, `SELECT request_uid FROM lethe.erasure_proofs WHERE log_origin IN ('', $1) ORDER BY recorded_at, request_uid`, origin)
 	if err != nil {
 		return nil, fmt.Errorf("read the proofs: %w", err)
 	}

@@ -33,8 +33,11 @@ func proofOf(t *testing.T, uid string, n int, key *evidence.Key) erasure.Proof {
 		c.Append(lethev1.PhaseBackupsRotated, "Ev\"\\\n\u00e9<&>"+string(rune('a'+i)), at.Add(time.Duration(i)*time.Hour), "sha256:aa", key)
 	}
 	return erasure.Proof{UID: uid, Digest: evidence.Head(c.History), Envelope: "{}", KeyID: key.ID(), IssuedAt: at, History: c.History,
-		Format: evidence.Format, Document: map[string]any{"format": evidence.Format}}
+		Format: evidence.Format, Document: map[string]any{"format": evidence.Format}, Log: storeLog}
 }
+
+// storeLog is the receipt log the tests' proofs go into.
+var storeLog = receiptlog.Origin("store-1")
 
 // managerEraser is an Eraser of tenant t1 on a new migrated database, as
 // the manager's role; it returns the database's owner DSN and the role's.
@@ -92,7 +95,7 @@ func TestRecordProofChecksTheChainAndLogsIt(t *testing.T) {
 	if diff := cmp.Diff(long.History, got.History); diff != "" || got.Format != evidence.Format {
 		t.Fatalf("proof read back (-want +got):\n%s", diff)
 	}
-	leaves, err := e.ReceiptLog(ctx)
+	leaves, err := e.ReceiptLog(ctx, storeLog)
 	if err != nil {
 		t.Fatal(err)
 	}

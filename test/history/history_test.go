@@ -590,10 +590,10 @@ func (r *round) finish(ctx context.Context, plans []*runPlan, before map[*runPla
 	}
 	// The log after the final states: each checkpoint they hold was signed
 	// over a log read before it was written to its request.
-	var leaves [][32]byte
+	var logs map[*runPlan]*receiptLogObs
 	if err := r.db.do(ctx, func(conn *pgx.Conn) error {
 		var err error
-		leaves, err = receiptLogLeaves(ctx, conn)
+		logs, err = storeLogs(ctx, e, conn, plans)
 		return err
 	}); err != nil {
 		return nil, err
@@ -629,7 +629,7 @@ func (r *round) finish(ctx context.Context, plans []*runPlan, before map[*runPla
 		rec := before[p]
 		rec.Effects, rec.Statuses, rec.Backups, rec.DBRs, rec.GraphWrites = effects, api.requests, api.backups, api.dbrs, writes
 		rec.Final, rec.Reingestions, rec.KeySet = final[p], reingestions.of(p.ID), keys
-		if rec.ReceiptLog, err = observeReceiptLog(ctx, e, p, leaves, final[p]); err != nil {
+		if rec.ReceiptLog, err = observeReceiptLog(ctx, e, p, logs[p], final[p]); err != nil {
 			return nil, err
 		}
 		if r.restore != nil {

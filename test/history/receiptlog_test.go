@@ -13,10 +13,10 @@ import (
 	"github.com/lethe-dev/lethe/internal/receiptlog"
 )
 
-// receiptLogObs is the receipt log at the end of a round (the runs share
-// one database, so one log) and what holds it to account for one run: the
-// checkpoints its requests' final statuses carry and its store's
-// ReceiptLogConsistent condition.
+// receiptLogObs is a run's store's receipt log at the end of its round
+// (the runs share one database; each store has its own log in it) and
+// what holds it to account: the checkpoints its requests' final statuses
+// carry and its store's ReceiptLogConsistent condition.
 type receiptLogObs struct {
 	Leaves    [][32]byte
 	Origin    string
@@ -24,9 +24,10 @@ type receiptLogObs struct {
 	Condition *metav1.Condition
 }
 
-// receiptLogLeaves reads the log's leaf hashes by index.
-func receiptLogLeaves(ctx context.Context, conn *pgx.Conn) ([][32]byte, error) {
-	rows, err := conn.Query(ctx, `SELECT leaf_hash FROM lethe.receipt_log ORDER BY idx`)
+// receiptLogLeaves reads the leaf hashes of the log origin by index: the
+// leaves written before migration 00023 (none here), then its own.
+func receiptLogLeaves(ctx context.Context, conn *pgx.Conn, origin string) ([][32]byte, error) {
+	rows, err := conn.Query(ctx, `SELECT leaf_hash FROM lethe.receipt_log WHERE origin IN ('', $1) ORDER BY idx`, origin)
 	if err != nil {
 		return nil, fmt.Errorf("read the receipt log: %w", err)
 	}
@@ -44,15 +45,35 @@ func receiptLogLeaves(ctx context.Context, conn *pgx.Conn) ([][32]byte, error) {
 	return out, nil
 }
 
-// observeReceiptLog is the run's view of the round's log: its store's log
-// name and condition, and the checkpoints of its requests' final states.
-func observeReceiptLog(ctx context.Context, e *env, p *runPlan, leaves [][32]byte, final map[string]*lethev1.ErasureRequest) (*receiptLogObs, error) {
+// storeLogs reads the receipt log of each run's store, by its origin.
+func storeLogs(ctx context.Context, e *env, conn *pgx.Conn, plans []*runPlan) (map[*runPlan]*receiptLogObs, error) {
+	out := map[*runPlan]*receiptLogObs{}
+	for _, p := range plans {
+		store := &lethev1.MemoryStore{}
+		if err := e.k8s.Get(ctx, keyOf(p.NS, "memory"), store); err != nil {
+			return nil, err
+		}
+		o := &receiptLogObs{Origin: receiptlog.Origin(string(store.UID))}
+		var err error
+		if o.Leaves, err = receiptLogLeaves(ctx, conn, o.Origin); err != nil {
+			return nil, err
+		}
+		out[p] = o
+	}
+	return out, nil
+}
+
+// observeReceiptLog adds to the run's store's log (storeLogs) its
+// condition and the checkpoints of its requests' final states.
+func observeReceiptLog(ctx context.Context, e *env, p *runPlan, o *receiptLogObs, final map[string]*lethev1.ErasureRequest) (*receiptLogObs, error) {
 	store := &lethev1.MemoryStore{}
 	if err := e.k8s.Get(ctx, keyOf(p.NS, "memory"), store); err != nil {
 		return nil, err
 	}
-	o := &receiptLogObs{Leaves: leaves, Origin: receiptlog.Origin(string(store.UID)),
-		Condition: meta.FindStatusCondition(store.Status.Conditions, lethev1.MemoryStoreReceiptLogConsistent)}
+	if o == nil || o.Origin != receiptlog.Origin(string(store.UID)) {
+		return nil, fmt.Errorf("run %s: its store's log was not read, or its store was created again since", p.NS)
+	}
+	o.Condition = meta.FindStatusCondition(store.Status.Conditions, lethev1.MemoryStoreReceiptLogConsistent)
 	for _, r := range p.Requests {
 		if er := final[r.Name]; er != nil && er.Status.Receipt != nil && er.Status.Receipt.Log != nil {
 			o.Held = append(o.Held, []byte(er.Status.Receipt.Log.Checkpoint))
