@@ -65,10 +65,6 @@ type ErasureRequestReconciler struct {
 	// mirrored holds, per request UID, the history length last mirrored
 	// into the database by this process.
 	mirrored sync.Map
-	// withheld holds, per request UID, the history length whose receipt
-	// log inclusion was left out because the store's log does not extend
-	// the checkpoints its requests hold (inclusionWithheld).
-	withheld sync.Map
 	// witnesses holds, per store UID, the receipt log checkpoints its
 	// requests hold that were found consistent with the log already
 	// (*evidence.Witness).
@@ -114,6 +110,10 @@ type ErasureRequestReconciler struct {
 	// KeyCacheTTL is how long the signing key read from the Secret is
 	// reused (default one minute): a replaced key signs from then on.
 	KeyCacheTTL time.Duration
+	// Withheld records the requests whose receipt-log inclusion was left
+	// out, shared with the MemoryStore reconciler, which wakes them (a
+	// private one when nil).
+	Withheld *WithheldInclusions
 	// Reverify, when set, brings requests to a pass at once (the MemoryStore
 	// audit sends those whose erasures a restore took back).
 	Reverify <-chan event.TypedGenericEvent[client.Object]
@@ -333,6 +333,13 @@ func (r *ErasureRequestReconciler) completed(ctx context.Context, sc *erasure.Sc
 
 // mirrorFailed reports a mirror that failed; the next pass tries again.
 func (r *ErasureRequestReconciler) mirrorFailed(ctx context.Context, er *lethev1.ErasureRequest, err error) {
+	if errors.Is(err, evidence.ErrReceiptChanged) {
+		ctrl.LoggerFrom(ctx).Error(err, "the proof is in the database, but its receipt in the store's receipt log was changed; no checkpoint is signed over it")
+		r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, ReasonReceiptChanged, "Mirror",
+			"the store's receipt log holds another receipt where this request's is: it was edited with the database owner's rights; "+
+				"Lethe signs no checkpoint over it and checks again on the next pass")
+		return
+	}
 	ctrl.LoggerFrom(ctx).Error(err, "the proof is not in the database yet; the next pass tries again")
 	r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, ReasonProofNotMirrored, "Mirror",
 		"the receipt and history could not be written to lethe.erasure_proofs (are Lethe's migrations applied?); retried on the next pass")
@@ -349,6 +356,10 @@ func persisted(p *pass) bool {
 // ReasonEvidenceTampered is the request's Warning when its evidence was
 // edited after its history recorded it.
 const ReasonEvidenceTampered = "EvidenceTampered"
+
+// ReasonReceiptChanged is the request's Warning when its receipt in the
+// store's receipt log was edited.
+const ReasonReceiptChanged = "ReceiptChanged"
 
 // ReasonProofNotMirrored is the request's event when its proof could not
 // be written to the database.
@@ -504,6 +515,9 @@ func (r *ErasureRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
 func (r *ErasureRequestReconciler) defaults() {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
+	}
+	if r.Withheld == nil {
+		r.Withheld = &WithheldInclusions{}
 	}
 	setDefault(&r.ReverifyInterval, time.Hour)
 	setDefault(&r.BatchSize, 100)

@@ -14,6 +14,7 @@ import (
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 	"github.com/lethe-dev/lethe/internal/erasure"
+	"github.com/lethe-dev/lethe/internal/evidence"
 )
 
 // finalize handles the deletion of the request object. During the grace
@@ -48,7 +49,7 @@ func (r *ErasureRequestReconciler) finalize(ctx context.Context, er *lethev1.Era
 	r.machine.Forget(string(er.UID))
 	r.finishing.Delete(er.UID)
 	r.mirrored.Delete(er.UID)
-	r.withheld.Delete(er.UID)
+	r.Withheld.forget(er.UID)
 	r.guarded.Delete(er.UID)
 	controllerutil.RemoveFinalizer(er, Finalizer)
 	if err := patchFinalizers(ctx, r.Client, er); err != nil && !apierrors.IsNotFound(err) {
@@ -177,5 +178,9 @@ func (r *ErasureRequestReconciler) mirrorBeforeRelease(ctx context.Context, er *
 		}
 		return fmt.Errorf("mirror the proof before the request goes: %w", err)
 	}
-	return r.mirrorUnlessHeld(ctx, &erasure.Scope{Request: er, Store: store, Ports: ports}, er)
+	err = r.mirrorUnlessHeld(ctx, &erasure.Scope{Request: er, Store: store, Ports: ports}, er)
+	if errors.Is(err, evidence.ErrReceiptChanged) {
+		r.mirrorFailed(ctx, er, err) // the object is the copy that was not edited: it stays
+	}
+	return err
 }

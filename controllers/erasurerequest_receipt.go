@@ -103,11 +103,11 @@ func (r *ErasureRequestReconciler) mirrorProof(ctx context.Context, sc *erasure.
 	if key != nil && idx >= 0 {
 		switch err := r.logInclusion(ctx, sc, er, idx, key); {
 		case errors.Is(err, receiptlog.ErrInconsistent):
-			r.inclusionWithheld(ctx, er, err)
+			r.inclusionWithheld(ctx, sc.Store, er, err)
 		case err != nil:
 			return err
 		default:
-			r.withheld.Delete(er.UID)
+			r.Withheld.forget(er.UID)
 		}
 	}
 	r.mirrored.Store(er.UID, len(er.Status.History))
@@ -116,34 +116,34 @@ func (r *ErasureRequestReconciler) mirrorProof(ctx context.Context, sc *erasure.
 
 // inclusionWithheld records that the proof is in the database but its
 // store's receipt log does not extend the checkpoints the store's requests
-// hold (a restore took receipts back, or someone edited the log): Lethe
-// signs no checkpoint of that log, so the receipt gets no inclusion for
-// now. That is the store's standing state (its ReceiptLogConsistent
-// condition), not a failed mirror: the request is not retried, nor held
-// from release, for it. The request's event says it once per history
-// length in this process.
-func (r *ErasureRequestReconciler) inclusionWithheld(ctx context.Context, er *lethev1.ErasureRequest, cause error) {
-	n := len(er.Status.History)
-	if prev, seen := r.withheld.Swap(er.UID, n); seen && prev.(int) == n {
+// hold (a restore took receipts back, or someone removed or reordered
+// them): Lethe signs no checkpoint of that log, so the receipt gets no
+// inclusion for now. That is the store's standing state (its
+// ReceiptLogConsistent condition), not a failed mirror: the request is not
+// retried, nor held from release, for it. The request's event says it once
+// per history length while this process runs; the store's audit wakes it
+// once the log is consistent again.
+func (r *ErasureRequestReconciler) inclusionWithheld(ctx context.Context, store *lethev1.MemoryStore, er *lethev1.ErasureRequest, cause error) {
+	if !r.Withheld.withhold(store.UID, er.UID, client.ObjectKeyFromObject(er), len(er.Status.History)) {
 		return
 	}
 	ctrl.LoggerFrom(ctx).Info("the proof is mirrored; the store's receipt log does not extend the checkpoints its requests hold, so its inclusion is left out",
 		"cause", cause.Error())
 	r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, ReasonReceiptLogInconsistent, "Log",
 		"the proof is in the database, but the store's receipt log does not extend the checkpoints its requests hold (a restore?): "+
-			"Lethe signs no checkpoint of it, so this receipt's log inclusion is left out until the store's ReceiptLogConsistent is True again")
+			"Lethe signs no checkpoint of it, so this receipt's log inclusion is left out until the store's audit finds the log consistent again")
 }
 
 // stillWithheld reports whether this request's inclusion was withheld for
 // its whole history and its store's audit still finds the log not
 // extending the held checkpoints: trying again would find the same. The
-// audit wakes the store's requests once its status says the log extends
-// them again (MemoryStoreReconciler.wakeUnlogged); the store is read from
-// the API server then, since the woken pass may come before the cache
-// has that status.
+// audit wakes the requests it withheld once its status says the log
+// extends them again (MemoryStoreReconciler.wakeUnlogged); the store is
+// read from the API server then, since the woken pass may come before the
+// cache has that status.
 func (r *ErasureRequestReconciler) stillWithheld(ctx context.Context, store *lethev1.MemoryStore, er *lethev1.ErasureRequest) bool {
-	n, ok := r.withheld.Load(er.UID)
-	if !ok || n.(int) != len(er.Status.History) || store == nil || !logForked(store) {
+	n, ok := r.Withheld.length(er.UID)
+	if !ok || n != len(er.Status.History) || store == nil || !logForked(store) {
 		return false
 	}
 	fresh := &lethev1.MemoryStore{}
@@ -179,10 +179,11 @@ func (r *ErasureRequestReconciler) mirrorUnlessHeld(ctx context.Context, sc *era
 // whole receipt log and sign a checkpoint (after a restart, for every
 // request at once). The proof counts as held when the database has this
 // history and evidence and, when signed, the leaf the status's inclusion
-// names (the inclusion covering the whole history), or any leaf of it
-// while the store's log withholds the inclusion. A proof the database
-// lost or holds otherwise is written again by mirrorProof. An error counts
-// as not held: mirrorProof then decides, and reports what fails.
+// names (the inclusion covering the whole history), or, while the store's
+// log withholds the inclusion, that leaf at any index. A proof the
+// database lost or holds otherwise is written again by mirrorProof. An
+// error counts as not held: mirrorProof then decides, and reports what
+// fails.
 func (r *ErasureRequestReconciler) mirroredBefore(ctx context.Context, sc *erasure.Scope, er *lethev1.ErasureRequest) bool {
 	if er.Status.Receipt == nil {
 		return false
@@ -193,9 +194,10 @@ func (r *ErasureRequestReconciler) mirroredBefore(ctx context.Context, sc *erasu
 	}
 	index := int64(-1)
 	switch {
+	case r.stillWithheld(ctx, sc.Store, er):
 	case logCoversHistory(er):
 		index = er.Status.Receipt.Log.Index
-	case key != nil && !r.stillWithheld(ctx, sc.Store, er):
+	case key != nil:
 		return false // the status needs its inclusion: mirrorProof writes it
 	}
 	held, err := sc.Ledger.ProofMirrored(ctx, proofOf(er), index)
@@ -203,15 +205,12 @@ func (r *ErasureRequestReconciler) mirroredBefore(ctx context.Context, sc *erasu
 	case err != nil:
 		return false
 	case !held:
-		n, ok := r.mirrored.LoadAndDelete(er.UID)
-		if w, withheld := r.withheld.Load(er.UID); ok && n.(int) == len(er.Status.History) && (!withheld || w.(int) != n.(int)) {
+		if n, ok := r.mirrored.LoadAndDelete(er.UID); ok && n.(int) == len(er.Status.History) {
 			r.Recorder.Eventf(er, nil, corev1.EventTypeWarning, ReasonProofLost, "Mirror",
-				"the database no longer holds the proof this manager wrote (a restore, or an edit with the database owner's rights): it is written again")
+				"the database no longer holds the proof this manager wrote, or holds it otherwise (a restore, or an edit with the database owner's rights): "+
+					"what is missing is written again; a changed receipt is reported as ReceiptChanged")
 		}
 		return false
-	}
-	if logCoversHistory(er) {
-		r.withheld.Delete(er.UID)
 	}
 	r.mirrored.Store(er.UID, len(er.Status.History))
 	return true

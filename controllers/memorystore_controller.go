@@ -80,6 +80,11 @@ type MemoryStoreReconciler struct {
 	ReceiptKeySet types.NamespacedName
 	APIReader     client.Reader
 
+	// Withheld is shared with the ErasureRequest reconciler: the requests
+	// whose receipt-log inclusion was left out, woken once the log is
+	// consistent again (wakeUnlogged). Nil: none are woken.
+	Withheld *WithheldInclusions
+
 	keys publishedKeys
 	// logWitnesses holds each store's *evidence.Witness (by its name).
 	logWitnesses sync.Map
@@ -123,7 +128,7 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			return statusPatchFailed(err)
 		}
 	}
-	r.wakeUnlogged(ctx, store, meta.IsStatusConditionTrue(before.Status.Conditions, lethev1.MemoryStoreReceiptLogConsistent))
+	r.wakeUnlogged(store, meta.IsStatusConditionTrue(before.Status.Conditions, lethev1.MemoryStoreReceiptLogConsistent))
 
 	ready := meta.FindStatusCondition(store.Status.Conditions, lethev1.MemoryStoreReady)
 	r.reportReadiness(ctx, store, ready, wasReady, before.Status.ObservedGeneration == 0)

@@ -67,6 +67,10 @@ func (r *MemoryStoreReconciler) checkReceiptLog(ctx context.Context, store *leth
 	}
 	origin := receiptlog.Origin(string(store.UID))
 	leaves, err := ledger.ReceiptLog(ctx, origin)
+	if errors.Is(err, receiptlog.ErrInconsistent) {
+		f.inconsistent = err // a leaf removed from its middle
+		return f
+	}
 	if err != nil {
 		f.err = err
 		return f
@@ -138,26 +142,15 @@ func (r *MemoryStoreReconciler) reportReceiptLog(ctx context.Context, store *let
 
 // wakeUnlogged brings to a pass, once the store's status says its receipt
 // log extends every held checkpoint again (it did not say so before this
-// audit: it did not, or could not be checked),
-// each of its requests whose signed receipt has no log inclusion for its
-// whole history: their passes left it out while the log did not
-// (ErasureRequestReconciler.inclusionWithheld) and now sign it. Never
-// blocks: a full queue leaves them to their re-verification interval.
-func (r *MemoryStoreReconciler) wakeUnlogged(ctx context.Context, store *lethev1.MemoryStore, wasTrue bool) {
+// audit: it did not, or could not be checked), each of its requests whose
+// inclusion a pass left out meanwhile (Withheld): they sign it now. Never
+// blocks: a full queue leaves the rest to their re-verification interval.
+func (r *MemoryStoreReconciler) wakeUnlogged(store *lethev1.MemoryStore, wasTrue bool) {
 	if wasTrue || r.Reverify == nil || !meta.IsStatusConditionTrue(store.Status.Conditions, lethev1.MemoryStoreReceiptLogConsistent) {
 		return
 	}
-	list := &lethev1.ErasureRequestList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(store.Namespace)); err != nil {
-		ctrl.LoggerFrom(ctx).Info("the requests whose log inclusion was left out wait for their re-verification", "error", err.Error())
-		return
-	}
-	for i := range list.Items {
-		er := &list.Items[i]
-		rc := er.Status.Receipt
-		if er.Spec.StoreRef.Name != store.Name || rc == nil || rc.Envelope == "" || logCoversHistory(er) {
-			continue
-		}
+	for _, key := range r.Withheld.take(store.UID) {
+		er := &lethev1.ErasureRequest{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
 		select {
 		case r.Reverify <- event.TypedGenericEvent[client.Object]{Object: er}:
 		default:

@@ -21,10 +21,11 @@ import (
 // turns False, with one Warning on the store and a message that stays the
 // same from audit to audit, and True again once the log is put back. The
 // request whose receipt it was finds it too (its passes check that the
-// database holds its proof): it says so once, and that the database lost
-// the proof it wrote, and no other request says anything. Then the forger
-// removes that receipt: the request writes it again, the same leaf at the
-// same index (its second ProofLost Warning joins the first's series).
+// database holds its proof): it says that its receipt was changed, and
+// that the database lost the proof it wrote; no other request says
+// anything. Then the forger removes that receipt: the request writes it
+// again, the same leaf at the same index (its second ProofLost Warning
+// joins the first's series).
 func TestTheStoreAuditFindsAReceiptRewrittenOrRemovedBetweenCompletions(t *testing.T) {
 	ctx := context.Background()
 	e := newMemoryEnv(t, "logaudit")
@@ -72,11 +73,14 @@ func TestTheStoreAuditFindsAReceiptRewrittenOrRemovedBetweenCompletions(t *testi
 			if i == 2 {
 				want = 1
 			}
-			if n := requestEvents(t, er, lethev1.ReasonReceiptLogInconsistent); n != want {
-				t.Errorf("%s: request %s said %d times that the log does not extend the held checkpoints, want %d", what, er.Name, n, want)
+			if n := requestEvents(t, er, controllers.ReasonReceiptChanged); n != want {
+				t.Errorf("%s: request %s said %d times (event objects) that its receipt was changed, want %d", what, er.Name, n, want)
 			}
 			if n := requestEvents(t, er, controllers.ReasonProofLost); n != want {
 				t.Errorf("%s: request %s said %d times that the database lost its proof, want %d", what, er.Name, n, want)
+			}
+			if n := requestEvents(t, er, lethev1.ReasonReceiptLogInconsistent); n != 0 {
+				t.Errorf("%s: request %s took a changed receipt for a withheld inclusion (%d events)", what, er.Name, n)
 			}
 		}
 		if _, err := e.conn.Exec(ctx, undo, args...); err != nil {

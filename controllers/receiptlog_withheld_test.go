@@ -16,42 +16,6 @@ import (
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
 )
 
-// withheldFixture is a fake API server holding a store and its requests:
-// "unlogged" (a signed receipt, no inclusion), "stale" (an inclusion of a
-// shorter history), "logged" (an inclusion of its whole history),
-// "unsigned" (a receipt without a signature: never logged), "running" (no
-// receipt yet) and "other" (unlogged, of another store).
-func withheldFixture(t *testing.T, logCondition *metav1.Condition) (client.Client, *lethev1.MemoryStore) {
-	t.Helper()
-	s := runtime.NewScheme()
-	if err := lethev1.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	store := &lethev1.MemoryStore{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "store", UID: "u-1"}}
-	if logCondition != nil {
-		meta.SetStatusCondition(&store.Status.Conditions, *logCondition)
-	}
-	req := func(name, storeName string, receipt *lethev1.Receipt) client.Object {
-		er := &lethev1.ErasureRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
-			Spec: lethev1.ErasureRequestSpec{StoreRef: lethev1.StoreReference{Name: storeName}}}
-		er.Status.History = make([]lethev1.HistoryEntry, 4)
-		er.Status.Receipt = receipt
-		return er
-	}
-	signed := func(log *lethev1.LogInclusion) *lethev1.Receipt {
-		return &lethev1.Receipt{Digest: "sha256:d", Envelope: "envelope", Log: log}
-	}
-	c := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&lethev1.MemoryStore{}).WithObjects(store,
-		req("unlogged", "store", signed(nil)),
-		req("stale", "store", signed(&lethev1.LogInclusion{HistoryLength: 3})),
-		req("logged", "store", signed(&lethev1.LogInclusion{HistoryLength: 4})),
-		req("unsigned", "store", &lethev1.Receipt{Digest: "sha256:d"}),
-		req("running", "store", nil),
-		req("other", "another-store", signed(nil)),
-	).Build()
-	return c, store
-}
-
 var (
 	logConsistent = &metav1.Condition{Type: lethev1.MemoryStoreReceiptLogConsistent, Status: metav1.ConditionTrue,
 		Reason: lethev1.ReasonLogExtendsCheckpoints}
@@ -59,25 +23,42 @@ var (
 		Reason: lethev1.ReasonReceiptLogInconsistent}
 )
 
+// storeWith is a store whose ReceiptLogConsistent condition is cond.
+func storeWith(uid types.UID, cond *metav1.Condition) *lethev1.MemoryStore {
+	s := &lethev1.MemoryStore{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "store-" + string(uid), UID: uid}}
+	meta.SetStatusCondition(&s.Status.Conditions, *cond)
+	return s
+}
+
 // Once a store's status says its receipt log extends the held checkpoints
-// again, and only then, the audit wakes each of its requests whose signed
-// receipt has no inclusion of its whole history, and no other.
-func TestTheStoreWakesItsUnloggedRequestsWhenItsLogIsConsistentAgain(t *testing.T) {
+// again, and only then, the audit wakes the requests whose inclusion a pass
+// left out for that store, each once, and no other store's; the requests
+// come from what the passes recorded, not from the cache (which keeps too
+// little of a completed request to tell).
+func TestTheStoreWakesTheRequestsWhoseInclusionWasWithheld(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		now     *metav1.Condition
 		wasTrue bool
 		want    []string
 	}{
-		{"turned consistent", logConsistent, false, []string{"stale", "unlogged"}},
+		{"turned consistent", logConsistent, false, []string{"first", "second"}},
 		{"consistent before", logConsistent, true, nil},
 		{"still not consistent", logForkedCondition, false, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, store := withheldFixture(t, tc.now)
+			w := &WithheldInclusions{}
+			w.withhold("store-a", "uid-1", types.NamespacedName{Namespace: "ns", Name: "first"}, 4)
+			w.withhold("store-a", "uid-2", types.NamespacedName{Namespace: "ns", Name: "second"}, 5)
+			w.withhold("store-b", "uid-3", types.NamespacedName{Namespace: "ns", Name: "other"}, 4)
+			w.withhold("store-a", "uid-4", types.NamespacedName{Namespace: "ns", Name: "written"}, 4)
+			w.forget("uid-4") // its inclusion was written since
 			ch := make(chan event.TypedGenericEvent[client.Object], 10)
-			r := &MemoryStoreReconciler{Client: c, Reverify: ch}
-			r.wakeUnlogged(context.Background(), store, tc.wasTrue)
+			r := &MemoryStoreReconciler{Reverify: ch, Withheld: w}
+			r.wakeUnlogged(storeWith("store-a", tc.now), tc.wasTrue)
+			if tc.want != nil {
+				r.wakeUnlogged(storeWith("store-a", tc.now), false) // woken once, not at each transition
+			}
 			close(ch)
 			var got []string
 			for e := range ch {
@@ -86,6 +67,9 @@ func TestTheStoreWakesItsUnloggedRequestsWhenItsLogIsConsistentAgain(t *testing.
 			slices.Sort(got)
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("woke %v, want %v", got, tc.want)
+			}
+			if _, ok := w.length("uid-3"); !ok {
+				t.Fatal("another store's withheld request was dropped")
 			}
 		})
 	}
@@ -97,31 +81,37 @@ func TestTheStoreWakesItsUnloggedRequestsWhenItsLogIsConsistentAgain(t *testing.
 // still says forked after the audit said otherwise does not keep it out.
 func TestAWithheldInclusionWaitsOnlyWhileTheStoreSaysTheLogIsForked(t *testing.T) {
 	ctx := context.Background()
-	c, store := withheldFixture(t, logForkedCondition)
-	er := &lethev1.ErasureRequest{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "unlogged"}, er); err != nil {
+	s := runtime.NewScheme()
+	if err := lethev1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
-	r := &ErasureRequestReconciler{Client: c, APIReader: c}
-	if r.stillWithheld(ctx, store, er) {
+	cached := storeWith("store-a", logForkedCondition)
+	server := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&lethev1.MemoryStore{}).WithObjects(cached.DeepCopy()).Build()
+	er := &lethev1.ErasureRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r", UID: "uid-1"}}
+	er.Status.History = make([]lethev1.HistoryEntry, 4)
+	r := &ErasureRequestReconciler{APIReader: server, Withheld: &WithheldInclusions{}}
+	if r.stillWithheld(ctx, cached, er) {
 		t.Fatal("a request never withheld skips its inclusion")
 	}
-	r.withheld.Store(er.UID, len(er.Status.History))
-	if !r.stillWithheld(ctx, store, er) {
+	r.Withheld.withhold(cached.UID, er.UID, client.ObjectKeyFromObject(er), len(er.Status.History))
+	if !r.stillWithheld(ctx, cached, er) {
 		t.Fatal("a withheld request retries while the store says its log is forked")
 	}
 	longer := er.DeepCopy()
 	longer.Status.History = append(longer.Status.History, lethev1.HistoryEntry{})
-	if r.stillWithheld(ctx, store, longer) {
+	if r.stillWithheld(ctx, cached, longer) {
 		t.Fatal("a history grown since the inclusion was withheld skips its inclusion")
 	}
 	// The audit's new status is in the API server, not yet in the cached store.
-	fresh := store.DeepCopy()
-	meta.SetStatusCondition(&fresh.Status.Conditions, *logConsistent)
-	if err := c.Status().Update(ctx, fresh); err != nil {
+	fresh := &lethev1.MemoryStore{}
+	if err := server.Get(ctx, client.ObjectKeyFromObject(cached), fresh); err != nil {
 		t.Fatal(err)
 	}
-	if r.stillWithheld(ctx, store, er) {
+	meta.SetStatusCondition(&fresh.Status.Conditions, *logConsistent)
+	if err := server.Status().Update(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if r.stillWithheld(ctx, cached, er) {
 		t.Fatal("a withheld request skips its inclusion on a cached store older than the audit that found the log consistent")
 	}
 }

@@ -136,6 +136,7 @@ func startManager(cfg *rest.Config, pools *postgres.Pools, another bool, opts ..
 	graphs := &graph.Clients{}
 	detector := backups.Detector{Discovery: disc}
 	reverify := make(chan event.TypedGenericEvent[client.Object], 1024)
+	withheld := &controllers.WithheldInclusions{}
 	conn := &connector.Connector{Secrets: mgr.GetAPIReader(), SecretTTL: 5 * time.Second, Pools: pools, Graphs: graphs, Velero: backups.Velero{
 		Detector: detector, Rotator: backups.Rotator{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Concurrency: 8}}}
 	records := &controllers.ErasureRecords{Connector: conn,
@@ -149,6 +150,7 @@ func startManager(cfg *rest.Config, pools *postgres.Pools, another bool, opts ..
 		Recorder:        mgr.GetEventRecorder("lethe-memorystore"),
 		Connector:       conn,
 		Reverify:        reverify,
+		Withheld:        withheld,
 		Velero:          detector,
 		RecheckInterval: storeRecheckForTests,
 		NotReadyRetry:   500 * time.Millisecond,
@@ -171,6 +173,7 @@ func startManager(cfg *rest.Config, pools *postgres.Pools, another bool, opts ..
 		Clock:            operatorClock,
 		Connector:        crashingConnector{inner: conn, lost: lostStatusWrites},
 		Reverify:         reverify,
+		Withheld:         withheld,
 		BackoffBase:      20 * time.Millisecond,
 		BackoffMax:       time.Second,
 		BackupRecheck:    time.Second,

@@ -23,8 +23,12 @@
 --   lethe.erasure_proofs.log_origin   the log the proof's leaves go into ('':
 --                                     none written since this migration).
 --   lethe.record_proof(..., p_origin) the only way in, as before, appending
---                                     to the store's log; a proof may not
---                                     move to another store's log. The
+--                                     to the store's log. A request whose
+--                                     store was deleted and created again
+--                                     (a new UID, a new log) goes on in the
+--                                     new one; its earlier leaves stay in
+--                                     the old. A request's leaf is found by
+--                                     its UID and length in any log. The
 --                                     8-argument form is dropped: a manager
 --                                     older than this migration fails its
 --                                     mirror (and retries) rather than
@@ -45,7 +49,7 @@ DROP FUNCTION lethe.record_proof(text, text, text, text, text, timestamptz, json
 -- +goose StatementBegin
 CREATE FUNCTION lethe.record_proof(p_uid text, p_format text, p_digest text, p_envelope text, p_key_id text,
         p_issued_at timestamptz, p_history jsonb, p_document jsonb, p_origin text) RETURNS bigint
-    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, lethe AS $$
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, lethe, pg_temp AS $$
 DECLARE
     n      integer := jsonb_array_length(p_history);
     prev   text := '';
@@ -86,9 +90,6 @@ BEGIN
         IF old.evidence_format <> p_format THEN
             RAISE EXCEPTION 'record_proof: the evidence format may not change' USING ERRCODE = 'LE003';
         END IF;
-        IF old.log_origin NOT IN ('', p_origin) THEN
-            RAISE EXCEPTION 'record_proof: the proof is in another store''s receipt log' USING ERRCODE = 'LE003';
-        END IF;
         IF old.history_count > n THEN
             -- A stale writer: its history must be a prefix of the one recorded; nothing changes.
             IF (SELECT jsonb_agg(x ORDER BY k) FROM jsonb_array_elements(old.history) WITH ORDINALITY AS t(x, k)
@@ -121,7 +122,9 @@ BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('lethe.receipt_log'), hashtext(p_origin));
     leaf := '{"format":"lethe.dev/evidence/v1","historyHead":' || to_json(head)::text
         || ',"historyLength":' || n || ',"request":' || to_json(p_uid)::text || '}';
-    SELECT coalesce(max(idx) + 1, 0) INTO at_idx FROM lethe.receipt_log WHERE origin IN ('', p_origin);
+    -- Each max reads one end of the primary key's index.
+    SELECT coalesce(greatest((SELECT max(idx) FROM lethe.receipt_log WHERE origin = ''),
+                             (SELECT max(idx) FROM lethe.receipt_log WHERE origin = p_origin)) + 1, 0) INTO at_idx;
     INSERT INTO lethe.receipt_log (origin, idx, request_uid, history_length, leaf_data, leaf_hash)
     VALUES (p_origin, at_idx, p_uid, n, leaf, sha256('\x00'::bytea || convert_to(leaf, 'UTF8')));
     RETURN at_idx;
@@ -138,6 +141,9 @@ DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM lethe.receipt_log WHERE origin <> '') THEN
         RAISE EXCEPTION 'the receipt log holds leaves of a store''s own log: 00023 cannot be undone without losing them';
+    END IF;
+    IF EXISTS (SELECT 1 FROM lethe.receipt_log_checkpoints GROUP BY size HAVING count(*) > 1) THEN
+        RAISE EXCEPTION 'two stores kept a checkpoint of the same size: 00023 cannot be undone without losing one';
     END IF;
 END
 $$;

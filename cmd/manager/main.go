@@ -281,6 +281,7 @@ func addControllers(mgr ctrl.Manager, f managerFlags, receiptKey types.Namespace
 	// The MemoryStore audit hands the requests a restore took erasures from
 	// to the ErasureRequest controller.
 	reverify := make(chan event.TypedGenericEvent[client.Object], 1024)
+	withheld := &controllers.WithheldInclusions{}
 	var records *controllers.ErasureRecords
 	if recordKey, _ := parseNamespacedName(f.recordKey); recordKey.Name != "" {
 		records = &controllers.ErasureRecords{Connector: conn,
@@ -295,6 +296,7 @@ func addControllers(mgr ctrl.Manager, f managerFlags, receiptKey types.Namespace
 		Recorder:               mgr.GetEventRecorder("lethe-memorystore"),
 		Connector:              conn,
 		Reverify:               reverify,
+		Withheld:               withheld,
 		Velero:                 detector,
 		RecheckInterval:        f.storeRecheck,
 		ProbeTimeout:           f.probeTimeout,
@@ -315,6 +317,7 @@ func addControllers(mgr ctrl.Manager, f managerFlags, receiptKey types.Namespace
 		Recorder:                mgr.GetEventRecorder("lethe-erasurerequest"),
 		Connector:               conn,
 		Reverify:                reverify,
+		Withheld:                withheld,
 		Velero:                  detector,
 		BackupRecheck:           f.backupRecheck,
 		ReceiptKeySecret:        receiptKey,

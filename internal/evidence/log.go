@@ -1,6 +1,7 @@
 package evidence
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -69,6 +70,11 @@ func verifyLog(rep *Report, er *lethev1.ErasureRequest, ks KeySet) error {
 	return nil
 }
 
+// ErrReceiptChanged: the log holds another leaf where the database says a
+// request's receipt is; only an edit of the log does that (the database
+// writes each leaf from the history it checked and never changes it).
+var ErrReceiptChanged = errors.New("the receipt log holds another receipt where this request's is: it was changed")
+
 // Include builds the proof that the log of leaves holds leaf index: the
 // log's checkpoint at its full size, signed by key, and the inclusion
 // proof. It checks that the leaf at index is the one of request uid at the
@@ -84,7 +90,7 @@ func Include(leaves [][32]byte, index int64, uid, head string, length int, origi
 		return nil, fmt.Errorf("the receipt log has %d leaves, no leaf %d", len(leaves), index)
 	}
 	if want := receiptlog.LeafHash(LogLeaf(uid, head, length)); tlog.Hash(leaves[index]) != want {
-		return nil, fmt.Errorf("leaf %d of the receipt log %s is not this request's receipt: it was changed (%w)", index, origin, receiptlog.ErrInconsistent)
+		return nil, fmt.Errorf("leaf %d of the receipt log %s: %w", index, origin, ErrReceiptChanged)
 	}
 	tree, err := treeOf(leaves)
 	if err != nil {

@@ -74,14 +74,21 @@ func (e *Eraser) ProofMirrored(ctx context.Context, p erasure.Proof, index int64
 const logLeaves = `FROM lethe.receipt_log WHERE origin IN ('', $1) ORDER BY idx`
 
 // ReceiptLog returns the leaf hashes of the store's receipt log (erasure.Ledger).
+// A log whose indexes skip one lost a leaf: the error wraps
+// receiptlog.ErrInconsistent, as for any log that does not extend what was
+// signed (the leaves after the gap are not where their checkpoints had them).
 func (e *Eraser) ReceiptLog(ctx context.Context, origin string) ([][32]byte, error) {
-	rows, err := e.Pool.Query(ctx, `SELECT leaf_hash `+logLeaves, origin)
+	rows, err := e.Pool.Query(ctx, `SELECT idx, leaf_hash `+logLeaves, origin)
 	if err != nil {
 		return nil, fmt.Errorf("read the receipt log: %w", err)
 	}
 	var out [][32]byte
+	var idx int64
 	var h []byte
-	_, err = pgx.ForEachRow(rows, []any{&h}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&idx, &h}, func() error {
+		if idx != int64(len(out)) {
+			return fmt.Errorf("receipt log %s: leaf %d is missing, the next is %d (%w)", origin, len(out), idx, receiptlog.ErrInconsistent)
+		}
 		if len(h) != 32 {
 			return fmt.Errorf("receipt log leaf %d is %d bytes", len(out), len(h))
 		}
@@ -158,11 +165,14 @@ func (e *Eraser) ReadLog(ctx context.Context, origin string) ([]LogRecord, []Sto
 	return recs, cps, nil
 }
 
-// ReadProofs reads every proof of the store whose receipt log is origin,
-// for an auditor: those whose leaves go into its log, and those written
-// before 00023 (of any store sharing the database: the log's shared prefix).
+// ReadProofs reads, for an auditor, every proof the receipt log origin
+// must hold a leaf of (Proof.Log is origin, or empty: written before 00023)
+// and every proof one of its leaves records (a leaf of the shared prefix
+// may be of a proof that went on in another store's log).
 func (e *Eraser) ReadProofs(ctx context.Context, origin string) ([]erasure.Proof, error) {
-	rows, err := e.Pool.Query(ctx, `SELECT request_uid FROM lethe.erasure_proofs WHERE log_origin IN ('', $1) ORDER BY recorded_at, request_uid`, origin)
+	rows, err := e.Pool.Query(ctx, `SELECT request_uid FROM lethe.erasure_proofs
+		WHERE log_origin IN ('', $1) OR request_uid IN (SELECT request_uid FROM lethe.receipt_log WHERE origin IN ('', $1))
+		ORDER BY recorded_at, request_uid`, origin)
 	if err != nil {
 		return nil, fmt.Errorf("read the proofs: %w", err)
 	}

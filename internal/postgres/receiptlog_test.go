@@ -96,11 +96,12 @@ func (f logFixture) audit(e *postgres.Eraser, origin string, held ...[]byte) (ev
 // their own receipt log: their leaves interleave in time but not in the
 // logs, each log's indexes run from 0, a checkpoint of each is kept at the
 // same size, and an auditor of either store reads its own log, checkpoints
-// and proofs only, and verifies them. A proof may not move to another
-// store's log, and a proof without a log is refused.
+// and proofs only, and verifies them. A request whose store was created
+// again (a new UID: a new log) goes on in the new store's log. A proof
+// without a log, or with one that is not a store's, is refused.
 func TestStoresSharingADatabaseEachHaveTheirOwnReceiptLog(t *testing.T) {
 	ctx := context.Background()
-	_, _, e := managerEraser(t)
+	dsn, _, e := managerEraser(t)
 	f := newLogFixture(t)
 	mirror := func(p erasure.Proof, want int64) {
 		t.Helper()
@@ -155,13 +156,24 @@ func TestStoresSharingADatabaseEachHaveTheirOwnReceiptLog(t *testing.T) {
 		}
 	}
 
+	// Store a created again as store c: its request erases again.
+	a1c := f.proof("uid-a1", "store-c", 2)
+	if idx, err := e.MirrorProof(ctx, a1c); err != nil || idx != 0 {
+		t.Fatalf("the request of a store created again: leaf %d, %v; want leaf 0 of the new store's log", idx, err)
+	}
+	if a, uids := f.audit(e, a1c.Log); a.Size != 1 || !slices.Equal(uids, []string{"uid-a1"}) {
+		t.Errorf("audit of the new store: %d leaves, proofs %v; want 1 and uid-a1", a.Size, uids)
+	}
+	if _, uids := f.audit(e, a1.Log, heldA); !slices.Equal(uids, []string{"uid-a1", "uid-a2"}) {
+		t.Errorf("audit of the old store after its request went on in the new one: proofs %v, want uid-a1 (a leaf of it is here) and uid-a2", uids)
+	}
+
 	refused := map[string]struct {
 		p    erasure.Proof
 		want string
 	}{
-		"a proof moved to another store's log": {f.proof("uid-a1", "store-b", 2), "another store's receipt log"},
-		"a proof without a log":                {func() erasure.Proof { p := f.proof("uid-c", "", 1); p.Log = ""; return p }(), "is not the origin"},
-		"a log that is not a store's":          {func() erasure.Proof { p := f.proof("uid-c", "", 1); p.Log = "example.com/log"; return p }(), "is not the origin"},
+		"a proof without a log":       {func() erasure.Proof { p := f.proof("uid-c", "", 1); p.Log = ""; return p }(), "is not the origin"},
+		"a log that is not a store's": {func() erasure.Proof { p := f.proof("uid-c", "", 1); p.Log = "example.com/log"; return p }(), "is not the origin"},
 	}
 	for name, tc := range refused {
 		t.Run(name, func(t *testing.T) {
@@ -171,6 +183,19 @@ func TestStoresSharingADatabaseEachHaveTheirOwnReceiptLog(t *testing.T) {
 				t.Fatalf("got %v, want SQLSTATE LE003 saying %q", err, tc.want)
 			}
 		})
+	}
+	// A leaf removed from the middle of a log (an edit with the owner's
+	// rights): the log reads as one that does not extend what was signed.
+	owner, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = owner.Close(ctx) }()
+	if _, err := owner.Exec(ctx, `DELETE FROM lethe.receipt_log WHERE origin = $1 AND idx = 0`, b1.Log); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ReceiptLog(ctx, b1.Log); !errors.Is(err, receiptlog.ErrInconsistent) {
+		t.Fatalf("a log with a leaf removed from its middle read with %v, want receiptlog.ErrInconsistent", err)
 	}
 }
 
@@ -236,23 +261,33 @@ func TestSplittingASharedReceiptLogKeepsEveryCheckpointSignedBefore(t *testing.T
 			t.Fatalf("mirror %s: leaf %d, %v; want leaf 3, after the shared three", p.UID, idx, err)
 		}
 	}
+	// A request of store b from before erases again: its new leaf goes
+	// into b's log; its first stays in the prefix store a's log shares.
+	if idx, err := e.MirrorProof(ctx, f.proof("uid-b1", "store-b", 2)); err != nil || idx != 4 {
+		t.Fatalf("uid-b1 erasing again: leaf %d, %v; want leaf 4 of store b's log", idx, err)
+	}
 	for _, tc := range []struct {
 		p    erasure.Proof
 		held []byte
 		want []string
-	}{{a3, heldA, []string{"uid-a1", "uid-a2", "uid-a3", "uid-b1"}}, {b2, heldB, []string{"uid-a1", "uid-a2", "uid-b1", "uid-b2"}}} {
+		size int64
+	}{{a3, heldA, []string{"uid-a1", "uid-a2", "uid-a3", "uid-b1"}, 4}, {b2, heldB, []string{"uid-a1", "uid-a2", "uid-b1", "uid-b2"}, 5}} {
 		leaves, err := e.ReceiptLog(ctx, tc.p.Log)
 		if err != nil {
 			t.Fatal(err)
 		}
-		note := f.sign(leaves, tc.p, heldA, heldB) // refuses a log that does not extend them
+		last := tc.p
+		if tc.p.Log == b2.Log {
+			last = f.proof("uid-b1", "store-b", 2)
+		}
+		note := f.sign(leaves, last, heldA, heldB) // refuses a log that does not extend them
 		if err := e.WriteCheckpoint(ctx, tc.p.Log, int64(len(leaves)), string(note)); err != nil {
 			t.Fatal(err)
 		}
 		a, uids := f.audit(e, tc.p.Log, tc.held)
-		if a.Size != 4 || a.Checkpoints != 2 || !slices.Equal(uids, tc.want) {
-			t.Errorf("audit of %s: %d leaves, %d checkpoints, proofs %v; want 4, 2 (the one kept and the new), %v",
-				tc.p.Log, a.Size, a.Checkpoints, uids, tc.want)
+		if a.Size != tc.size || a.Checkpoints != 2 || !slices.Equal(uids, tc.want) {
+			t.Errorf("audit of %s: %d leaves, %d checkpoints, proofs %v; want %d, 2 (the one kept and the new), %v",
+				tc.p.Log, a.Size, a.Checkpoints, uids, tc.size, tc.want)
 		}
 	}
 	if _, err := p.DownTo(ctx, 22); err == nil || !strings.Contains(err.Error(), "cannot be undone") {
