@@ -179,8 +179,8 @@ func (r *ErasureRequestReconciler) mirrorUnlessHeld(ctx context.Context, sc *era
 // whole receipt log and sign a checkpoint (after a restart, for every
 // request at once). The proof counts as held when the database has this
 // history and evidence and, when signed, the leaf the status's inclusion
-// names (the inclusion covering the whole history), or, while the store's
-// log withholds the inclusion, that leaf at any index. A proof the
+// names (the inclusion covering the whole history), or, while its
+// inclusion is withheld, that leaf at any index. A proof the
 // database lost or holds otherwise is written again by mirrorProof. An
 // error counts as not held: mirrorProof then decides, and reports what
 // fails.
@@ -193,14 +193,23 @@ func (r *ErasureRequestReconciler) mirroredBefore(ctx context.Context, sc *erasu
 		return false
 	}
 	index := int64(-1)
+	withheld, _ := r.Withheld.length(er.UID)
 	switch {
-	case r.stillWithheld(ctx, sc.Store, er):
+	case withheld == len(er.Status.History):
 	case logCoversHistory(er):
 		index = er.Status.Receipt.Log.Index
 	case key != nil:
 		return false // the status needs its inclusion: mirrorProof writes it
 	}
 	held, err := sc.Ledger.ProofMirrored(ctx, proofOf(er), index)
+	if err == nil && !held && index >= 0 {
+		// Held elsewhere in the log (a restore moved the leaf): no loss,
+		// but the inclusion is stale and mirrorProof writes a new one.
+		if moved, err := sc.Ledger.ProofMirrored(ctx, proofOf(er), -1); err == nil && moved {
+			r.mirrored.Delete(er.UID)
+			return false
+		}
+	}
 	switch {
 	case err != nil:
 		return false

@@ -128,7 +128,7 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			return statusPatchFailed(err)
 		}
 	}
-	r.wakeUnlogged(store, meta.IsStatusConditionTrue(before.Status.Conditions, lethev1.MemoryStoreReceiptLogConsistent))
+	r.wakeUnlogged(store)
 
 	ready := meta.FindStatusCondition(store.Status.Conditions, lethev1.MemoryStoreReady)
 	r.reportReadiness(ctx, store, ready, wasReady, before.Status.ObservedGeneration == 0)

@@ -44,9 +44,11 @@ var errNoKeySet = errors.New("no key set published yet")
 // its requests hold, once per audit: a completion checks it before it
 // signs, but a log changed or shortened (a restore, an edit with the
 // owner's rights) between completions would otherwise go unseen until the
-// next one. One read of the log per store; the store's Witness spares the
-// signature checks of the checkpoints it already checked against a log
-// this one extends.
+// next one. One read of the log per store (also when no request holds a
+// checkpoint: a leaf missing from its middle would otherwise go unseen
+// while every completion leaves its inclusion out); the store's Witness
+// spares the signature checks of the checkpoints it already checked
+// against a log this one extends.
 func (r *MemoryStoreReconciler) checkReceiptLog(ctx context.Context, store *lethev1.MemoryStore) receiptLogFacts {
 	if r.ReceiptKeySet.Name == "" {
 		return receiptLogFacts{}
@@ -57,9 +59,7 @@ func (r *MemoryStoreReconciler) checkReceiptLog(ctx context.Context, store *leth
 		f.err = err
 		return f
 	}
-	if f.held = len(held); f.held == 0 {
-		return f
-	}
+	f.held = len(held)
 	ledger, err := r.Connector.Ledger(ctx, store)
 	if err != nil {
 		f.err = err
@@ -71,7 +71,7 @@ func (r *MemoryStoreReconciler) checkReceiptLog(ctx context.Context, store *leth
 		f.inconsistent = err // a leaf removed from its middle
 		return f
 	}
-	if err != nil {
+	if err != nil || f.held == 0 {
 		f.err = err
 		return f
 	}
@@ -140,21 +140,22 @@ func (r *MemoryStoreReconciler) reportReceiptLog(ctx context.Context, store *let
 	ctrl.LoggerFrom(ctx).Info("the store's receipt log does not extend a checkpoint its requests hold", "cause", f.inconsistent.Error())
 }
 
-// wakeUnlogged brings to a pass, once the store's status says its receipt
-// log extends every held checkpoint again (it did not say so before this
-// audit: it did not, or could not be checked), each of its requests whose
-// inclusion a pass left out meanwhile (Withheld): they sign it now. Never
-// blocks: a full queue leaves the rest to their re-verification interval.
-func (r *MemoryStoreReconciler) wakeUnlogged(store *lethev1.MemoryStore, wasTrue bool) {
-	if wasTrue || r.Reverify == nil || !meta.IsStatusConditionTrue(store.Status.Conditions, lethev1.MemoryStoreReceiptLogConsistent) {
+// wakeUnlogged brings to a pass, at each audit whose status says the
+// store's receipt log extends every held checkpoint, each of its requests
+// whose inclusion a pass left out meanwhile (Withheld): they sign it now.
+// Each audit, not only the one that turned the condition True: a pass may
+// record its request after that audit took the others. Never blocks: a
+// full queue keeps the rest for the next audit.
+func (r *MemoryStoreReconciler) wakeUnlogged(store *lethev1.MemoryStore) {
+	if r.Reverify == nil || !meta.IsStatusConditionTrue(store.Status.Conditions, lethev1.MemoryStoreReceiptLogConsistent) {
 		return
 	}
-	for _, key := range r.Withheld.take(store.UID) {
-		er := &lethev1.ErasureRequest{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	for _, w := range r.Withheld.take(store.UID) {
+		er := &lethev1.ErasureRequest{ObjectMeta: metav1.ObjectMeta{Namespace: w.key.Namespace, Name: w.key.Name}}
 		select {
 		case r.Reverify <- event.TypedGenericEvent[client.Object]{Object: er}:
 		default:
-			return
+			r.Withheld.putBack(store.UID, w)
 		}
 	}
 }

@@ -23,6 +23,7 @@ type WithheldInclusions struct {
 // withheldRequest is a request whose inclusion was left out, and the
 // history length it was left out for.
 type withheldRequest struct {
+	uid    types.UID
 	key    types.NamespacedName
 	length int
 }
@@ -48,7 +49,7 @@ func (w *WithheldInclusions) withhold(store, uid types.UID, key types.Namespaced
 		w.byStore[store] = reqs
 	}
 	prev, seen := reqs[uid]
-	reqs[uid], w.storeOf[uid] = withheldRequest{key: key, length: length}, store
+	reqs[uid], w.storeOf[uid] = withheldRequest{uid: uid, key: key, length: length}, store
 	return !seen || prev.length != length
 }
 
@@ -78,17 +79,34 @@ func (w *WithheldInclusions) forget(uid types.UID) {
 
 // take returns and drops the requests of store whose inclusion was left
 // out: their next pass tries again, and records them again if it fails.
-func (w *WithheldInclusions) take(store types.UID) []types.NamespacedName {
+func (w *WithheldInclusions) take(store types.UID) []withheldRequest {
 	if w == nil {
 		return nil
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var out []types.NamespacedName
+	var out []withheldRequest
 	for uid, r := range w.byStore[store] {
-		out = append(out, r.key)
+		out = append(out, r)
 		delete(w.storeOf, uid)
 	}
 	delete(w.byStore, store)
 	return out
+}
+
+// putBack records again a request take returned and could not wake,
+// unless a pass recorded it (or another store's) since.
+func (w *WithheldInclusions) putBack(store types.UID, r withheldRequest) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.storeOf[r.uid]; ok {
+		return
+	}
+	if w.byStore[store] == nil {
+		w.byStore[store] = map[types.UID]withheldRequest{}
+	}
+	w.byStore[store][r.uid], w.storeOf[r.uid] = r, store
 }

@@ -26,9 +26,10 @@
 --                                     to the store's log. A request whose
 --                                     store was deleted and created again
 --                                     (a new UID, a new log) goes on in the
---                                     new one; its earlier leaves stay in
---                                     the old. A request's leaf is found by
---                                     its UID and length in any log. The
+--                                     new one, a leaf for its history there
+--                                     too; its earlier leaves stay in the
+--                                     old. A request's leaf is looked for in
+--                                     the store's log only. The
 --                                     8-argument form is dropped: a manager
 --                                     older than this migration fails its
 --                                     mirror (and retries) rather than
@@ -37,7 +38,8 @@
 -- +goose Up
 ALTER TABLE lethe.receipt_log ADD COLUMN origin text NOT NULL DEFAULT '';
 ALTER TABLE lethe.receipt_log ALTER COLUMN origin DROP DEFAULT;
-ALTER TABLE lethe.receipt_log DROP CONSTRAINT receipt_log_pkey, ADD PRIMARY KEY (origin, idx);
+ALTER TABLE lethe.receipt_log DROP CONSTRAINT receipt_log_pkey, ADD PRIMARY KEY (origin, idx),
+    DROP CONSTRAINT receipt_log_request_uid_history_length_key, ADD UNIQUE (origin, request_uid, history_length);
 ALTER TABLE lethe.receipt_log_checkpoints ADD COLUMN origin text NOT NULL DEFAULT '';
 UPDATE lethe.receipt_log_checkpoints SET origin = split_part(checkpoint, E'\n', 1);
 ALTER TABLE lethe.receipt_log_checkpoints ALTER COLUMN origin DROP DEFAULT;
@@ -96,7 +98,7 @@ BEGIN
                     WHERE k <= n) IS DISTINCT FROM p_history THEN
                 RAISE EXCEPTION 'record_proof: the history does not match the one recorded for this request' USING ERRCODE = 'LE003';
             END IF;
-            SELECT idx INTO at_idx FROM lethe.receipt_log WHERE request_uid = p_uid AND history_length = n;
+            SELECT idx INTO at_idx FROM lethe.receipt_log WHERE request_uid = p_uid AND history_length = n AND origin IN ('', p_origin);
             RETURN coalesce(at_idx, -1);
         END IF;
         IF (SELECT jsonb_agg(x ORDER BY k) FROM jsonb_array_elements(p_history) WITH ORDINALITY AS t(x, k)
@@ -115,7 +117,7 @@ BEGIN
         INSERT INTO lethe.erasure_proofs (request_uid, digest, envelope, key_id, issued_at, history, history_count, evidence_format, document, log_origin)
         VALUES (p_uid, p_digest, p_envelope, p_key_id, p_issued_at, p_history, n, p_format, p_document, p_origin);
     END IF;
-    SELECT idx INTO at_idx FROM lethe.receipt_log WHERE request_uid = p_uid AND history_length = n;
+    SELECT idx INTO at_idx FROM lethe.receipt_log WHERE request_uid = p_uid AND history_length = n AND origin IN ('', p_origin);
     IF FOUND THEN
         RETURN at_idx;
     END IF;
@@ -152,7 +154,8 @@ DROP FUNCTION lethe.record_proof(text, text, text, text, text, timestamptz, json
 ALTER TABLE lethe.erasure_proofs DROP COLUMN log_origin;
 ALTER TABLE lethe.receipt_log_checkpoints DROP CONSTRAINT receipt_log_checkpoints_pkey, ADD PRIMARY KEY (size);
 ALTER TABLE lethe.receipt_log_checkpoints DROP COLUMN origin;
-ALTER TABLE lethe.receipt_log DROP CONSTRAINT receipt_log_pkey, ADD PRIMARY KEY (idx);
+ALTER TABLE lethe.receipt_log DROP CONSTRAINT receipt_log_pkey, ADD PRIMARY KEY (idx),
+    DROP CONSTRAINT receipt_log_origin_request_uid_history_length_key, ADD UNIQUE (request_uid, history_length);
 ALTER TABLE lethe.receipt_log DROP COLUMN origin;
 -- +goose StatementBegin
 CREATE FUNCTION lethe.record_proof(p_uid text, p_format text, p_digest text, p_envelope text, p_key_id text,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -82,7 +83,7 @@ func (o *options) receipts(ctx context.Context, f *receiptsFlags) error {
 	if err != nil {
 		return err
 	}
-	held, err := heldCheckpoints(f.checkpoint, live)
+	held, other, err := heldCheckpoints(f.checkpoint, origin, live)
 	if err != nil {
 		return err
 	}
@@ -99,6 +100,9 @@ func (o *options) receipts(ctx context.Context, f *receiptsFlags) error {
 		receiptlog.Origin(string(store.UID)), audit.Size, audit.Root[:8], audit.Checkpoints)
 	for _, h := range held {
 		fmt.Fprintf(o.streams.Out, "consistent with %s: no receipt removed or changed since\n", h.Source)
+	}
+	for _, s := range other {
+		fmt.Fprintf(o.streams.Out, "not held against this log: %s is of another log (the store was created again under its name)\n", s)
 	}
 	if f.saveCheckpoint != "" {
 		if audit.Latest == nil {
@@ -133,22 +137,31 @@ func (o *options) storeDatabase(ctx context.Context, cl client.Client, store *le
 }
 
 // heldCheckpoints are the checkpoints kept outside the database: the
-// auditor's file, and those the store's live requests carry.
-func heldCheckpoints(file string, live []lethev1.ErasureRequest) ([]evidence.HeldCheckpoint, error) {
-	var held []evidence.HeldCheckpoint
+// auditor's file, and those the store's live requests carry of its log
+// (origin). A request's checkpoint of another log (its store deleted and
+// created again under its name: a new UID, a new log) cannot be held
+// against this one: it is listed in other, by its source.
+func heldCheckpoints(file, origin string, live []lethev1.ErasureRequest) (held []evidence.HeldCheckpoint, other []string, err error) {
 	if file != "" {
 		b, err := os.ReadFile(file)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		held = append(held, evidence.HeldCheckpoint{Source: "the checkpoint in " + file, Note: b})
 	}
 	for _, er := range live {
-		if r := er.Status.Receipt; r != nil && r.Log != nil {
-			held = append(held, evidence.HeldCheckpoint{Source: "the checkpoint request " + er.Name + " holds", Note: []byte(r.Log.Checkpoint)})
+		r := er.Status.Receipt
+		if r == nil || r.Log == nil {
+			continue
 		}
+		source := "the checkpoint request " + er.Name + " holds"
+		if first, _, _ := strings.Cut(r.Log.Checkpoint, "\n"); first != origin {
+			other = append(other, source)
+			continue
+		}
+		held = append(held, evidence.HeldCheckpoint{Source: source, Note: []byte(r.Log.Checkpoint)})
 	}
-	return held, nil
+	return held, other, nil
 }
 
 // liveRequests are the store's requests in the cluster.

@@ -161,8 +161,16 @@ func TestStoresSharingADatabaseEachHaveTheirOwnReceiptLog(t *testing.T) {
 	if idx, err := e.MirrorProof(ctx, a1c); err != nil || idx != 0 {
 		t.Fatalf("the request of a store created again: leaf %d, %v; want leaf 0 of the new store's log", idx, err)
 	}
-	if a, uids := f.audit(e, a1c.Log); a.Size != 1 || !slices.Equal(uids, []string{"uid-a1"}) {
-		t.Errorf("audit of the new store: %d leaves, proofs %v; want 1 and uid-a1", a.Size, uids)
+	// Another request of the old store, its history unchanged, mirrored
+	// again under the new store (its inclusion was never written): a leaf
+	// of it goes into the new store's log, where the new store reads it.
+	a2c := a2
+	a2c.Log = a1c.Log
+	if idx, err := e.MirrorProof(ctx, a2c); err != nil || idx != 1 {
+		t.Fatalf("a request of the old store mirrored again under the new one: leaf %d, %v; want leaf 1 of the new store's log", idx, err)
+	}
+	if a, uids := f.audit(e, a1c.Log); a.Size != 2 || !slices.Equal(uids, []string{"uid-a1", "uid-a2"}) {
+		t.Errorf("audit of the new store: %d leaves, proofs %v; want 2 and uid-a1, uid-a2", a.Size, uids)
 	}
 	if _, uids := f.audit(e, a1.Log, heldA); !slices.Equal(uids, []string{"uid-a1", "uid-a2"}) {
 		t.Errorf("audit of the old store after its request went on in the new one: proofs %v, want uid-a1 (a leaf of it is here) and uid-a2", uids)
