@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -85,7 +86,7 @@ func (r *ErasureRequestReconciler) mirrorProof(ctx context.Context, sc *erasure.
 	// in the status covers the whole history: a pass whose status write
 	// was lost left it out or left an older one, and the next one records
 	// it again.
-	if n, ok := r.mirrored.Load(er.UID); ok && n.(int) == len(er.Status.History) && (key == nil || logCoversHistory(er) || r.stillWithheld(ctx, sc.Store, er)) {
+	if n, ok := r.mirrored.Load(er.UID); ok && n.(int) == len(er.Status.History) && (key == nil || logCoversHistoryIn(er, sc.Store) || r.stillWithheld(ctx, sc.Store, er)) {
 		return nil
 	}
 	anon := er.DeepCopy()
@@ -179,8 +180,10 @@ func (r *ErasureRequestReconciler) mirrorUnlessHeld(ctx context.Context, sc *era
 // whole receipt log and sign a checkpoint (after a restart, for every
 // request at once). The proof counts as held when the database has this
 // history and evidence and, when signed, the leaf the status's inclusion
-// names (the inclusion covering the whole history), or, while its
-// inclusion is withheld, that leaf at any index. A proof the
+// names (the inclusion covering the whole history, in this store's log),
+// or, while its inclusion is withheld and the store's audit finds the log
+// forked, that leaf at any index. Leaves of another store's log (its
+// store deleted and created again) do not count. A proof the
 // database lost or holds otherwise is written again by mirrorProof. An
 // error counts as not held: mirrorProof then decides, and reports what
 // fails.
@@ -195,17 +198,17 @@ func (r *ErasureRequestReconciler) mirroredBefore(ctx context.Context, sc *erasu
 	index := int64(-1)
 	withheld, _ := r.Withheld.length(er.UID)
 	switch {
-	case withheld == len(er.Status.History):
-	case logCoversHistory(er):
+	case withheld == len(er.Status.History) && logForked(sc.Store):
+	case logCoversHistoryIn(er, sc.Store):
 		index = er.Status.Receipt.Log.Index
 	case key != nil:
 		return false // the status needs its inclusion: mirrorProof writes it
 	}
-	held, err := sc.Ledger.ProofMirrored(ctx, proofOf(er), index)
+	held, err := sc.Ledger.ProofMirrored(ctx, proofOf(er, sc.Store), index)
 	if err == nil && !held && index >= 0 {
 		// Held elsewhere in the log (a restore moved the leaf): no loss,
 		// but the inclusion is stale and mirrorProof writes a new one.
-		if moved, err := sc.Ledger.ProofMirrored(ctx, proofOf(er), -1); err == nil && moved {
+		if moved, err := sc.Ledger.ProofMirrored(ctx, proofOf(er, sc.Store), -1); err == nil && moved {
 			r.mirrored.Delete(er.UID)
 			return false
 		}
@@ -238,9 +241,22 @@ func logOrigin(store *lethev1.MemoryStore) string {
 const ReasonProofLost = "ProofLost"
 
 // proofOf is what ProofMirrored compares of the request's proof: its
-// history, evidence format and the evidence document mirrored with it.
-func proofOf(er *lethev1.ErasureRequest) erasure.Proof {
-	return erasure.Proof{UID: string(er.UID), History: er.Status.History, Format: er.Status.EvidenceFormat, Document: evidence.MirroredOf(er)}
+// history, evidence format and the evidence document mirrored with it, and
+// the log of its store.
+func proofOf(er *lethev1.ErasureRequest, store *lethev1.MemoryStore) erasure.Proof {
+	return erasure.Proof{UID: string(er.UID), History: er.Status.History, Format: er.Status.EvidenceFormat, Document: evidence.MirroredOf(er),
+		Log: logOrigin(store)}
+}
+
+// logCoversHistoryIn is logCoversHistory for an inclusion in the log of
+// store: one in the log of a store since deleted and created again under
+// its name is of no use to it.
+func logCoversHistoryIn(er *lethev1.ErasureRequest, store *lethev1.MemoryStore) bool {
+	if !logCoversHistory(er) {
+		return false
+	}
+	first, _, _ := strings.Cut(er.Status.Receipt.Log.Checkpoint, "\n")
+	return first == logOrigin(store)
 }
 
 // logCoversHistory reports whether the status holds the receipt's

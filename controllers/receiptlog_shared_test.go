@@ -2,12 +2,17 @@ package controllers_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lethev1 "github.com/lethe-dev/lethe/api/v1alpha1"
+	"github.com/lethe-dev/lethe/internal/receiptlog"
 )
 
 // Two tenants' stores over one memory database (one MemoryStore per
@@ -60,5 +65,52 @@ func TestStoresSharingADatabaseEachVerifyTheirOwnReceiptLog(t *testing.T) {
 				t.Errorf("receipts of store %s/%s lists the other store's request %s\n%s", tc.store.Namespace, tc.store.Name, er.Name, out)
 			}
 		}
+	}
+}
+
+// A store deleted and created again under its name is a new store (a new
+// UID, a new log). A request it completed before keeps its inclusion in the
+// old store's log, which the new store cannot hold it against; its next
+// pass writes its receipt into the new store's log and records that
+// inclusion, and the auditor's check of the new store verifies.
+func TestARequestGoesOnInTheLogOfItsStoreCreatedAgain(t *testing.T) {
+	ctx := context.Background()
+	e := newMemoryEnv(t, "recreated")
+	er := e.request(t, "forget", func(o *lethev1.ErasureRequest) { o.Spec.SessionIDs = []lethev1.SessionID{erasedA} })
+	completedWithLog(t, er)
+	oldOrigin := receiptlog.Origin(string(e.store.UID))
+	if first, _, _ := strings.Cut(er.Status.Receipt.Log.Checkpoint, "\n"); first != oldOrigin {
+		t.Fatalf("the inclusion is of %q, want the store's log %q", first, oldOrigin)
+	}
+	if err := k8s.Delete(ctx, e.store); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(e.store), &lethev1.MemoryStore{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the store is not gone yet (%v)", err)
+		}
+		return nil
+	})
+	again := newStore(e.ns, func(s *lethev1.MemoryStore) { s.Name, s.Spec.TenantID = e.store.Name, "t1" })
+	if err := k8s.Create(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, again, lethev1.MemoryStoreReady, metav1.ConditionTrue, lethev1.ReasonAllReady)
+	newOrigin := receiptlog.Origin(string(again.UID))
+	nudge(t, er)
+	eventually(t, 30*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(er), er); err != nil {
+			return err
+		}
+		if first, _, _ := strings.Cut(er.Status.Receipt.Log.Checkpoint, "\n"); first != newOrigin {
+			return fmt.Errorf("the inclusion is of %q, want the new store's log", first)
+		}
+		return nil
+	})
+	if n := e.count(t, `SELECT count(*) FROM lethe.receipt_log WHERE request_uid = $1`, string(er.UID)); n != 2 {
+		t.Errorf("%d leaves of the request, want 2: one in each store's log", n)
+	}
+	if out, err := kubectlErasure(t, e.ns, "receipts", "--store", again.Name); err != nil || !strings.Contains(out, "verified") || !strings.Contains(out, string(er.UID)) {
+		t.Fatalf("receipts of the store created again: %v\n%s", err, out)
 	}
 }

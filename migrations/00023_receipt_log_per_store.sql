@@ -26,8 +26,9 @@
 --                                     to the store's log. A request whose
 --                                     store was deleted and created again
 --                                     (a new UID, a new log) goes on in the
---                                     new one, a leaf for its history there
---                                     too; its earlier leaves stay in the
+--                                     new one (a leaf of its history there
+--                                     too, when the manager mirrors it
+--                                     again); its earlier leaves stay in the
 --                                     old. A request's leaf is looked for in
 --                                     the store's log only. The
 --                                     8-argument form is dropped: a manager
@@ -129,6 +130,8 @@ BEGIN
                              (SELECT max(idx) FROM lethe.receipt_log WHERE origin = p_origin)) + 1, 0) INTO at_idx;
     INSERT INTO lethe.receipt_log (origin, idx, request_uid, history_length, leaf_data, leaf_hash)
     VALUES (p_origin, at_idx, p_uid, n, leaf, sha256('\x00'::bytea || convert_to(leaf, 'UTF8')));
+    -- The proof's last leaf is in this log now (its store created again, the same history).
+    UPDATE lethe.erasure_proofs SET log_origin = p_origin WHERE request_uid = p_uid AND log_origin <> p_origin;
     RETURN at_idx;
 END
 $$;

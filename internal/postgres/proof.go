@@ -38,11 +38,12 @@ func (e *Eraser) MirrorProof(ctx context.Context, p erasure.Proof) (int64, error
 // proofMirroredSQL is true when lethe.record_proof would find the proof
 // recorded as given and change nothing: same format, the same history
 // (every entry, as jsonb) and document, and the history's leaf in the
-// receipt log with this request's leaf hash ($6 < 0: at any index).
+// store's receipt log ($8, with the shared prefix) with this request's leaf
+// hash ($6 < 0: at any index).
 const proofMirroredSQL = `SELECT EXISTS (SELECT 1 FROM lethe.erasure_proofs p
 	WHERE p.request_uid = $1 AND p.evidence_format = $2 AND p.history_count = $3
 	  AND p.history = $4::jsonb AND p.document = $5::jsonb
-	  AND EXISTS (SELECT 1 FROM lethe.receipt_log l WHERE l.request_uid = $1 AND l.history_length = $3
+	  AND EXISTS (SELECT 1 FROM lethe.receipt_log l WHERE l.origin IN ('', $8) AND l.request_uid = $1 AND l.history_length = $3
 		AND l.leaf_hash = $7 AND ($6 < 0 OR l.idx = $6)))`
 
 // ProofMirrored reports whether the database holds the proof as
@@ -62,7 +63,7 @@ func (e *Eraser) ProofMirrored(ctx context.Context, p erasure.Proof, index int64
 	}
 	leaf := receiptlog.LeafHash(evidence.LogLeaf(p.UID, p.History[n-1].Digest, n))
 	var held bool
-	if err := e.Pool.QueryRow(ctx, proofMirroredSQL, p.UID, p.Format, n, string(history), string(doc), index, leaf[:]).Scan(&held); err != nil {
+	if err := e.Pool.QueryRow(ctx, proofMirroredSQL, p.UID, p.Format, n, string(history), string(doc), index, leaf[:], p.Log).Scan(&held); err != nil {
 		return false, fmt.Errorf("read whether the proof is mirrored: %w", err)
 	}
 	return held, nil

@@ -172,6 +172,15 @@ func TestStoresSharingADatabaseEachHaveTheirOwnReceiptLog(t *testing.T) {
 	if a, uids := f.audit(e, a1c.Log); a.Size != 2 || !slices.Equal(uids, []string{"uid-a1", "uid-a2"}) {
 		t.Errorf("audit of the new store: %d leaves, proofs %v; want 2 and uid-a1, uid-a2", a.Size, uids)
 	}
+	if got, _, err := e.ReadProof(ctx, "uid-a2"); err != nil || got.Log != a1c.Log {
+		t.Errorf("the proof mirrored again under the new store names log %q (%v), want the new store's", got.Log, err)
+	}
+	if held, err := e.ProofMirrored(ctx, a2, -1); err != nil || !held {
+		t.Errorf("the proof in the old store's log: held %v (%v), want held there", held, err)
+	}
+	if held, err := e.ProofMirrored(ctx, f.proof("uid-a1", "store-b", 2), -1); err != nil || held {
+		t.Errorf("a proof whose leaf is only in another store's log: held %v (%v), want not held in store b's", held, err)
+	}
 	if _, uids := f.audit(e, a1.Log, heldA); !slices.Equal(uids, []string{"uid-a1", "uid-a2"}) {
 		t.Errorf("audit of the old store after its request went on in the new one: proofs %v, want uid-a1 (a leaf of it is here) and uid-a2", uids)
 	}
