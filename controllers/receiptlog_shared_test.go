@@ -87,7 +87,7 @@ func TestARequestGoesOnInTheLogOfItsStoreCreatedAgain(t *testing.T) {
 	}
 	eventually(t, 60*time.Second, func() error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(e.store), &lethev1.MemoryStore{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("the store is not gone yet (%v)", err)
+			return fmt.Errorf("the store is not gone yet (%w)", err)
 		}
 		return nil
 	})
