@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -95,8 +94,8 @@ func (r *ErasureRequestReconciler) mirrorProof(ctx context.Context, sc *erasure.
 	if err != nil {
 		return err
 	}
-	p := erasure.Proof{UID: string(er.UID), Digest: rc.Digest, Envelope: rc.Envelope, KeyID: rc.KeyID, History: er.Status.History,
-		IssuedAt: rc.IssuedAt.Time, Format: er.Status.EvidenceFormat, Document: evidence.MirroredOf(er), Log: logOrigin(sc.Store)}
+	p := proofOf(er, sc.Store)
+	p.Digest, p.Envelope, p.KeyID, p.IssuedAt = rc.Digest, rc.Envelope, rc.KeyID, rc.IssuedAt.Time
 	idx, err := sc.Ledger.MirrorProof(ctx, p)
 	if err != nil {
 		return fmt.Errorf("mirror the proof into the database: %w", err)
@@ -255,8 +254,7 @@ func logCoversHistoryIn(er *lethev1.ErasureRequest, store *lethev1.MemoryStore) 
 	if !logCoversHistory(er) {
 		return false
 	}
-	first, _, _ := strings.Cut(er.Status.Receipt.Log.Checkpoint, "\n")
-	return first == logOrigin(store)
+	return receiptlog.NoteOrigin(er.Status.Receipt.Log.Checkpoint) == logOrigin(store)
 }
 
 // logCoversHistory reports whether the status holds the receipt's

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -155,7 +154,7 @@ func heldCheckpoints(file, origin string, live []lethev1.ErasureRequest) (held [
 			continue
 		}
 		source := "the checkpoint request " + er.Name + " holds"
-		if first, _, _ := strings.Cut(r.Log.Checkpoint, "\n"); first != origin {
+		if receiptlog.NoteOrigin(r.Log.Checkpoint) != origin {
 			other = append(other, source)
 			continue
 		}

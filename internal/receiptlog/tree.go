@@ -20,6 +20,7 @@ package receiptlog
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -52,6 +53,14 @@ func LeafHash(receipt []byte) tlog.Hash {
 // its UID only, so the log reveals no store or namespace name.
 func Origin(storeUID string) string {
 	return "lethe.dev/receipts/" + storeUID
+}
+
+// NoteOrigin is the origin a signed checkpoint names (its first line),
+// read without checking its signature: to tell which log a checkpoint is
+// of before holding it against one (OpenCheckpoint checks it).
+func NoteOrigin(note string) string {
+	first, _, _ := strings.Cut(note, "\n")
+	return first
 }
 
 // Tree is an in-memory RFC 6962 Merkle tree over a log's leaves, kept as
